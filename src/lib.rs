@@ -1,0 +1,10 @@
+//! noderotation: rotates Karpenter nodes inside maintenance windows, capacity first.
+//!
+//! See `ARCHITECTURE.md` for the codemap and the dependency rules between modules.
+#![forbid(unsafe_code)]
+
+pub mod clock;
+pub mod engine;
+pub mod karpenter;
+pub mod policy;
+pub mod rulebook;

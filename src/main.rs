@@ -1,0 +1,44 @@
+//! The `noderotation` command line.
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use noderotation::{policy, rulebook};
+
+#[derive(Debug, Parser)]
+#[command(name = "noderotation", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Regenerate (or with --check, verify) the docs generated from `rules/`.
+    Docs(rulebook::cli::DocsArgs),
+    /// Work with the rule tables in `rules/`.
+    #[command(subcommand)]
+    Rules(rulebook::cli::RulesCommand),
+    /// Print the RotationPolicy CustomResourceDefinition.
+    Crd(policy::crd::CrdArgs),
+    /// Show what a RotationPolicy will do to a NodePool: P, A, t_rot, chances, findings.
+    Plan(policy::plan::PlanArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Docs(args) => rulebook::cli::docs(args),
+        Command::Rules(cmd) => rulebook::cli::rules(cmd),
+        Command::Crd(args) => policy::crd::run(args),
+        Command::Plan(args) => policy::plan::run(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
