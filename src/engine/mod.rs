@@ -1,0 +1,1 @@
+//! The interpreter that runs the rule tables.
