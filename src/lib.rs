@@ -3,6 +3,7 @@
 //! See `ARCHITECTURE.md` for the codemap and the dependency rules between modules.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod clock;
 pub mod engine;
 pub mod karpenter;

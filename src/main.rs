@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use noderotation::{policy, rulebook};
+use noderotation::{cli, policy};
 
 #[derive(Debug, Parser)]
 #[command(name = "noderotation", version, about, long_about = None)]
@@ -16,10 +16,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Regenerate (or with --check, verify) the docs generated from `rules/`.
-    Docs(rulebook::cli::DocsArgs),
+    Docs(cli::rules::DocsArgs),
     /// Work with the rule tables in `rules/`.
     #[command(subcommand)]
-    Rules(rulebook::cli::RulesCommand),
+    Rules(cli::rules::RulesCommand),
     /// Print the RotationPolicy CustomResourceDefinition.
     Crd(policy::crd::CrdArgs),
     /// Show what a RotationPolicy will do to a NodePool: P, A, t_rot, chances, findings.
@@ -29,8 +29,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Docs(args) => rulebook::cli::docs(args),
-        Command::Rules(cmd) => rulebook::cli::rules(cmd),
+        Command::Docs(args) => cli::rules::docs(args),
+        Command::Rules(cmd) => cli::rules::rules(cmd),
         Command::Crd(args) => policy::crd::run(args),
         Command::Plan(args) => policy::plan::run(args),
     };

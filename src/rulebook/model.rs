@@ -1,0 +1,295 @@
+//! The shapes of the files in `rules/`, exactly as written there (no interpretation yet).
+use serde::Deserialize;
+
+/// `rules/annotations.ron`: the annotation reference of §5.3.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Annotations {
+    pub prefix: String,
+    pub anchor_clear_set: Vec<String>,
+    pub keys: Vec<AnnotationKey>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AnnotationKey {
+    pub key: String,
+    /// Set when the key lives outside `prefix` (karpenter.sh/do-not-disrupt).
+    #[serde(default)]
+    pub full_key: Option<String>,
+    pub targets: Vec<ObjectKind>,
+    pub value: ValueType,
+    pub purpose: String,
+    pub lifecycle: String,
+    pub spec: String,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectKind {
+    NodePool,
+    NodeClaim,
+    Node,
+    Pod,
+}
+
+impl ObjectKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ObjectKind::NodePool => "NodePool",
+            ObjectKind::NodeClaim => "NodeClaim",
+            ObjectKind::Node => "Node",
+            ObjectKind::Pod => "Pod",
+        }
+    }
+}
+
+/// The value an annotation holds.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub enum ValueType {
+    /// RFC3339, whole seconds.
+    Time,
+    /// Go duration (`1h17m0s`).
+    Duration,
+    /// Decimal integer.
+    Int,
+    /// The name of a NodeClaim.
+    ClaimName,
+    /// One of these values.
+    Enum(Vec<String>),
+    /// The literal `"true"`.
+    True,
+}
+
+impl ValueType {
+    pub fn describe(&self) -> String {
+        match self {
+            ValueType::Time => "RFC3339 time".into(),
+            ValueType::Duration => "Go duration".into(),
+            ValueType::Int => "integer".into(),
+            ValueType::ClaimName => "NodeClaim name".into(),
+            ValueType::Enum(values) => {
+                values.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(" / ")
+            }
+            ValueType::True => "`\"true\"`".into(),
+        }
+    }
+}
+
+/// `rules/vocabulary.ron`: what rules may talk about.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Vocabulary {
+    pub enums: Vec<EnumDecl>,
+    pub kinds: Vec<KindDecl>,
+    pub contexts: Vec<ContextDecl>,
+    pub predicates: Vec<PredicateDecl>,
+    pub reasons: Vec<ReasonDecl>,
+    pub signals: Vec<SignalDecl>,
+    pub verbs: Vec<VerbDecl>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EnumDecl {
+    pub name: String,
+    pub values: Vec<String>,
+    pub doc: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KindDecl {
+    pub name: String,
+    pub fields: Vec<FieldDecl>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FieldDecl {
+    pub name: String,
+    pub ty: TypeDecl,
+    #[serde(default)]
+    pub nullable: bool,
+    pub doc: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ContextDecl {
+    pub name: String,
+    pub roots: Vec<FieldDecl>,
+}
+
+/// A value type as written in the vocabulary.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Hash)]
+pub enum TypeDecl {
+    Bool,
+    Int,
+    Duration,
+    Time,
+    Name,
+    Enum(String),
+    Object(String),
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PredicateDecl {
+    pub name: String,
+    pub args: Vec<TypeDecl>,
+    pub ret: TypeDecl,
+    #[serde(default)]
+    pub nullable: bool,
+    /// Called even when an argument is nil (otherwise a nil argument makes the result nil).
+    #[serde(default)]
+    pub accepts_nil: bool,
+    pub doc: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonDecl {
+    pub name: String,
+    pub severity: Severity,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+pub enum Severity {
+    Normal,
+    Warning,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SignalDecl {
+    pub name: String,
+    pub doc: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VerbDecl {
+    pub name: String,
+    pub params: Vec<ParamDecl>,
+    pub outcomes: Vec<String>,
+    /// Outcomes meaning "this write claimed its transition"; defaults to `["won"]`.
+    #[serde(default)]
+    pub wins: Option<Vec<String>>,
+    #[serde(default)]
+    pub writes: bool,
+    #[serde(default)]
+    pub conditional: bool,
+    #[serde(default)]
+    pub announces: bool,
+    pub doc: String,
+}
+
+impl VerbDecl {
+    pub fn winning_outcomes(&self) -> Vec<String> {
+        self.wins.clone().unwrap_or_else(|| vec!["won".to_string()])
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ParamDecl {
+    pub name: String,
+    pub ty: ParamType,
+    #[serde(default)]
+    pub named: bool,
+    #[serde(default)]
+    pub optional: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub enum ParamType {
+    /// An object of one of these kinds.
+    Target(Vec<String>),
+    Name,
+    /// A list of `ClaimState` values.
+    States,
+    /// A list of annotation keys of the target.
+    Keys,
+    /// One annotation key of the target.
+    Key,
+    /// `{key: value}` for annotations of the target, typed by the reference.
+    Set,
+    Reason,
+    Signal,
+    Verdict,
+}
+
+/// `rules/transitions.ron`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Transitions {
+    pub definitions: Vec<Definition>,
+    pub handlers: Vec<HandlerDecl>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Definition {
+    pub name: String,
+    /// Roots that must be known non-nil wherever the definition is used.
+    #[serde(default)]
+    pub assume: Vec<String>,
+    pub expr: String,
+    pub doc: String,
+    pub spec: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerDecl {
+    pub name: String,
+    #[serde(default)]
+    pub entry: bool,
+    /// Claim states dispatched to this handler (for the "every state has a handler" check).
+    #[serde(default)]
+    pub handles: Vec<String>,
+    #[serde(default = "default_context")]
+    pub context: String,
+    /// Roots known non-nil on entry (checked by the engine when the handler is entered).
+    #[serde(default)]
+    pub assume: Vec<String>,
+    pub doc: String,
+    pub rows: Vec<RowDecl>,
+}
+
+fn default_context() -> String {
+    "pool".to_string()
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RowDecl {
+    pub id: String,
+    #[serde(default)]
+    pub when: Option<String>,
+    #[serde(default, rename = "do")]
+    pub verbs: Vec<String>,
+    pub then: Then,
+    #[serde(default)]
+    pub to: Option<String>,
+    pub spec: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub enum Then {
+    Continue,
+    Requeue(String),
+    Goto(String),
+}
+
+/// `rules/spec-table.ron`: the §5.3 transition table.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SpecRow {
+    pub n: u32,
+    pub from: String,
+    pub event: String,
+    pub to: String,
+    pub effects: String,
+    pub rules: Vec<String>,
+}

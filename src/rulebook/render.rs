@@ -1,0 +1,1 @@
+//! Docs rendered from the rules.
