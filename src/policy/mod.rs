@@ -3,3 +3,4 @@
 pub mod crd;
 pub mod duration;
 pub mod plan;
+pub mod window;
