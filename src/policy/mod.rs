@@ -1,6 +1,9 @@
 //! RotationPolicy API and everything derived from a policy: windows, age threshold, chances,
 //! feasibility, policy resolution, and the `plan` command (spec §5.4, SUPPLEMENT §3.1–§3.2).
 pub mod crd;
+pub mod derive;
 pub mod duration;
 pub mod plan;
+pub mod resolve;
+pub mod settings;
 pub mod window;

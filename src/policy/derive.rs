@@ -1,0 +1,491 @@
+//! The quantities of SUPPLEMENT §3.2 and the per-claim decisions built on them: deadline,
+//! `t_rot`, `t_rot_est`, lead time, auto age threshold `A`, guaranteed chances `G`, starts per
+//! occurrence `C`, the candidate predicate, earliest-deadline order, escalating backoff with the
+//! occurrence clamp, and the forceful-fallback trigger (§3.6). All pure; `now` is a parameter.
+use std::cmp::Ordering;
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::duration::ExpireAfter;
+use super::settings::{AgeThreshold, Effective};
+use super::window::Schedule;
+
+/// Detection lag allowance in `t_rot`: 4 × the 30s short requeue.
+pub const BUFFER: Duration = Duration::minutes(2);
+/// tGP assumed in `t_rot` when the claim has none (its drain is unbounded).
+pub const UNSET_TGP_BOUND: Duration = Duration::hours(1);
+/// The escalating backoff stops doubling at this multiple of `retryBackoff`.
+pub const MAX_BACKOFF_FACTOR: i32 = 8;
+
+/// `creationTimestamp + E`; `None` for `Never` (no forced expiry).
+pub fn deadline(created: DateTime<Utc>, expire_after: ExpireAfter) -> Option<DateTime<Utc>> {
+    expire_after.duration().and_then(|e| created.checked_add_signed(e))
+}
+
+/// `t_rot = readyTimeout + tGP + buffer`, the deadline-side bound of one rotation; tGP unset
+/// counts as 1h.
+pub fn t_rot(ready_timeout: Duration, tgp: Option<Duration>) -> Duration {
+    ready_timeout + tgp.unwrap_or(UNSET_TGP_BOUND) + BUFFER
+}
+
+/// `t_rot_est = provisioningEstimate + drainEstimate`, the expected service time (layer 2 only).
+pub fn t_rot_est(provisioning_estimate: Duration, drain_estimate: Duration) -> Duration {
+    provisioning_estimate + drain_estimate
+}
+
+/// `leadTime = K*P + t_rot`: a claim is due this long before its deadline.
+pub fn lead_time(k: u32, period: Duration, t_rot: Duration) -> Duration {
+    period * i32::try_from(k).unwrap_or(i32::MAX) + t_rot
+}
+
+/// Auto `A = E - (K*P + t_rot)`. Zero or negative means the claim cannot get K chances
+/// (layer-1 fatal for the pool's representative E, `ShortLead` for one claim).
+pub fn auto_age_threshold(e: Duration, k: u32, period: Duration, t_rot: Duration) -> Duration {
+    e - lead_time(k, period, t_rot)
+}
+
+/// `G`: occurrence starts an override `A` guarantees before `deadline - t_rot`:
+/// `floor((E - A - t_rot) / P)`; may be zero or negative.
+pub fn guaranteed_chances(e: Duration, a: Duration, period: Duration, t_rot: Duration) -> i64 {
+    let span = e - a - t_rot;
+    let p = period.num_milliseconds().max(1);
+    span.num_milliseconds().div_euclid(p)
+}
+
+/// `C = m * ceil(D / (t_rot_est + cooldownAfter))` with `m = 1` (one rotation at a time).
+pub fn starts_per_occurrence(d: Duration, t_rot_est: Duration, cooldown_after: Duration) -> u64 {
+    let slot = (t_rot_est + cooldown_after).num_milliseconds().max(1);
+    let d = d.num_milliseconds().max(0);
+    u64::try_from((d + slot - 1) / slot).unwrap_or(0)
+}
+
+/// Escalating backoff: `retryBackoff * 2^(retry_count - 1)`, capped at `8 * retryBackoff`. A
+/// count of 0 (not yet failed) is treated as 1.
+pub fn backoff(retry_backoff: Duration, retry_count: u32) -> Duration {
+    let doublings = retry_count.saturating_sub(1).min(3);
+    retry_backoff * (1i32 << doublings).min(MAX_BACKOFF_FACTOR)
+}
+
+/// When a failed claim becomes eligible again: `min(failed_at + backoff, end of the occurrence
+/// containing failed_at)`; `failed_at` outside every occurrence: at once. Recomputed from the
+/// schedule given, so editing a window entry moves it (SUPPLEMENT §3.2). The window gate still
+/// applies on top.
+pub fn eligible_at(
+    failed_at: DateTime<Utc>,
+    retry_count: u32,
+    retry_backoff: Duration,
+    schedule: &Schedule,
+) -> DateTime<Utc> {
+    let after_backoff = failed_at + backoff(retry_backoff, retry_count);
+    match schedule.occurrence_containing(failed_at) {
+        Some(occurrence) => after_backoff.min(occurrence.end),
+        None => failed_at,
+    }
+}
+
+/// The next attempt reported by the failure log line and Event: [`eligible_at`] if it lies in
+/// the occurrence that contains `failed_at`, else the next occurrence start at or after it. A
+/// snapshot, not a lower bound. `None` when the window never opens again within the horizon.
+pub fn next_attempt(
+    failed_at: DateTime<Utc>,
+    retry_count: u32,
+    retry_backoff: Duration,
+    schedule: &Schedule,
+) -> Option<DateTime<Utc>> {
+    let eligible = eligible_at(failed_at, retry_count, retry_backoff, schedule);
+    match schedule.occurrence_containing(failed_at) {
+        Some(occurrence) if occurrence.contains(eligible) => Some(eligible),
+        _ => schedule.next_start_after(eligible),
+    }
+}
+
+/// The claim's rotation state, from the controller's state annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimState {
+    /// No state: never touched, or the last rotation finished.
+    Idle,
+    /// The last attempt failed; eligible again after its backoff.
+    Failed,
+    /// A rotation is pending or draining (or a state this version does not know: never
+    /// started over).
+    InRotation,
+}
+
+impl ClaimState {
+    /// Maps the state annotation's value: absent or empty -> Idle, `failed` -> Failed, anything
+    /// else (`pending`, `draining`, unknown) -> InRotation.
+    pub fn from_annotation(value: Option<&str>) -> ClaimState {
+        match value {
+            None | Some("") => ClaimState::Idle,
+            Some("failed") => ClaimState::Failed,
+            Some(_) => ClaimState::InRotation,
+        }
+    }
+}
+
+/// What the candidate predicate needs to know about one NodeClaim of a governed pool. The
+/// caller reads annotations and conditions; nothing here parses them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimFacts {
+    pub created: DateTime<Utc>,
+    /// The claim's own `spec.expireAfter`.
+    pub expire_after: ExpireAfter,
+    /// The claim's own `spec.terminationGracePeriod`.
+    pub termination_grace_period: Option<Duration>,
+    /// `Ready` condition is True.
+    pub ready: bool,
+    /// `deletionTimestamp` is set.
+    pub deleting: bool,
+    pub state: ClaimState,
+    pub retry_count: u32,
+    pub failed_at: Option<DateTime<Utc>>,
+    /// The node carries `karpenter.sh/do-not-disrupt: "true"` without our ownership marker.
+    pub operator_do_not_disrupt: bool,
+}
+
+/// The verdict of [`candidacy`]; every variant but `Candidate` says why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Candidacy {
+    Candidate,
+    Deleting,
+    NotReady,
+    InRotation,
+    /// The operator's own do-not-disrupt; the expireAfter backstop still applies.
+    OperatorOptOut,
+    /// Not old enough yet; due strictly after `due_after` (`None`: never, E = Never with auto).
+    NotDue {
+        due_after: Option<DateTime<Utc>>,
+    },
+    /// Failed, eligible again at `until`.
+    BackingOff {
+        until: DateTime<Utc>,
+    },
+}
+
+/// The instant after which a claim is due for rotation (SUPPLEMENT §3.2): auto: `deadline -
+/// leadTime`, strictly after; override: `created + A`, at or after (the predicate handles the
+/// boundary). `None`: never due (E = Never with auto).
+pub fn due_after(
+    claim: &ClaimFacts,
+    settings: &Effective,
+    period: Duration,
+) -> Option<DateTime<Utc>> {
+    match settings.age_threshold {
+        AgeThreshold::Auto => {
+            let deadline = deadline(claim.created, claim.expire_after)?;
+            let lead = lead_time(
+                settings.min_rotation_chances,
+                period,
+                settings.t_rot(claim.termination_grace_period),
+            );
+            deadline.checked_sub_signed(lead)
+        }
+        AgeThreshold::Override(a) => claim.created.checked_add_signed(a),
+    }
+}
+
+/// The candidate predicate of SUPPLEMENT §3.2 for a claim of a governed pool (the caller only
+/// asks for pools whose governing policy produced `settings`). `period` is `P` of the policy's
+/// schedule at `now`. The window gate is not part of it.
+pub fn candidacy(
+    claim: &ClaimFacts,
+    settings: &Effective,
+    period: Duration,
+    now: DateTime<Utc>,
+) -> Candidacy {
+    if claim.deleting {
+        return Candidacy::Deleting;
+    }
+    if !claim.ready {
+        return Candidacy::NotReady;
+    }
+    if claim.state == ClaimState::InRotation {
+        return Candidacy::InRotation;
+    }
+    if claim.operator_do_not_disrupt {
+        return Candidacy::OperatorOptOut;
+    }
+    let due = due_after(claim, settings, period);
+    let is_due = match (settings.age_threshold, due) {
+        (_, None) => false,
+        (AgeThreshold::Auto, Some(at)) => now > at,
+        (AgeThreshold::Override(_), Some(at)) => now >= at,
+    };
+    if !is_due {
+        return Candidacy::NotDue { due_after: due };
+    }
+    if claim.state == ClaimState::Failed {
+        // A failed state without failed-at (hand-edited) is retried at once.
+        if let Some(failed_at) = claim.failed_at {
+            let until = eligible_at(
+                failed_at,
+                claim.retry_count,
+                settings.retry_backoff,
+                &settings.schedule,
+            );
+            if now < until {
+                return Candidacy::BackingOff { until };
+            }
+        }
+    }
+    Candidacy::Candidate
+}
+
+/// Shorthand for `candidacy(..) == Candidate`.
+pub fn is_candidate(
+    claim: &ClaimFacts,
+    settings: &Effective,
+    period: Duration,
+    now: DateTime<Utc>,
+) -> bool {
+    candidacy(claim, settings, period, now) == Candidacy::Candidate
+}
+
+/// Sort key of the candidate order: earliest deadline first (no deadline last), then older
+/// `creationTimestamp`, then name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RotationOrder<'a> {
+    pub deadline: Option<DateTime<Utc>>,
+    pub created: DateTime<Utc>,
+    pub name: &'a str,
+}
+
+impl Ord for RotationOrder<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let by_deadline = match (self.deadline, other.deadline) {
+            (Some(a), Some(b)) => a.cmp(&b),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
+        };
+        by_deadline.then(self.created.cmp(&other.created)).then(self.name.cmp(other.name))
+    }
+}
+
+impl PartialOrd for RotationOrder<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// §3.6: forceful fallback is due when enabled and a graceful surge can no longer finish before
+/// the forced expiry (`deadline - now < t_rot`). A claim without a deadline never qualifies.
+pub fn forceful_fallback_due(
+    enabled: bool,
+    deadline: Option<DateTime<Utc>>,
+    t_rot: Duration,
+    now: DateTime<Utc>,
+) -> bool {
+    enabled && deadline.is_some_and(|d| d - now < t_rot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::settings::tests::spec_with;
+    use crate::policy::window::Occurrence;
+    use chrono::TimeZone;
+
+    fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).single().unwrap_or_else(|| panic!("bad date"))
+    }
+
+    fn settings(windows: &[(&str, &[&str], &str, &str)]) -> Effective {
+        Effective::from_spec(&spec_with(windows)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn claim(created: DateTime<Utc>) -> ClaimFacts {
+        ClaimFacts {
+            created,
+            expire_after: ExpireAfter::After(Duration::days(14)),
+            termination_grace_period: Some(Duration::hours(1)),
+            ready: true,
+            deleting: false,
+            state: ClaimState::Idle,
+            retry_count: 0,
+            failed_at: None,
+            operator_do_not_disrupt: false,
+        }
+    }
+
+    #[test]
+    fn worked_example() {
+        let s = settings(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
+        let p = s.schedule.period(utc(2026, 1, 1, 0, 0)).unwrap_or_default();
+        assert_eq!(p, Duration::days(4));
+        let t_rot = s.t_rot(Some(Duration::hours(1)));
+        assert_eq!(t_rot, Duration::minutes(77));
+        let a = auto_age_threshold(Duration::days(14), 2, p, t_rot);
+        assert_eq!(a, Duration::days(14) - (Duration::days(8) + Duration::minutes(77)));
+        assert_eq!(s.t_rot_est(Some(Duration::hours(1))), Duration::minutes(15));
+        assert_eq!(
+            starts_per_occurrence(Duration::hours(4), Duration::minutes(15), s.cooldown_after),
+            10
+        );
+        let weekly = settings(&[("Asia/Tokyo", &["Sat"], "02:00", "06:00")]);
+        let p = weekly.schedule.period(utc(2026, 1, 1, 0, 0)).unwrap_or_default();
+        assert!(auto_age_threshold(Duration::days(14), 2, p, t_rot) <= Duration::zero());
+    }
+
+    #[test]
+    fn t_rot_without_tgp_uses_one_hour() {
+        assert_eq!(t_rot(Duration::minutes(15), None), Duration::minutes(77));
+        assert_eq!(
+            t_rot(Duration::minutes(15), Some(Duration::hours(24))),
+            Duration::minutes(15 + 24 * 60 + 2)
+        );
+    }
+
+    #[test]
+    fn guaranteed_chances_floor() {
+        let p = Duration::days(4);
+        let t = Duration::minutes(77);
+        assert_eq!(guaranteed_chances(Duration::days(14), Duration::days(5), p, t), 2);
+        assert_eq!(guaranteed_chances(Duration::days(14), Duration::days(6), p, t), 1);
+        assert_eq!(guaranteed_chances(Duration::days(14), Duration::days(10), p, t), 0);
+        assert_eq!(guaranteed_chances(Duration::days(14), Duration::days(14), p, t), -1);
+    }
+
+    #[test]
+    fn backoff_escalates_and_caps_at_eight() {
+        let rb = Duration::minutes(30);
+        let got: Vec<i64> = (0..7).map(|n| backoff(rb, n).num_minutes()).collect();
+        assert_eq!(got, [30, 30, 60, 120, 240, 240, 240]);
+        assert_eq!(backoff(rb, u32::MAX), Duration::minutes(240));
+    }
+
+    #[test]
+    fn backoff_clamps_to_the_occurrence_end() {
+        // Sat 02:00-06:00 UTC; failure at 05:00, second failure: backoff 1h -> 06:00 = end.
+        let s = settings(&[("UTC", &["Sat"], "02:00", "06:00")]);
+        let rb = Duration::minutes(30);
+        let failed = utc(2026, 6, 6, 5, 0);
+        assert_eq!(eligible_at(failed, 3, rb, &s.schedule), utc(2026, 6, 6, 6, 0)); // 2h backoff
+        assert_eq!(eligible_at(failed, 1, rb, &s.schedule), utc(2026, 6, 6, 5, 30));
+        // Failed outside any occurrence: eligible at once.
+        assert_eq!(eligible_at(utc(2026, 6, 6, 7, 0), 3, rb, &s.schedule), utc(2026, 6, 6, 7, 0));
+        // Next attempt: inside the same occurrence, or else the next occurrence's start.
+        assert_eq!(next_attempt(failed, 1, rb, &s.schedule), Some(utc(2026, 6, 6, 5, 30)));
+        assert_eq!(next_attempt(failed, 3, rb, &s.schedule), Some(utc(2026, 6, 13, 2, 0)));
+        assert_eq!(
+            next_attempt(utc(2026, 6, 6, 7, 0), 1, rb, &s.schedule),
+            Some(utc(2026, 6, 13, 2, 0))
+        );
+    }
+
+    #[test]
+    fn extending_the_window_moves_eligibility() {
+        // The clamp is recomputed from the current schedule: failure at 05:00 with a 4h backoff.
+        let failed = utc(2026, 6, 6, 5, 0);
+        let rb = Duration::hours(1);
+        let eligible = |end: &str| {
+            let s = settings(&[("UTC", &["Sat"], "02:00", end)]);
+            eligible_at(failed, 3, rb, &s.schedule)
+        };
+        assert_eq!(eligible("06:00"), utc(2026, 6, 6, 6, 0)); // clamped at the end
+        assert_eq!(eligible("08:00"), utc(2026, 6, 6, 8, 0)); // extended end moves it later
+        assert_eq!(eligible("12:00"), utc(2026, 6, 6, 9, 0)); // now the backoff itself binds
+        assert_eq!(eligible("04:00"), failed); // shrunk: failed-at is outside, eligible at once
+        // Adding a touching entry extends the merged occurrence the same way.
+        let s =
+            settings(&[("UTC", &["Sat"], "02:00", "06:00"), ("UTC", &["Sat"], "06:00", "07:00")]);
+        assert_eq!(
+            s.schedule.occurrence_containing(failed),
+            Some(Occurrence { start: utc(2026, 6, 6, 2, 0), end: utc(2026, 6, 6, 7, 0) })
+        );
+        assert_eq!(eligible_at(failed, 3, rb, &s.schedule), utc(2026, 6, 6, 7, 0));
+    }
+
+    #[test]
+    fn candidate_predicate() {
+        let s = settings(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
+        let p = Duration::days(4);
+        let created = utc(2026, 6, 1, 0, 0);
+        let c = claim(created);
+        let due = due_after(&c, &s, p).unwrap_or_else(|| panic!("due"));
+        assert_eq!(due, created + Duration::days(14) - Duration::days(8) - Duration::minutes(77));
+        assert_eq!(candidacy(&c, &s, p, due), Candidacy::NotDue { due_after: Some(due) });
+        let now = due + Duration::seconds(1);
+        assert_eq!(candidacy(&c, &s, p, now), Candidacy::Candidate);
+        assert!(is_candidate(&c, &s, p, now));
+        let with = |f: &dyn Fn(&mut ClaimFacts)| {
+            let mut c = claim(created);
+            f(&mut c);
+            candidacy(&c, &s, p, now)
+        };
+        assert_eq!(with(&|c| c.ready = false), Candidacy::NotReady);
+        assert_eq!(with(&|c| c.deleting = true), Candidacy::Deleting);
+        assert_eq!(with(&|c| c.state = ClaimState::InRotation), Candidacy::InRotation);
+        assert_eq!(with(&|c| c.operator_do_not_disrupt = true), Candidacy::OperatorOptOut);
+        assert_eq!(
+            with(&|c| c.expire_after = ExpireAfter::Never),
+            Candidacy::NotDue { due_after: None }
+        );
+        // Failed, failed-at outside an occurrence: eligible at once.
+        assert_eq!(
+            with(&|c| {
+                c.state = ClaimState::Failed;
+                c.retry_count = 2;
+                c.failed_at = Some(now - Duration::minutes(1));
+            }),
+            Candidacy::Candidate
+        );
+        // Failed inside Sat 02:00-06:00 JST (Fri 17:00-21:00 UTC) with 1h backoff: backing off.
+        let failed_at = utc(2026, 6, 12, 17, 30);
+        let later = failed_at + Duration::minutes(10);
+        let mut f = claim(created);
+        f.state = ClaimState::Failed;
+        f.retry_count = 2;
+        f.failed_at = Some(failed_at);
+        assert_eq!(
+            candidacy(&f, &s, p, later),
+            Candidacy::BackingOff { until: failed_at + Duration::hours(1) }
+        );
+        assert_eq!(candidacy(&f, &s, p, failed_at + Duration::hours(1)), Candidacy::Candidate);
+        // ShortLead: E <= lead time, due from creation.
+        let mut short = claim(created);
+        short.expire_after = ExpireAfter::After(Duration::days(7));
+        assert_eq!(candidacy(&short, &s, p, created + Duration::seconds(1)), Candidacy::Candidate);
+    }
+
+    #[test]
+    fn override_threshold_is_age_at_or_above() {
+        let mut spec = spec_with(&[("UTC", &["Sat"], "02:00", "06:00")]);
+        spec.age_threshold = "240h".into();
+        let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let created = utc(2026, 6, 1, 0, 0);
+        let mut c = claim(created);
+        c.expire_after = ExpireAfter::Never;
+        let p = Duration::days(7);
+        assert_eq!(
+            candidacy(&c, &s, p, created + Duration::hours(240) - Duration::seconds(1)),
+            Candidacy::NotDue { due_after: Some(created + Duration::hours(240)) }
+        );
+        assert_eq!(candidacy(&c, &s, p, created + Duration::hours(240)), Candidacy::Candidate);
+    }
+
+    #[test]
+    fn earliest_deadline_order() {
+        let t = |d| utc(2026, 6, d, 0, 0);
+        let mut keys = [
+            RotationOrder { deadline: None, created: t(1), name: "never" },
+            RotationOrder { deadline: Some(t(20)), created: t(6), name: "b" },
+            RotationOrder { deadline: Some(t(20)), created: t(6), name: "a" },
+            RotationOrder { deadline: Some(t(20)), created: t(5), name: "z-older" },
+            RotationOrder { deadline: Some(t(15)), created: t(9), name: "soonest" },
+        ];
+        keys.sort();
+        let names: Vec<&str> = keys.iter().map(|k| k.name).collect();
+        assert_eq!(names, ["soonest", "z-older", "a", "b", "never"]);
+    }
+
+    #[test]
+    fn forceful_fallback_trigger() {
+        let now = utc(2026, 6, 1, 0, 0);
+        let t = Duration::minutes(77);
+        assert!(forceful_fallback_due(true, Some(now + Duration::minutes(76)), t, now));
+        assert!(!forceful_fallback_due(true, Some(now + Duration::minutes(77)), t, now));
+        assert!(!forceful_fallback_due(false, Some(now), t, now));
+        assert!(!forceful_fallback_due(true, None, t, now));
+    }
+}

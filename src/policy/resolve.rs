@@ -1,0 +1,446 @@
+//! Which policy governs a NodePool (spec §5.4 "ターゲティングと競合解決"), and the status view of
+//! a policy.
+//!
+//! Specificity = matchLabels entries + matchExpressions entries. Among the policies whose
+//! selector matches a pool's labels, the most specific governs; several at the top specificity
+//! are a conflict (that pool is not rotated); none is "ungoverned" (no implicit default; a
+//! catch-all `{}` selector has specificity 0 and loses to any keyed selector).
+//!
+//! An `Invalid` policy still takes part: if it is the most specific match, it governs the pool and
+//! the pool does not rotate. Excluding it would silently hand the pool to a broader policy the
+//! moment someone mistypes a duration (`docs/decisions/policy-resolution.md`). A selector that
+//! cannot be evaluated (bad operator) matches nothing.
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use super::crd::RotationPolicyStatus;
+use super::settings::InvalidPolicy;
+
+/// The condition type of the status view.
+pub const READY: &str = "Ready";
+/// `Ready` reasons (spec §5.4).
+pub const ACCEPTED: &str = "Accepted";
+pub const INVALID: &str = "Invalid";
+pub const CONFLICT: &str = "Conflict";
+
+/// A selector problem; `field` is relative to the selector (`matchExpressions[0].operator`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectorProblem {
+    pub field: String,
+    pub problem: String,
+}
+
+/// Number of `matchLabels` entries plus number of `matchExpressions` entries.
+pub fn specificity(selector: &LabelSelector) -> usize {
+    selector.match_labels.as_ref().map_or(0, BTreeMap::len)
+        + selector.match_expressions.as_ref().map_or(0, Vec::len)
+}
+
+/// What keeps a selector from being evaluated: an unknown operator, or values that do not fit
+/// the operator (the rules the apiserver applies to built-in selectors).
+pub fn selector_problems(selector: &LabelSelector) -> Vec<SelectorProblem> {
+    let mut out = Vec::new();
+    for (i, expr) in selector.match_expressions.iter().flatten().enumerate() {
+        let values = expr.values.as_ref().map_or(0, Vec::len);
+        if expr.key.is_empty() {
+            out.push(SelectorProblem {
+                field: format!("matchExpressions[{i}].key"),
+                problem: "must not be empty".into(),
+            });
+        }
+        match expr.operator.as_str() {
+            "In" | "NotIn" if values == 0 => out.push(SelectorProblem {
+                field: format!("matchExpressions[{i}].values"),
+                problem: format!("operator {} needs at least one value", expr.operator),
+            }),
+            "Exists" | "DoesNotExist" if values > 0 => out.push(SelectorProblem {
+                field: format!("matchExpressions[{i}].values"),
+                problem: format!("operator {} takes no values", expr.operator),
+            }),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => out.push(SelectorProblem {
+                field: format!("matchExpressions[{i}].operator"),
+                problem: format!(
+                    "unknown operator {other:?} (use In, NotIn, Exists or DoesNotExist)"
+                ),
+            }),
+        }
+    }
+    out
+}
+
+/// Whether `selector` matches `labels`; `None` when the selector cannot be evaluated.
+pub fn selector_matches(
+    selector: &LabelSelector,
+    labels: &BTreeMap<String, String>,
+) -> Option<bool> {
+    if !selector_problems(selector).is_empty() {
+        return None;
+    }
+    let labels_ok = selector.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
+    let expressions_ok = selector.match_expressions.iter().flatten().all(|e| {
+        let value = labels.get(&e.key);
+        let listed = |v: &String| e.values.iter().flatten().any(|x| x == v);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(listed),
+            "NotIn" => !value.is_some_and(listed),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    Some(labels_ok && expressions_ok)
+}
+
+/// A policy's name and selector, as resolution sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicySelector<'a> {
+    pub name: &'a str,
+    pub selector: &'a LabelSelector,
+}
+
+/// The outcome of resolution for one NodePool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Governance {
+    /// Exactly one most specific policy.
+    Governed { policy: String, specificity: usize },
+    /// Several policies tie at the top specificity (sorted by name): hard error for the pool,
+    /// `PolicyConflict` Event, `noderotation_policy_conflict{nodepool} = 1`.
+    Conflict { policies: Vec<String>, specificity: usize },
+    /// No policy matches: the pool is left alone.
+    Ungoverned,
+}
+
+impl Governance {
+    /// The governing policy's name, if exactly one.
+    pub fn policy(&self) -> Option<&str> {
+        match self {
+            Governance::Governed { policy, .. } => Some(policy),
+            _ => None,
+        }
+    }
+}
+
+/// Resolves the governing policy of a pool with `labels` (most specific wins, ties conflict).
+pub fn resolve(policies: &[PolicySelector<'_>], labels: &BTreeMap<String, String>) -> Governance {
+    let matching: Vec<(usize, &str)> = policies
+        .iter()
+        .filter(|p| selector_matches(p.selector, labels) == Some(true))
+        .map(|p| (specificity(p.selector), p.name))
+        .collect();
+    let Some(top) = matching.iter().map(|(s, _)| *s).max() else {
+        return Governance::Ungoverned;
+    };
+    let mut winners: Vec<String> =
+        matching.iter().filter(|(s, _)| *s == top).map(|(_, n)| n.to_string()).collect();
+    winners.sort();
+    winners.dedup();
+    match winners.len() {
+        1 => Governance::Governed { policy: winners.remove(0), specificity: top },
+        _ => Governance::Conflict { policies: winners, specificity: top },
+    }
+}
+
+/// One NodePool as the status view of a policy sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolView<'a> {
+    pub name: &'a str,
+    pub governance: &'a Governance,
+    /// A rotation is anchored on the pool.
+    pub anchored: bool,
+}
+
+/// Inputs of [`desired_status`].
+#[derive(Debug, Clone, Copy)]
+pub struct StatusInputs<'a> {
+    pub policy: &'a str,
+    /// `metadata.generation` of the policy that was evaluated.
+    pub generation: Option<i64>,
+    /// The reconcile-time validation result.
+    pub invalid: Option<&'a InvalidPolicy>,
+    /// Every NodePool, resolved against every policy.
+    pub pools: &'a [PoolView<'a>],
+    /// The current status, to keep `lastTransitionTime` when `Ready`'s status did not change.
+    pub previous: Option<&'a RotationPolicyStatus>,
+    pub now: DateTime<Utc>,
+}
+
+/// The status the policy should have: `matchedNodePools` (pools it governs),
+/// `rotatingNodePools` (of those, anchored), `Ready` (Accepted / Invalid / Conflict, Invalid
+/// wins), `observedGeneration`.
+pub fn desired_status(input: &StatusInputs<'_>) -> RotationPolicyStatus {
+    let mut pools: Vec<&PoolView<'_>> = input.pools.iter().collect();
+    pools.sort_by_key(|p| p.name);
+    let governed: Vec<&&PoolView<'_>> =
+        pools.iter().filter(|p| p.governance.policy() == Some(input.policy)).collect();
+    let matched = governed.len();
+    let rotating = governed.iter().filter(|p| p.anchored).count();
+    let conflicts: Vec<String> = pools
+        .iter()
+        .filter_map(|p| match p.governance {
+            Governance::Conflict { policies, specificity }
+                if policies.iter().any(|n| n == input.policy) =>
+            {
+                let others: Vec<&str> =
+                    policies.iter().map(String::as_str).filter(|n| *n != input.policy).collect();
+                Some(format!(
+                    "NodePool {} (ties with {} at specificity {specificity})",
+                    p.name,
+                    others.join(", ")
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+
+    let (status, reason, message) = match (input.invalid, conflicts.is_empty()) {
+        (Some(invalid), _) => ("False", INVALID, invalid.to_string()),
+        (None, false) => (
+            "False",
+            CONFLICT,
+            format!(
+                "equally specific policies select the same NodePool, which is not rotated: {}",
+                conflicts.join("; ")
+            ),
+        ),
+        (None, true) => ("True", ACCEPTED, format!("governs {matched} NodePool(s)")),
+    };
+    let previous_ready =
+        input.previous.and_then(|s| s.conditions.iter().find(|c| c.type_ == READY));
+    let last_transition_time = match previous_ready {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => to_time(input.now),
+    };
+    let mut conditions: Vec<Condition> = input
+        .previous
+        .map(|s| s.conditions.iter().filter(|c| c.type_ != READY).cloned().collect())
+        .unwrap_or_default();
+    conditions.insert(
+        0,
+        Condition {
+            type_: READY.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time,
+            observed_generation: input.generation,
+        },
+    );
+    RotationPolicyStatus {
+        observed_generation: input.generation,
+        matched_node_pools: i32::try_from(matched).unwrap_or(i32::MAX),
+        rotating_node_pools: i32::try_from(rotating).unwrap_or(i32::MAX),
+        conditions,
+    }
+}
+
+/// chrono -> `metav1.Time`.
+pub fn to_time(t: DateTime<Utc>) -> Time {
+    let nanos = i32::try_from(t.timestamp_subsec_nanos()).unwrap_or(0);
+    Time(Timestamp::new(t.timestamp(), nanos).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::settings::FieldError;
+    use chrono::TimeZone;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn sel(match_labels: &[(&str, &str)], exprs: &[(&str, &str, &[&str])]) -> LabelSelector {
+        LabelSelector {
+            match_labels: (!match_labels.is_empty()).then(|| labels(match_labels)),
+            match_expressions: (!exprs.is_empty()).then(|| {
+                exprs
+                    .iter()
+                    .map(|(k, op, vs)| LabelSelectorRequirement {
+                        key: k.to_string(),
+                        operator: op.to_string(),
+                        values: (!vs.is_empty())
+                            .then(|| vs.iter().map(|v| v.to_string()).collect()),
+                    })
+                    .collect()
+            }),
+        }
+    }
+
+    #[test]
+    fn matching_semantics() {
+        let pool = labels(&[("workload", "api"), ("tier", "gold")]);
+        assert_eq!(selector_matches(&sel(&[], &[]), &pool), Some(true));
+        assert_eq!(selector_matches(&sel(&[("workload", "api")], &[]), &pool), Some(true));
+        assert_eq!(selector_matches(&sel(&[("workload", "web")], &[]), &pool), Some(false));
+        assert_eq!(
+            selector_matches(&sel(&[], &[("tier", "In", &["gold", "silver"])]), &pool),
+            Some(true)
+        );
+        assert_eq!(
+            selector_matches(&sel(&[], &[("tier", "NotIn", &["gold"])]), &pool),
+            Some(false)
+        );
+        assert_eq!(selector_matches(&sel(&[], &[("zone", "NotIn", &["a"])]), &pool), Some(true));
+        assert_eq!(selector_matches(&sel(&[], &[("tier", "Exists", &[])]), &pool), Some(true));
+        assert_eq!(
+            selector_matches(&sel(&[], &[("tier", "DoesNotExist", &[])]), &pool),
+            Some(false)
+        );
+        assert_eq!(selector_matches(&sel(&[], &[("tier", "Equals", &["gold"])]), &pool), None);
+        assert_eq!(selector_matches(&sel(&[], &[("tier", "In", &[])]), &pool), None);
+        assert_eq!(selector_matches(&sel(&[], &[("tier", "Exists", &["x"])]), &pool), None);
+    }
+
+    #[test]
+    fn specificity_counts_entries() {
+        assert_eq!(specificity(&sel(&[], &[])), 0);
+        assert_eq!(specificity(&sel(&[("a", "1"), ("b", "2")], &[("c", "Exists", &[])])), 3);
+    }
+
+    #[test]
+    fn most_specific_wins_and_catch_all_loses() {
+        let all = sel(&[], &[]);
+        let api = sel(&[("workload", "api")], &[]);
+        let api_gold = sel(&[("workload", "api")], &[("tier", "In", &["gold"])]);
+        let policies = [
+            PolicySelector { name: "catch-all", selector: &all },
+            PolicySelector { name: "api", selector: &api },
+            PolicySelector { name: "api-gold", selector: &api_gold },
+        ];
+        let gov = |pairs: &[(&str, &str)]| resolve(&policies, &labels(pairs));
+        assert_eq!(
+            gov(&[("workload", "api"), ("tier", "gold")]),
+            Governance::Governed { policy: "api-gold".into(), specificity: 2 }
+        );
+        assert_eq!(
+            gov(&[("workload", "api")]),
+            Governance::Governed { policy: "api".into(), specificity: 1 }
+        );
+        assert_eq!(
+            gov(&[("workload", "batch")]),
+            Governance::Governed { policy: "catch-all".into(), specificity: 0 }
+        );
+        assert_eq!(
+            resolve(&policies[1..], &labels(&[("workload", "batch")])),
+            Governance::Ungoverned
+        );
+        assert_eq!(resolve(&[], &labels(&[])), Governance::Ungoverned);
+    }
+
+    #[test]
+    fn ties_conflict() {
+        let a = sel(&[("workload", "api")], &[]);
+        let b = sel(&[], &[("tier", "Exists", &[])]);
+        let all1 = sel(&[], &[]);
+        let all2 = sel(&[], &[]);
+        let policies = [
+            PolicySelector { name: "zeta", selector: &a },
+            PolicySelector { name: "alpha", selector: &b },
+            PolicySelector { name: "all-1", selector: &all1 },
+            PolicySelector { name: "all-2", selector: &all2 },
+        ];
+        assert_eq!(
+            resolve(&policies, &labels(&[("workload", "api"), ("tier", "x")])),
+            Governance::Conflict { policies: vec!["alpha".into(), "zeta".into()], specificity: 1 }
+        );
+        // Only one keyed match: it wins over the two tied catch-alls.
+        assert_eq!(resolve(&policies, &labels(&[("tier", "x")])).policy(), Some("alpha"));
+        // Two catch-alls tie for a pool nothing else selects.
+        assert_eq!(
+            resolve(&policies, &labels(&[])),
+            Governance::Conflict { policies: vec!["all-1".into(), "all-2".into()], specificity: 0 }
+        );
+        // An unevaluable selector matches nothing and cannot cause a conflict.
+        let bad = sel(&[("workload", "api")], &[("tier", "Equals", &["x"])]);
+        let with_bad = [
+            PolicySelector { name: "zeta", selector: &a },
+            PolicySelector { name: "bad", selector: &bad },
+        ];
+        assert_eq!(
+            resolve(&with_bad, &labels(&[("workload", "api"), ("tier", "x")])).policy(),
+            Some("zeta")
+        );
+    }
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 6, 1, 0, 0, 0).single().unwrap_or_else(|| panic!("date"))
+    }
+
+    #[test]
+    fn status_view() {
+        let mine = Governance::Governed { policy: "api".into(), specificity: 1 };
+        let other = Governance::Governed { policy: "web".into(), specificity: 1 };
+        let tie =
+            Governance::Conflict { policies: vec!["api".into(), "api-2".into()], specificity: 1 };
+        let pools = [
+            PoolView { name: "p1", governance: &mine, anchored: true },
+            PoolView { name: "p2", governance: &mine, anchored: false },
+            PoolView { name: "p3", governance: &other, anchored: true },
+            PoolView { name: "p4", governance: &Governance::Ungoverned, anchored: false },
+        ];
+        let input = StatusInputs {
+            policy: "api",
+            generation: Some(3),
+            invalid: None,
+            pools: &pools,
+            previous: None,
+            now: now(),
+        };
+        let status = desired_status(&input);
+        assert_eq!(status.observed_generation, Some(3));
+        assert_eq!((status.matched_node_pools, status.rotating_node_pools), (2, 1));
+        let ready = &status.conditions[0];
+        assert_eq!(
+            (ready.type_.as_str(), ready.status.as_str(), ready.reason.as_str()),
+            ("Ready", "True", "Accepted")
+        );
+        assert_eq!(ready.observed_generation, Some(3));
+        assert_eq!(ready.last_transition_time, to_time(now()));
+
+        // Conflict on p5; the transition time moves because the status flips.
+        let mut with_tie = pools.to_vec();
+        with_tie.push(PoolView { name: "p5", governance: &tie, anchored: false });
+        let later = now() + chrono::Duration::hours(1);
+        let input2 =
+            StatusInputs { pools: &with_tie, previous: Some(&status), now: later, ..input };
+        let conflict = desired_status(&input2);
+        let ready = &conflict.conditions[0];
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "Conflict"));
+        assert!(
+            ready.message.contains("NodePool p5 (ties with api-2 at specificity 1)"),
+            "{}",
+            ready.message
+        );
+        assert_eq!(ready.last_transition_time, to_time(later));
+        assert_eq!(conflict.matched_node_pools, 2);
+
+        // Invalid wins over Conflict; the status stays False so the time is kept.
+        let invalid = InvalidPolicy {
+            errors: vec![FieldError {
+                field: "spec.maintenanceWindows[0].timezone".into(),
+                problem: "unknown IANA time zone \"Asia/Tokio\"".into(),
+            }],
+        };
+        let input3 = StatusInputs {
+            invalid: Some(&invalid),
+            previous: Some(&conflict),
+            now: later + chrono::Duration::hours(1),
+            ..input2
+        };
+        let status3 = desired_status(&input3);
+        let ready = &status3.conditions[0];
+        assert_eq!(ready.reason, "Invalid");
+        assert!(
+            ready.message.starts_with("spec.maintenanceWindows[0].timezone: "),
+            "{}",
+            ready.message
+        );
+        assert_eq!(ready.last_transition_time, to_time(later));
+        assert_eq!(status3.conditions.len(), 1);
+    }
+}

@@ -1,0 +1,441 @@
+//! A policy's spec with every default applied and every value parsed: [`Effective`]. Built by
+//! [`Effective::from_spec`], the reconcile-time validation whose errors become the policy's
+//! `Invalid` condition (spec §5.4).
+//!
+//! `from_spec` repeats every rule the CRD schema declares (so `noderotation plan` and a policy
+//! stored under an older schema are judged the same way) and adds what the schema cannot check:
+//! that time zones exist in the tz database and that durations are ordered sensibly
+//! (`docs/decisions/policy-crd.md`). `minRotationChances < 1` and an empty window list are not
+//! validation errors: SUPPLEMENT §3.2 makes them layer-1 fatal findings (`KBelowOne`,
+//! `NoWindows`), so they are carried through to [`crate::policy::feasibility`].
+use std::collections::BTreeSet;
+use std::fmt;
+
+use chrono::Duration;
+
+use super::crd::{MatchNodeRequirements, RotationPolicySpec};
+use super::derive;
+use super::duration::{self, DurationError};
+use super::resolve;
+use super::window::Schedule;
+
+/// `failurePause` floor when it is unset (ADR-0004: `max(10m, cooldownAfter)`).
+pub const DEFAULT_FAILURE_PAUSE_FLOOR: Duration = Duration::minutes(10);
+/// `drainEstimate` cap when it is unset (`min(tGP, 10m)`).
+pub const DEFAULT_DRAIN_ESTIMATE_CAP: Duration = Duration::minutes(10);
+/// `provisioningEstimate` cap when it is unset (`min(readyTimeout, 5m)`).
+pub const DEFAULT_PROVISIONING_ESTIMATE_CAP: Duration = Duration::minutes(5);
+
+/// `ageThreshold`: derived, or an operator's override.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgeThreshold {
+    /// `A = E - (K*P + t_rot)` per claim (SUPPLEMENT §3.2).
+    Auto,
+    /// A claim is due once its age reaches this.
+    Override(Duration),
+}
+
+/// Which node labels the placeholder copies (SUPPLEMENT §3.7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRequirementKeys {
+    pub required: Vec<String>,
+    pub preferred: Vec<String>,
+}
+
+/// A governing policy, ready for decisions: defaults applied, durations parsed, windows
+/// compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Effective {
+    pub schedule: Schedule,
+    pub age_threshold: AgeThreshold,
+    /// `K`. Zero only for a stored spec below the schema's minimum (fatal `KBelowOne`).
+    pub min_rotation_chances: u32,
+    pub ready_timeout: Duration,
+    pub cooldown_after: Duration,
+    /// Gate B (ADR-0004); `max(10m, cooldownAfter)` when unset.
+    pub failure_pause: Duration,
+    pub retry_backoff: Duration,
+    /// The explicit `drainEstimate`; see [`Effective::drain_estimate`] for the defaulted value,
+    /// which depends on the claim's or pool's tGP.
+    pub drain_estimate_override: Option<Duration>,
+    /// `min(readyTimeout, 5m)` when unset.
+    pub provisioning_estimate: Duration,
+    pub match_node_requirements: NodeRequirementKeys,
+    pub forceful_fallback: bool,
+    pub whole_node_reservation: bool,
+}
+
+/// One reason a policy is `Invalid`. `field` is the full path from the object root
+/// (`spec.surge.readyTimeout`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct FieldError {
+    pub field: String,
+    pub problem: String,
+}
+
+/// Every reason a policy is `Invalid`, in spec order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct InvalidPolicy {
+    pub errors: Vec<FieldError>,
+}
+
+impl fmt::Display for InvalidPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.errors.iter().map(ToString::to_string).collect();
+        f.write_str(&parts.join("; "))
+    }
+}
+
+impl Effective {
+    /// Validates `spec` and applies every default. All problems are reported together.
+    pub fn from_spec(spec: &RotationPolicySpec) -> Result<Effective, InvalidPolicy> {
+        let mut errors = Vec::new();
+        let mut err = |field: &str, problem: String| {
+            errors.push(FieldError { field: format!("spec.{field}"), problem });
+        };
+
+        for problem in resolve::selector_problems(&spec.node_pool_selector) {
+            err(&format!("nodePoolSelector.{}", problem.field), problem.problem);
+        }
+
+        let age_threshold = if spec.age_threshold == "auto" {
+            Some(AgeThreshold::Auto)
+        } else {
+            match parse_duration_field(&spec.age_threshold) {
+                Ok(d) if d > Duration::zero() => Some(AgeThreshold::Override(d)),
+                Ok(_) => {
+                    err("ageThreshold", "must be auto or a Go duration greater than 0".into());
+                    None
+                }
+                Err(problem) => {
+                    err("ageThreshold", format!("must be auto or a Go duration: {problem}"));
+                    None
+                }
+            }
+        };
+
+        if spec.maintenance_windows.len() > 32 {
+            err("maintenanceWindows", "at most 32 entries".into());
+        }
+        let schedule = match Schedule::new(&spec.maintenance_windows) {
+            Ok(s) => Some(s),
+            Err(window_errors) => {
+                for e in window_errors {
+                    err(&e.field, e.problem);
+                }
+                None
+            }
+        };
+
+        let surge = &spec.surge;
+        if surge.max_unavailable != 1 {
+            err(
+                "surge.maxUnavailable",
+                format!("must be 1 in v1alpha1 (got {})", surge.max_unavailable),
+            );
+        }
+        let mut positive = |field: &str, value: &str| match parse_duration_field(value) {
+            Ok(d) if d > Duration::zero() => Some(d),
+            Ok(_) => {
+                err(field, "must be greater than 0".into());
+                None
+            }
+            Err(problem) => {
+                err(field, problem);
+                None
+            }
+        };
+        let ready_timeout = positive("surge.readyTimeout", &surge.ready_timeout);
+        let retry_backoff = positive("surge.retryBackoff", &surge.retry_backoff);
+        let drain_estimate =
+            surge.drain_estimate.as_deref().map(|v| positive("surge.drainEstimate", v));
+        let provisioning_estimate = surge
+            .provisioning_estimate
+            .as_deref()
+            .map(|v| positive("surge.provisioningEstimate", v));
+        let mut non_negative = |field: &str, value: &str| match parse_duration_field(value) {
+            Ok(d) => Some(d),
+            Err(problem) => {
+                err(field, problem);
+                None
+            }
+        };
+        let cooldown_after = non_negative("surge.cooldownAfter", &surge.cooldown_after);
+        let failure_pause =
+            surge.failure_pause.as_deref().map(|v| non_negative("surge.failurePause", v));
+
+        // Orderings the schema cannot express (the defaults depend on other fields).
+        if let (Some(Some(pause)), Some(cooldown)) = (failure_pause, cooldown_after)
+            && pause < cooldown
+        {
+            err(
+                "surge.failurePause",
+                format!(
+                    "{} is shorter than surge.cooldownAfter {}: a failure would let the next \
+                     attempt start sooner than a success does; raise failurePause or remove it \
+                     (default: the larger of 10m and cooldownAfter)",
+                    duration::format_human(pause),
+                    duration::format_human(cooldown)
+                ),
+            );
+        }
+        if let (Some(Some(estimate)), Some(timeout)) = (provisioning_estimate, ready_timeout)
+            && estimate > timeout
+        {
+            err(
+                "surge.provisioningEstimate",
+                format!(
+                    "{} exceeds surge.readyTimeout {}: every surge would be rolled back before \
+                     the capacity is expected; raise readyTimeout or lower the estimate",
+                    duration::format_human(estimate),
+                    duration::format_human(timeout)
+                ),
+            );
+        }
+
+        let keys = &surge.match_node_requirements;
+        for problem in node_requirement_problems(keys) {
+            err(&format!("surge.matchNodeRequirements.{}", problem.field), problem.problem);
+        }
+
+        if spec.pre_pull.enabled {
+            err("prePull.enabled", "prePull is not available in v1alpha1; set it to false".into());
+        }
+
+        if !errors.is_empty() {
+            return Err(InvalidPolicy { errors });
+        }
+        // Every `None` below pushed an error, so with no errors all are present.
+        let (
+            Some(schedule),
+            Some(age_threshold),
+            Some(ready_timeout),
+            Some(retry_backoff),
+            Some(cooldown_after),
+        ) = (schedule, age_threshold, ready_timeout, retry_backoff, cooldown_after)
+        else {
+            return Err(InvalidPolicy { errors });
+        };
+        Ok(Effective {
+            schedule,
+            age_threshold,
+            min_rotation_chances: u32::try_from(spec.min_rotation_chances).unwrap_or(0),
+            ready_timeout,
+            cooldown_after,
+            failure_pause: failure_pause
+                .flatten()
+                .unwrap_or_else(|| DEFAULT_FAILURE_PAUSE_FLOOR.max(cooldown_after)),
+            retry_backoff,
+            drain_estimate_override: drain_estimate.flatten(),
+            provisioning_estimate: provisioning_estimate
+                .flatten()
+                .unwrap_or_else(|| ready_timeout.min(DEFAULT_PROVISIONING_ESTIMATE_CAP)),
+            match_node_requirements: NodeRequirementKeys {
+                required: keys.required.clone(),
+                preferred: keys.preferred.clone(),
+            },
+            forceful_fallback: surge.forceful_fallback.enabled,
+            whole_node_reservation: surge.whole_node_reservation.enabled,
+        })
+    }
+
+    /// `drainEstimate`: the explicit value, else `min(tGP, 10m)`; tGP unset: 10m.
+    pub fn drain_estimate(&self, tgp: Option<Duration>) -> Duration {
+        self.drain_estimate_override.unwrap_or_else(|| match tgp {
+            Some(tgp) => tgp.min(DEFAULT_DRAIN_ESTIMATE_CAP),
+            None => DEFAULT_DRAIN_ESTIMATE_CAP,
+        })
+    }
+
+    /// `t_rot = readyTimeout + tGP + buffer` for a claim or pool with this tGP.
+    pub fn t_rot(&self, tgp: Option<Duration>) -> Duration {
+        derive::t_rot(self.ready_timeout, tgp)
+    }
+
+    /// `t_rot_est = provisioningEstimate + drainEstimate`.
+    pub fn t_rot_est(&self, tgp: Option<Duration>) -> Duration {
+        derive::t_rot_est(self.provisioning_estimate, self.drain_estimate(tgp))
+    }
+
+    /// The escalating backoff after `retry_count` failures.
+    pub fn backoff(&self, retry_count: u32) -> Duration {
+        derive::backoff(self.retry_backoff, retry_count)
+    }
+}
+
+/// A Go duration as the schema admits it: no sign.
+fn parse_duration_field(value: &str) -> Result<Duration, String> {
+    if value.starts_with(['+', '-']) {
+        return Err(format!("{value:?} must be a Go duration without a sign, e.g. 15m or 1h30m"));
+    }
+    duration::parse(value).map_err(|e: DurationError| format!("{e}; e.g. 15m or 1h30m"))
+}
+
+struct Problem {
+    field: String,
+    problem: String,
+}
+
+fn node_requirement_problems(keys: &MatchNodeRequirements) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for (list_name, list) in [("required", &keys.required), ("preferred", &keys.preferred)] {
+        if list.len() > 16 {
+            out.push(Problem { field: list_name.into(), problem: "at most 16 keys".into() });
+        }
+        let mut seen = BTreeSet::new();
+        for (i, key) in list.iter().enumerate() {
+            if key.is_empty() {
+                out.push(Problem {
+                    field: format!("{list_name}[{i}]"),
+                    problem: "must not be empty".into(),
+                });
+            } else if !seen.insert(key) {
+                out.push(Problem {
+                    field: format!("{list_name}[{i}]"),
+                    problem: format!("duplicate key {key:?}"),
+                });
+            }
+        }
+    }
+    for (i, key) in keys.preferred.iter().enumerate() {
+        if keys.required.contains(key) {
+            out.push(Problem {
+                field: format!("preferred[{i}]"),
+                problem: format!("{key:?} is also required; a key cannot be both"),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::policy::crd::MaintenanceWindow;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+    pub(crate) fn spec_with(windows: &[(&str, &[&str], &str, &str)]) -> RotationPolicySpec {
+        RotationPolicySpec::with_windows(
+            LabelSelector::default(),
+            windows
+                .iter()
+                .map(|(tz, days, start, end)| MaintenanceWindow {
+                    timezone: tz.to_string(),
+                    days: days.iter().map(|d| d.to_string()).collect(),
+                    start: start.to_string(),
+                    end: end.to_string(),
+                })
+                .collect(),
+        )
+    }
+
+    fn invalid_fields(spec: &RotationPolicySpec) -> Vec<String> {
+        match Effective::from_spec(spec) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.errors.into_iter().map(|e| e.field).collect(),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let spec = spec_with(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
+        let e = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(e.age_threshold, AgeThreshold::Auto);
+        assert_eq!(e.min_rotation_chances, 2);
+        assert_eq!(e.ready_timeout, Duration::minutes(15));
+        assert_eq!(e.cooldown_after, Duration::minutes(10));
+        assert_eq!(e.failure_pause, Duration::minutes(10));
+        assert_eq!(e.retry_backoff, Duration::minutes(30));
+        assert_eq!(e.provisioning_estimate, Duration::minutes(5));
+        assert_eq!(e.drain_estimate(Some(Duration::hours(1))), Duration::minutes(10));
+        assert_eq!(e.drain_estimate(Some(Duration::minutes(3))), Duration::minutes(3));
+        assert_eq!(e.drain_estimate(None), Duration::minutes(10));
+        assert_eq!(e.t_rot(Some(Duration::hours(1))), Duration::minutes(77));
+        assert_eq!(e.t_rot_est(Some(Duration::hours(1))), Duration::minutes(15));
+        assert_eq!(e.match_node_requirements.required.len(), 3);
+        assert!(!e.forceful_fallback && !e.whole_node_reservation);
+    }
+
+    #[test]
+    fn derived_defaults_follow_their_inputs() {
+        let mut spec = spec_with(&[("UTC", &["Sat"], "02:00", "06:00")]);
+        spec.surge.cooldown_after = "25m".into();
+        spec.surge.ready_timeout = "3m".into();
+        let e = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(e.failure_pause, Duration::minutes(25));
+        assert_eq!(e.provisioning_estimate, Duration::minutes(3));
+        spec.surge.failure_pause = Some("1h".into());
+        spec.surge.drain_estimate = Some("20m".into());
+        spec.surge.provisioning_estimate = Some("2m".into());
+        spec.age_threshold = "240h".into();
+        let e = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(e.failure_pause, Duration::hours(1));
+        assert_eq!(e.drain_estimate(Some(Duration::minutes(5))), Duration::minutes(20));
+        assert_eq!(e.provisioning_estimate, Duration::minutes(2));
+        assert_eq!(e.age_threshold, AgeThreshold::Override(Duration::hours(240)));
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_field() {
+        let mut spec = spec_with(&[("Asia/Tokio", &["Wed"], "02:00", "6:00")]);
+        spec.age_threshold = "7d".into();
+        spec.surge.max_unavailable = 2;
+        spec.surge.ready_timeout = "0s".into();
+        spec.surge.retry_backoff = "-30m".into();
+        spec.surge.cooldown_after = "30m".into();
+        spec.surge.failure_pause = Some("10m".into());
+        spec.surge.provisioning_estimate = Some("0".into());
+        spec.surge.match_node_requirements.preferred = vec!["kubernetes.io/arch".into()];
+        spec.pre_pull.enabled = true;
+        assert_eq!(
+            invalid_fields(&spec),
+            [
+                "spec.ageThreshold",
+                "spec.maintenanceWindows[0].timezone",
+                "spec.maintenanceWindows[0].end",
+                "spec.surge.maxUnavailable",
+                "spec.surge.readyTimeout",
+                "spec.surge.retryBackoff",
+                "spec.surge.provisioningEstimate",
+                "spec.surge.failurePause",
+                "spec.surge.matchNodeRequirements.preferred[0]",
+                "spec.prePull.enabled",
+            ]
+        );
+    }
+
+    #[test]
+    fn provisioning_estimate_must_fit_the_timeout() {
+        let mut spec = spec_with(&[("UTC", &["Sat"], "02:00", "06:00")]);
+        spec.surge.provisioning_estimate = Some("20m".into());
+        assert_eq!(invalid_fields(&spec), ["spec.surge.provisioningEstimate"]);
+        spec.surge.provisioning_estimate = Some("15m".into());
+        assert!(invalid_fields(&spec).is_empty());
+    }
+
+    #[test]
+    fn k_below_one_and_no_windows_are_not_validation_errors() {
+        let mut spec = spec_with(&[]);
+        spec.min_rotation_chances = 0;
+        let e = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(e.min_rotation_chances, 0);
+        assert!(e.schedule.is_empty());
+        spec.min_rotation_chances = -3;
+        let e = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(e.min_rotation_chances, 0);
+    }
+
+    #[test]
+    fn error_display_joins_fields() {
+        let mut spec = spec_with(&[]);
+        spec.surge.ready_timeout = "soon".into();
+        spec.age_threshold = "0s".into();
+        let text = Effective::from_spec(&spec).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            text,
+            "spec.ageThreshold: must be auto or a Go duration greater than 0; \
+             spec.surge.readyTimeout: invalid duration \"soon\"; e.g. 15m or 1h30m"
+        );
+    }
+}
