@@ -1,0 +1,758 @@
+//! Feasibility of a policy for one NodePool (SUPPLEMENT §3.2): layer 1 (fatal findings and
+//! warnings about the policy and the pool template), layer 2 (throughput), and layer 3 (one
+//! claim's short lead). Each finding is a typed value with the Event reason of §4.3, a severity,
+//! a message with the numbers, and a fix hint. Pure: `now` only anchors the window horizon.
+use std::fmt;
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::derive;
+use super::duration::{ExpireAfter, format_human};
+use super::settings::{AgeThreshold, Effective};
+
+/// EKS Auto Mode's maximum node lifetime, `expireAfter + tGP` (karpenter-facts).
+pub const HARD_LIFETIME_CAP: Duration = Duration::days(21);
+
+/// The label key whose absence from `matchNodeRequirements.required` is warned about (§3.7).
+pub const ZONE_KEY: &str = "topology.kubernetes.io/zone";
+
+/// Fatal findings block new starts and the failed->pending retry in the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Severity {
+    Fatal,
+    Warning,
+}
+
+/// Where a finding comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Layer {
+    /// Layer 1: the policy against the pool template.
+    Policy,
+    /// Layer 2: throughput.
+    Throughput,
+    /// Layer 3: one claim at runtime.
+    Claim,
+}
+
+/// Finding reasons. Warnings use the Event reasons of SUPPLEMENT §4.3 verbatim; fatal findings
+/// are announced with the `Infeasible` Event and carry their cause here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Reason {
+    // Layer 1, fatal.
+    /// No maintenance windows: `P` is undefined.
+    NoWindows,
+    /// `minRotationChances < 1`.
+    KBelowOne,
+    /// Auto `A <= 0`: `E <= K*P + t_rot`.
+    AgeThresholdNotPositive,
+    /// An override that guarantees fewer than one chance (`G < 1`).
+    OverrideBelowOneChance,
+    // Layer 1, warnings.
+    /// `K = 1`: no retry if a window is missed.
+    KBelowTwo,
+    /// `0 < A < P`: very aggressive.
+    AVeryAggressive,
+    /// Override guaranteeing `1 <= G < K`.
+    OverrideGBelowK,
+    /// `E + tGP > 21d` (EKS Auto Mode cap).
+    HardCapExceeded,
+    /// tGP unset: the drain is unbounded.
+    #[serde(rename = "TGPUnset")]
+    TgpUnset,
+    /// `retryBackoff < readyTimeout`.
+    RetryBackoffShort,
+    /// An explicit `drainEstimate` above the pool's tGP.
+    #[serde(rename = "DrainEstimateAboveTGP")]
+    DrainEstimateAboveTgp,
+    /// A resource in `spec.limits` is already used up: no room for a surge node.
+    NoLimitsHeadroom,
+    /// `spec.replicas` set: surge can never complete (§3.3).
+    StaticNodePool,
+    /// `matchNodeRequirements.required` lacks the zone key (§3.7).
+    ZoneNotRequired,
+    // Layer 2.
+    /// `C * A < N * P`: arrivals exceed capacity.
+    ThroughputBelowArrival,
+    /// A batch of N claims sharing one deadline needs `K * C >= N`.
+    ThroughputBurstShortfall,
+    /// `t_rot_est + cooldownAfter` longer than the gap between occurrences.
+    RotationSpansNextWindow,
+    // Layer 3.
+    /// One claim's own `E <= K*P + t_rot`.
+    ShortLead,
+}
+
+impl Reason {
+    /// The reason as written in Events, metrics and `plan` output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NoWindows => "NoWindows",
+            Reason::KBelowOne => "KBelowOne",
+            Reason::AgeThresholdNotPositive => "AgeThresholdNotPositive",
+            Reason::OverrideBelowOneChance => "OverrideBelowOneChance",
+            Reason::KBelowTwo => "KBelowTwo",
+            Reason::AVeryAggressive => "AVeryAggressive",
+            Reason::OverrideGBelowK => "OverrideGBelowK",
+            Reason::HardCapExceeded => "HardCapExceeded",
+            Reason::TgpUnset => "TGPUnset",
+            Reason::RetryBackoffShort => "RetryBackoffShort",
+            Reason::DrainEstimateAboveTgp => "DrainEstimateAboveTGP",
+            Reason::NoLimitsHeadroom => "NoLimitsHeadroom",
+            Reason::StaticNodePool => "StaticNodePool",
+            Reason::ZoneNotRequired => "ZoneNotRequired",
+            Reason::ThroughputBelowArrival => "ThroughputBelowArrival",
+            Reason::ThroughputBurstShortfall => "ThroughputBurstShortfall",
+            Reason::RotationSpansNextWindow => "RotationSpansNextWindow",
+            Reason::ShortLead => "ShortLead",
+        }
+    }
+
+    /// Fatal or warning; fixed per reason.
+    pub fn severity(self) -> Severity {
+        match self {
+            Reason::NoWindows
+            | Reason::KBelowOne
+            | Reason::AgeThresholdNotPositive
+            | Reason::OverrideBelowOneChance => Severity::Fatal,
+            Reason::KBelowTwo
+            | Reason::AVeryAggressive
+            | Reason::OverrideGBelowK
+            | Reason::HardCapExceeded
+            | Reason::TgpUnset
+            | Reason::RetryBackoffShort
+            | Reason::DrainEstimateAboveTgp
+            | Reason::NoLimitsHeadroom
+            | Reason::StaticNodePool
+            | Reason::ZoneNotRequired
+            | Reason::ThroughputBelowArrival
+            | Reason::ThroughputBurstShortfall
+            | Reason::RotationSpansNextWindow
+            | Reason::ShortLead => Severity::Warning,
+        }
+    }
+
+    /// The layer the reason belongs to.
+    pub fn layer(self) -> Layer {
+        match self {
+            Reason::ThroughputBelowArrival
+            | Reason::ThroughputBurstShortfall
+            | Reason::RotationSpansNextWindow => Layer::Throughput,
+            Reason::ShortLead => Layer::Claim,
+            _ => Layer::Policy,
+        }
+    }
+
+    /// The Event reason (§4.3): `Infeasible` for every fatal finding, else the reason itself.
+    pub fn event_reason(self) -> &'static str {
+        match self.severity() {
+            Severity::Fatal => "Infeasible",
+            Severity::Warning => self.as_str(),
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One feasibility finding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub reason: Reason,
+    pub severity: Severity,
+    /// What is wrong, with the numbers.
+    pub message: String,
+    /// What to change.
+    pub fix: String,
+}
+
+impl Finding {
+    fn new(reason: Reason, message: String, fix: impl Into<String>) -> Finding {
+        Finding { reason, severity: reason.severity(), message, fix: fix.into() }
+    }
+}
+
+/// What feasibility needs to know about the pool (its template values stand in for its claims).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolFacts {
+    /// Template `expireAfter` (Karpenter default 720h when unset).
+    pub expire_after: ExpireAfter,
+    /// Template `terminationGracePeriod`.
+    pub termination_grace_period: Option<Duration>,
+    /// `N`, claims in the pool; `None` skips the throughput checks.
+    pub nodes: Option<u64>,
+    /// Resources of `spec.limits` with no headroom left (`status.resources >= limit`).
+    pub exhausted_limits: Vec<String>,
+    /// `spec.replicas` is set.
+    pub static_pool: bool,
+}
+
+/// The derived quantities, for metrics and `plan`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Derived {
+    /// `P`; `None` without windows.
+    pub period: Option<Duration>,
+    /// The union is open 24/7 (`P` is the 1m tick).
+    pub always_open: bool,
+    pub t_rot: Duration,
+    pub t_rot_est: Duration,
+    pub provisioning_estimate: Duration,
+    pub drain_estimate: Duration,
+    /// `A`: auto (may be <= 0) or the override. `None`: auto with E = Never, or no windows.
+    pub age_threshold: Option<Duration>,
+    /// `A` is the operator's override.
+    pub age_threshold_overridden: bool,
+    /// How long before the deadline a claim becomes due (`K*P + t_rot` for auto, `E - A` for an
+    /// override); `None` without a deadline or windows.
+    pub lead_time: Option<Duration>,
+    /// Guaranteed chances: `K` for auto with `A > 0`, `G` for an override; `None` when
+    /// unbounded (E = Never with an override) or undefined.
+    pub chances: Option<i64>,
+    /// `C` for the shortest occurrence; `None` when 24/7 (continuous) or without windows.
+    pub starts_per_occurrence: Option<u64>,
+    /// `D` of `C`: the shortest occurrence over the horizon.
+    pub shortest_occurrence: Option<Duration>,
+    /// The shortest closed gap between occurrences.
+    pub shortest_gap: Option<Duration>,
+}
+
+/// Feasibility of one pool: derived quantities and findings (fatal first, then by reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assessment {
+    pub derived: Derived,
+    pub findings: Vec<Finding>,
+}
+
+impl Assessment {
+    /// A fatal finding exists: no new starts and no failed->pending retry in the pool.
+    pub fn has_fatal(&self) -> bool {
+        self.findings.iter().any(|f| f.severity == Severity::Fatal)
+    }
+}
+
+/// Layers 1 and 2 for a pool governed by `settings`, with the window horizon anchored at `now`.
+pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Assessment {
+    let mut findings = Vec::new();
+    let k = settings.min_rotation_chances;
+    let tgp = pool.termination_grace_period;
+    let t_rot = settings.t_rot(tgp);
+    let drain_estimate = settings.drain_estimate(tgp);
+    let t_rot_est = settings.t_rot_est(tgp);
+    let slot = t_rot_est + settings.cooldown_after;
+    let profile = settings.schedule.profile(now);
+    let h = format_human;
+
+    if profile.is_none() {
+        findings.push(Finding::new(
+            Reason::NoWindows,
+            "spec.maintenanceWindows is empty: there is no window to rotate in".into(),
+            "add at least one maintenance window",
+        ));
+    }
+    if k < 1 {
+        findings.push(Finding::new(
+            Reason::KBelowOne,
+            "minRotationChances is below 1".into(),
+            "set minRotationChances to 1 or more (2 leaves one retry)",
+        ));
+    } else if k == 1 {
+        findings.push(Finding::new(
+            Reason::KBelowTwo,
+            "minRotationChances is 1: a node whose one window is missed or fails reaches forced \
+             expiry"
+                .into(),
+            "set minRotationChances to 2 or more",
+        ));
+    }
+
+    let period = profile.map(|p| p.period);
+    let mut age_threshold = None;
+    let mut lead_time = None;
+    let mut chances = None;
+    match (settings.age_threshold, pool.expire_after, period) {
+        (AgeThreshold::Auto, ExpireAfter::After(e), Some(p)) => {
+            let lead = derive::lead_time(k, p, t_rot);
+            let a = e - lead;
+            age_threshold = Some(a);
+            lead_time = Some(lead);
+            if a <= Duration::zero() {
+                findings.push(Finding::new(
+                    Reason::AgeThresholdNotPositive,
+                    format!(
+                        "auto ageThreshold A = E - (K*P + t_rot) = {} - ({k}*{} + {}) = {} is not \
+                         positive: nodes cannot get {k} window chances before their forced expiry",
+                        h(e),
+                        h(p),
+                        h(t_rot),
+                        h(a)
+                    ),
+                    format!(
+                        "raise the NodePool's expireAfter above {}, add maintenance windows to \
+                         shorten P, or lower minRotationChances",
+                        h(lead)
+                    ),
+                ));
+            } else {
+                chances = Some(i64::from(k));
+                if a < p {
+                    findings.push(aggressive(a, p));
+                }
+            }
+        }
+        (AgeThreshold::Override(a), ExpireAfter::After(e), Some(p)) => {
+            age_threshold = Some(a);
+            lead_time = Some(e - a);
+            let g = derive::guaranteed_chances(e, a, p, t_rot);
+            chances = Some(g);
+            if g < 1 {
+                findings.push(Finding::new(
+                    Reason::OverrideBelowOneChance,
+                    format!(
+                        "ageThreshold {} guarantees G = floor((E - A - t_rot) / P) = floor(({} - \
+                         {} - {}) / {}) = {g} window chances before forced expiry",
+                        h(a),
+                        h(e),
+                        h(a),
+                        h(t_rot),
+                        h(p)
+                    ),
+                    format!(
+                        "lower ageThreshold to at most {} (or use auto), or add maintenance windows",
+                        h(e - p * i32::try_from(k.max(1)).unwrap_or(1) - t_rot)
+                    ),
+                ));
+            } else if g < i64::from(k) {
+                findings.push(Finding::new(
+                    Reason::OverrideGBelowK,
+                    format!(
+                        "ageThreshold {} guarantees only {g} window chance(s), fewer than \
+                         minRotationChances {k}",
+                        h(a)
+                    ),
+                    format!(
+                        "lower ageThreshold to at most {}, or use auto",
+                        h(e - p * i32::try_from(k).unwrap_or(i32::MAX) - t_rot)
+                    ),
+                ));
+            }
+            if g >= 1 && a < p {
+                findings.push(aggressive(a, p));
+            }
+        }
+        (AgeThreshold::Override(a), ExpireAfter::Never, p) => {
+            age_threshold = Some(a);
+            if let Some(p) = p
+                && a < p
+            {
+                findings.push(aggressive(a, p));
+            }
+        }
+        (AgeThreshold::Auto, ExpireAfter::Never, _) | (_, _, None) => {}
+    }
+
+    let hard_cap_exceeded = match pool.expire_after {
+        ExpireAfter::Never => true,
+        ExpireAfter::After(e) => e + tgp.unwrap_or(Duration::zero()) > HARD_LIFETIME_CAP,
+    };
+    if hard_cap_exceeded {
+        findings.push(Finding::new(
+            Reason::HardCapExceeded,
+            format!(
+                "expireAfter {} + terminationGracePeriod {} exceeds 21d, the maximum node \
+                 lifetime EKS Auto Mode enforces",
+                pool.expire_after,
+                tgp.map_or("(unset)".to_string(), h)
+            ),
+            "on EKS Auto Mode keep expireAfter + terminationGracePeriod <= 21d; elsewhere ignore",
+        ));
+    }
+    if tgp.is_none() {
+        findings.push(Finding::new(
+            Reason::TgpUnset,
+            "the NodePool has no terminationGracePeriod: a drain blocked by a PodDisruptionBudget \
+             never ends, and t_rot assumes 1h"
+                .into(),
+            "set spec.template.spec.terminationGracePeriod on the NodePool",
+        ));
+    }
+    if settings.retry_backoff < settings.ready_timeout {
+        findings.push(Finding::new(
+            Reason::RetryBackoffShort,
+            format!(
+                "retryBackoff {} is shorter than readyTimeout {}: a systematic failure is retried \
+                 before the previous attempt could have succeeded",
+                h(settings.retry_backoff),
+                h(settings.ready_timeout)
+            ),
+            format!("raise surge.retryBackoff to at least {}", h(settings.ready_timeout)),
+        ));
+    }
+    if let (Some(d), Some(t)) = (settings.drain_estimate_override, tgp)
+        && d > t
+    {
+        findings.push(Finding::new(
+            Reason::DrainEstimateAboveTgp,
+            format!(
+                "drainEstimate {} exceeds the terminationGracePeriod {}, which cuts every \
+                 drain off",
+                h(d),
+                h(t)
+            ),
+            format!("lower surge.drainEstimate to at most {}", h(t)),
+        ));
+    }
+    if !pool.exhausted_limits.is_empty() {
+        findings.push(Finding::new(
+            Reason::NoLimitsHeadroom,
+            format!(
+                "spec.limits leaves no headroom for {}: Karpenter cannot launch a surge node",
+                pool.exhausted_limits.join(", ")
+            ),
+            "raise the NodePool's spec.limits by at least one node's worth",
+        ));
+    }
+    if pool.static_pool {
+        findings.push(Finding::new(
+            Reason::StaticNodePool,
+            "the NodePool is static (spec.replicas): a surge can never complete there, so its \
+             nodes are not rotated"
+                .into(),
+            "rotate static pools by other means, or select only dynamic NodePools",
+        ));
+    }
+    if !settings.match_node_requirements.required.iter().any(|k| k == ZONE_KEY) {
+        findings.push(Finding::new(
+            Reason::ZoneNotRequired,
+            format!(
+                "surge.matchNodeRequirements.required lacks {ZONE_KEY}: a replacement may come up \
+                 in another zone than the node it replaces"
+            ),
+            format!("add {ZONE_KEY} back unless the pool's workloads are zone-agnostic"),
+        ));
+    }
+
+    // Layer 2.
+    let starts_per_occurrence = match profile {
+        Some(p) if !p.always_open => p
+            .shortest_occurrence
+            .map(|d| derive::starts_per_occurrence(d, t_rot_est, settings.cooldown_after)),
+        _ => None,
+    };
+    if let (Some(profile), Some(a), Some(n)) = (profile, age_threshold, pool.nodes) {
+        let p = profile.period;
+        let n_i32 = i32::try_from(n).unwrap_or(i32::MAX);
+        if a > Duration::zero() && n > 0 {
+            // Arrivals: N claims per A. Capacity: C starts per P (24/7: one per slot).
+            let (capacity_over_a, arrivals) = match starts_per_occurrence {
+                Some(c) => (
+                    i128::from(c) * i128::from(a.num_seconds()),
+                    i128::from(n) * i128::from(p.num_seconds()),
+                ),
+                None => (i128::from(a.num_seconds()), i128::from((slot * n_i32).num_seconds())),
+            };
+            if capacity_over_a < arrivals {
+                findings.push(Finding::new(
+                    Reason::ThroughputBelowArrival,
+                    match starts_per_occurrence {
+                        Some(c) => format!(
+                            "{n} nodes arrive every A = {} but the windows start at most C = {c} \
+                             rotations per P = {}: C*A < N*P",
+                            h(a),
+                            h(p)
+                        ),
+                        None => format!(
+                            "{n} nodes arrive every A = {} but one rotation takes t_rot_est + \
+                             cooldownAfter = {}",
+                            h(a),
+                            h(slot)
+                        ),
+                    },
+                    "lengthen or add maintenance windows, lower surge.cooldownAfter, or raise \
+                     expireAfter",
+                ));
+            }
+            if let Some(g) = chances.filter(|g| *g > 0) {
+                let capacity = match starts_per_occurrence {
+                    Some(c) => i128::from(g) * i128::from(c),
+                    None => {
+                        let span = (p.num_seconds() * g).max(0);
+                        let s = slot.num_seconds().max(1);
+                        i128::from((span + s - 1) / s)
+                    }
+                };
+                if capacity < i128::from(n) {
+                    findings.push(Finding::new(
+                        Reason::ThroughputBurstShortfall,
+                        format!(
+                            "{n} nodes created together share one deadline, but their {g} \
+                             chance(s) allow only {capacity} rotations",
+                        ),
+                        "raise minRotationChances, lengthen the windows, or use an ageThreshold \
+                         override that starts earlier",
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(gap) = profile.and_then(|p| p.shortest_gap)
+        && slot > gap
+    {
+        findings.push(Finding::new(
+            Reason::RotationSpansNextWindow,
+            format!(
+                "one rotation (t_rot_est + cooldownAfter = {}) outlasts the shortest gap \
+                 between occurrences ({}): a rotation spills into the next occurrence",
+                h(slot),
+                h(gap)
+            ),
+            "merge windows that are close together, or lower surge.cooldownAfter",
+        ));
+    }
+
+    findings.sort_by_key(|f| (f.severity, f.reason));
+    Assessment {
+        derived: Derived {
+            period,
+            always_open: profile.is_some_and(|p| p.always_open),
+            t_rot,
+            t_rot_est,
+            provisioning_estimate: settings.provisioning_estimate,
+            drain_estimate,
+            age_threshold,
+            age_threshold_overridden: matches!(settings.age_threshold, AgeThreshold::Override(_)),
+            lead_time,
+            chances,
+            starts_per_occurrence,
+            shortest_occurrence: profile.and_then(|p| p.shortest_occurrence),
+            shortest_gap: profile.and_then(|p| p.shortest_gap),
+        },
+        findings,
+    }
+}
+
+fn aggressive(a: Duration, p: Duration) -> Finding {
+    Finding::new(
+        Reason::AVeryAggressive,
+        format!(
+            "ageThreshold {} is shorter than the window period P = {}: nodes are replaced soon \
+             after they arrive",
+            format_human(a),
+            format_human(p)
+        ),
+        "raise expireAfter, or use fewer windows chances (minRotationChances)",
+    )
+}
+
+/// Layer 3 for one claim: its own `E <= K*P + t_rot` (auto or override alike) means it cannot
+/// get K chances; it is counted, announced with `ShortLead`, and rotated at the first chance.
+pub fn short_lead(
+    settings: &Effective,
+    expire_after: ExpireAfter,
+    termination_grace_period: Option<Duration>,
+    period: Duration,
+) -> Option<Finding> {
+    let e = expire_after.duration()?;
+    let k = settings.min_rotation_chances;
+    let lead = derive::lead_time(k, period, settings.t_rot(termination_grace_period));
+    (e <= lead).then(|| {
+        Finding::new(
+            Reason::ShortLead,
+            format!(
+                "expireAfter {} is not longer than K*P + t_rot = {}: this node cannot get {k} \
+                 window chances",
+                format_human(e),
+                format_human(lead)
+            ),
+            "it is rotated at its first chance; raise the NodePool's expireAfter for new nodes",
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::settings::tests::spec_with;
+    use chrono::TimeZone;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 6, 1, 0, 0, 0).single().unwrap_or_else(|| panic!("date"))
+    }
+
+    fn pool(e_days: i64, tgp: Option<Duration>, nodes: u64) -> PoolFacts {
+        PoolFacts {
+            expire_after: ExpireAfter::After(Duration::days(e_days)),
+            termination_grace_period: tgp,
+            nodes: Some(nodes),
+            exhausted_limits: vec![],
+            static_pool: false,
+        }
+    }
+
+    fn reasons(a: &Assessment) -> Vec<Reason> {
+        a.findings.iter().map(|f| f.reason).collect()
+    }
+
+    fn settings(windows: &[(&str, &[&str], &str, &str)]) -> Effective {
+        Effective::from_spec(&spec_with(windows)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn worked_example_is_feasible() {
+        let s = settings(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
+        let a = assess(&s, &pool(14, Some(Duration::hours(1)), 10), now());
+        let d = &a.derived;
+        assert_eq!(d.period, Some(Duration::days(4)));
+        assert_eq!(d.t_rot, Duration::minutes(77));
+        assert_eq!(d.t_rot_est, Duration::minutes(15));
+        assert_eq!(
+            d.age_threshold,
+            Some(Duration::days(14) - (Duration::days(8) + Duration::minutes(77)))
+        );
+        assert_eq!(d.lead_time, Some(Duration::days(8) + Duration::minutes(77)));
+        assert_eq!(d.starts_per_occurrence, Some(10));
+        assert_eq!(d.chances, Some(2));
+        assert!(!a.has_fatal(), "{:?}", a.findings);
+        assert_eq!(reasons(&a), Vec::<Reason>::new());
+    }
+
+    #[test]
+    fn weekly_window_is_fatal() {
+        let s = settings(&[("Asia/Tokyo", &["Sat"], "02:00", "06:00")]);
+        let a = assess(&s, &pool(14, Some(Duration::hours(1)), 20), now());
+        assert!(a.has_fatal());
+        assert_eq!(reasons(&a), [Reason::AgeThresholdNotPositive]);
+        let f = &a.findings[0];
+        assert_eq!(f.severity, Severity::Fatal);
+        assert_eq!(f.reason.event_reason(), "Infeasible");
+        assert!(f.message.contains("14d - (2*7d + 1h17m) = -1h17m"), "{}", f.message);
+    }
+
+    #[test]
+    fn no_windows_and_k_below_one_are_fatal() {
+        let mut spec = spec_with(&[]);
+        spec.min_rotation_chances = 0;
+        let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let a = assess(&s, &pool(14, Some(Duration::hours(1)), 20), now());
+        assert_eq!(reasons(&a), [Reason::NoWindows, Reason::KBelowOne]);
+        assert_eq!(a.derived.period, None);
+    }
+
+    #[test]
+    fn layer_one_warnings() {
+        let mut spec = spec_with(&[("UTC", &["Mon", "Wed", "Fri"], "02:00", "06:00")]);
+        spec.min_rotation_chances = 1;
+        spec.surge.retry_backoff = "10m".into();
+        spec.surge.drain_estimate = Some("45m".into());
+        spec.surge.match_node_requirements.required = vec!["kubernetes.io/arch".into()];
+        let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let mut p = pool(21, Some(Duration::minutes(30)), 0);
+        p.exhausted_limits = vec!["cpu".into()];
+        p.static_pool = true;
+        let a = assess(&s, &p, now());
+        assert_eq!(
+            reasons(&a),
+            [
+                Reason::KBelowTwo,
+                Reason::HardCapExceeded,
+                Reason::RetryBackoffShort,
+                Reason::DrainEstimateAboveTgp,
+                Reason::NoLimitsHeadroom,
+                Reason::StaticNodePool,
+                Reason::ZoneNotRequired,
+            ]
+        );
+        let p = pool(14, None, 0);
+        let a = assess(
+            &settings(&[("UTC", &["Mon"], "02:00", "06:00")]),
+            &PoolFacts { expire_after: ExpireAfter::Never, ..p },
+            now(),
+        );
+        assert_eq!(reasons(&a), [Reason::HardCapExceeded, Reason::TgpUnset]);
+        assert_eq!(a.derived.age_threshold, None);
+    }
+
+    #[test]
+    fn very_aggressive_auto_threshold() {
+        // Daily 1h window, E = 3d, K = 2: P = 1d, A = 3d - (2d + 1h17m) = 22h43m < P.
+        let all: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+        let s = settings(&[("UTC", all, "02:00", "03:00")]);
+        let a = assess(&s, &pool(3, Some(Duration::hours(1)), 1), now());
+        assert_eq!(reasons(&a), [Reason::AVeryAggressive]);
+    }
+
+    #[test]
+    fn override_chances() {
+        let mut spec = spec_with(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
+        let t = Some(Duration::hours(1));
+        spec.age_threshold = "120h".into(); // G = floor((14d - 5d - 1h17m) / 4d) = 2
+        let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let a = assess(&s, &pool(14, t, 2), now());
+        assert_eq!(a.derived.chances, Some(2));
+        assert!(a.findings.is_empty(), "{:?}", a.findings);
+        spec.age_threshold = "168h".into(); // G = floor((7d - 1h17m) / 4d) = 1
+        let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(reasons(&assess(&s, &pool(14, t, 2), now())), [Reason::OverrideGBelowK]);
+        spec.age_threshold = "264h".into(); // G = floor((3d - 1h17m) / 4d) = 0
+        let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let a = assess(&s, &pool(14, t, 2), now());
+        assert_eq!(reasons(&a), [Reason::OverrideBelowOneChance]);
+        assert!(a.has_fatal());
+    }
+
+    #[test]
+    fn throughput() {
+        // Worked example with 200 nodes: C*A = 10 * 5.9d < 200 * 4d; K*C = 20 < 200.
+        let s = settings(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
+        let a = assess(&s, &pool(14, Some(Duration::hours(1)), 200), now());
+        assert_eq!(reasons(&a), [Reason::ThroughputBelowArrival, Reason::ThroughputBurstShortfall]);
+        // 14 nodes: arrivals fine (10 * 5d22h43m >= 14 * 4d), burst 20 >= 14.
+        let a = assess(&s, &pool(14, Some(Duration::hours(1)), 14), now());
+        assert!(a.findings.is_empty(), "{:?}", a.findings);
+        // Two windows 30 minutes apart: a 25m rotation slot fits, 45m does not.
+        let mut spec =
+            spec_with(&[("UTC", &["Sat"], "02:00", "04:00"), ("UTC", &["Sat"], "04:30", "06:00")]);
+        spec.surge.cooldown_after = "30m".into();
+        let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let a = assess(&s, &pool(20, Some(Duration::hours(1)), 1), now());
+        assert!(reasons(&a).contains(&Reason::RotationSpansNextWindow), "{:?}", a.findings);
+        let gap = a.derived.shortest_gap;
+        assert_eq!(gap, Some(Duration::minutes(30)));
+    }
+
+    #[test]
+    fn always_open_throughput_uses_the_rotation_rate() {
+        let all: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+        let s = settings(&[("UTC", all, "00:00", "00:00")]);
+        let a = assess(&s, &pool(14, Some(Duration::hours(1)), 3), now());
+        assert!(a.derived.always_open);
+        assert_eq!(a.derived.period, Some(Duration::minutes(1)));
+        assert_eq!(a.derived.starts_per_occurrence, None);
+        // Lead time is K*1m + t_rot: a batch of 3 sharing a deadline cannot all finish.
+        assert_eq!(reasons(&a), [Reason::ThroughputBurstShortfall]);
+        let a = assess(&s, &pool(14, Some(Duration::hours(1)), 1), now());
+        assert!(a.findings.is_empty(), "{:?}", a.findings);
+    }
+
+    #[test]
+    fn short_lead_per_claim() {
+        let s = settings(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
+        let p = Duration::days(4);
+        let tgp = Some(Duration::hours(1));
+        assert_eq!(short_lead(&s, ExpireAfter::After(Duration::days(14)), tgp, p), None);
+        let f =
+            short_lead(&s, ExpireAfter::After(Duration::days(8) + Duration::minutes(77)), tgp, p);
+        assert_eq!(f.map(|f| f.reason), Some(Reason::ShortLead));
+        assert_eq!(short_lead(&s, ExpireAfter::Never, tgp, p), None);
+    }
+
+    #[test]
+    fn reason_names_round_trip() {
+        for r in [Reason::TgpUnset, Reason::DrainEstimateAboveTgp, Reason::ShortLead] {
+            let json = serde_json::to_string(&r).unwrap_or_default();
+            assert_eq!(json, format!("\"{}\"", r.as_str()));
+        }
+    }
+}
