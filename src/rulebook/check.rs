@@ -721,7 +721,9 @@ impl<'a> Checker<'a> {
             }
             rows.push(CheckedRow { decl: row.clone(), guard_text, guard, statements, requeue_ms });
         }
-        if ended_by.is_none() && !self.exhaustive_tail(h, &rows) {
+        // A row that failed to parse already has its error; do not pile structural ones on top.
+        let all_parsed = rows.iter().all(|r| r.decl.when.is_none() || r.guard.is_some());
+        if all_parsed && ended_by.is_none() && !self.exhaustive_tail(h, &rows) {
             self.err_tr(
                 h_at,
                 format!("handler `{}` can end without a decision: give its last row no `when` (and a Requeue or Goto), or make its last rows cover every value of one enum", h.name),

@@ -168,7 +168,7 @@ fn describe(rule: Rule) -> Option<&'static str> {
     Some(match rule {
         Rule::EOI => "end of input",
         Rule::expr | Rule::item | Rule::arg => "an expression",
-        Rule::ident | Rule::word => "a name",
+        Rule::ident | Rule::word => "a value or name",
         Rule::key => "an annotation key",
         Rule::call => "a verb call like `annotate(np, ...)`",
         Rule::bind => "`-> name`",

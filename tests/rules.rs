@@ -1,0 +1,306 @@
+//! The rule tables: the spec's catalogue is present, bad rules are reported precisely, the
+//! generated docs are fresh, and `rules diff` reports exactly the semantic changes.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use noderotation::rulebook::{Rulebook, render};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn rules() -> Rulebook {
+    Rulebook::load_dir(&repo().join("rules")).unwrap_or_else(|d| {
+        panic!(
+            "rules/ fails its check:\n{}",
+            d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("\n")
+        )
+    })
+}
+
+/// The 19 keys of the §5.3 annotation reference.
+const SPEC_KEYS: [&str; 19] = [
+    "active-rotation",
+    "active-rotation-state",
+    "draining-at",
+    "surge-wait",
+    "surge-path",
+    "rotation-mode",
+    "window-opened-at",
+    "state",
+    "started-at",
+    "failed-at",
+    "retry-count",
+    "surge-claim",
+    "surge-for",
+    "do-not-disrupt",
+    "do-not-disrupt-owned",
+    "cordoned",
+    "last-failure-at",
+    "freeze",
+    "last-rotation-at",
+];
+
+/// The 12 rows of the §5.3 transition table: (from, event, to).
+const SPEC_ROWS: [(&str, &str, &str); 12] = [
+    ("none", "selected inside the window", "pending"),
+    ("none", "forceful fallback", "draining"),
+    ("pending", "every reconcile", "pending"),
+    ("pending", "surge_ready", "draining"),
+    ("pending", "readyTimeout", "failed"),
+    ("pending", "force-expiring", "expired"),
+    ("draining", "no deletionTimestamp", "draining"),
+    ("draining", "drain > tGP + buffer", "draining"),
+    ("draining", "NodeClaim gone", "success"),
+    ("failed", "backoff + gates passed", "pending"),
+    ("failed", "deletionTimestamp", "expired"),
+    ("expired", "anchor still present", "expired"),
+];
+
+#[test]
+fn the_spec_catalogue_is_in_the_rules_and_in_the_docs() {
+    let book = rules();
+    let keys: Vec<&str> = book.annotations.keys.iter().map(|k| k.key.as_str()).collect();
+    assert_eq!(keys.len(), 19);
+    for key in SPEC_KEYS {
+        assert!(keys.contains(&key), "annotation `{key}` missing from rules/annotations.ron");
+    }
+    assert_eq!(
+        book.annotations.anchor_clear_set,
+        [
+            "active-rotation",
+            "active-rotation-state",
+            "draining-at",
+            "surge-wait",
+            "surge-path",
+            "rotation-mode"
+        ]
+    );
+    assert_eq!(book.spec_table.len(), 12);
+    for (i, (from, event, to)) in SPEC_ROWS.iter().enumerate() {
+        let row = &book.spec_table[i];
+        assert_eq!(
+            (row.n as usize, row.from.as_str(), row.event.as_str(), row.to.as_str()),
+            (i + 1, *from, *event, *to)
+        );
+    }
+    let docs = repo().join("docs");
+    let annotations =
+        std::fs::read_to_string(docs.join("annotations.md")).expect("docs/annotations.md");
+    for key in SPEC_KEYS {
+        assert!(annotations.contains(&format!("/{key}`")), "docs/annotations.md lacks `{key}`");
+    }
+    let transitions =
+        std::fs::read_to_string(docs.join("transitions.md")).expect("docs/transitions.md");
+    for (from, event, to) in SPEC_ROWS {
+        let line = format!("| `{from}` | {event} | `{to}` |");
+        assert!(
+            transitions.contains(&line.replace('>', ">")),
+            "docs/transitions.md lacks spec row {line}"
+        );
+    }
+    // Every rule a spec row names exists, and every row id appears in the docs.
+    for (_, row) in book.rows() {
+        assert!(
+            transitions.contains(&format!("`{}`", row.decl.id)),
+            "docs lack rule `{}`",
+            row.decl.id
+        );
+    }
+}
+
+#[test]
+fn generated_docs_are_fresh() {
+    let book = rules();
+    let mut stale = Vec::new();
+    for (name, content) in render::all(&book) {
+        let path = repo().join("docs").join(name);
+        if std::fs::read_to_string(&path).unwrap_or_default() != content {
+            stale.push(format!("docs/{name}"));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "generated docs are stale: {}\nregenerate them with `cargo run -- docs` and commit the result",
+        stale.join(", ")
+    );
+}
+
+/// A copy of the minimal fixture rulebook with one textual edit.
+fn fixture_with(edit: (&str, &str, &str)) -> Result<Rulebook, String> {
+    let (file, from, to) = edit;
+    let src = repo().join("tests/fixtures/rules-min");
+    let dir = tempdir(&format!("bad-{}", from.len() + to.len()));
+    for f in noderotation::rulebook::check::FILES {
+        let mut text = std::fs::read_to_string(src.join(f)).expect("fixture file");
+        if f == file {
+            assert!(text.contains(from), "fixture {f} lacks {from:?}");
+            text = text.replacen(from, to, 1);
+        }
+        std::fs::write(dir.join(f), text).expect("write fixture");
+    }
+    let shown = Path::new("fixture");
+    let sources: Vec<noderotation::rulebook::Source> = noderotation::rulebook::check::FILES
+        .iter()
+        .map(|f| noderotation::rulebook::Source {
+            path: shown.join(f).display().to_string(),
+            text: std::fs::read_to_string(dir.join(f)).expect("read back"),
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    Rulebook::from_sources(&sources)
+        .map_err(|d| d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("\n"))
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "noderotation-test-{}-{tag}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[test]
+fn the_minimal_fixture_is_valid() {
+    fixture_with(("spec-table.ron", "picked", "picked")).expect("fixture checks clean");
+}
+
+#[test]
+fn bad_rules_are_reported_with_file_line_and_column() {
+    let cases: [(&str, (&str, &str, &str)); 12] = [
+        ("unknown verb", ("transitions.ron", "emit(done)", "shout(done)")),
+        ("unknown annotation key", ("transitions.ron", "cand[since]", "cand[sinse]")),
+        ("guard syntax error", ("transitions.ron", "cand == nil", "cand == == nil")),
+        ("duplicate row id", ("transitions.ron", "id: \"wait\"", "id: \"claim\"")),
+        ("type error", ("transitions.ron", "> 15m", "> now")),
+        ("unknown enum value", ("transitions.ron", "[none, busy]", "[none, bsy]")),
+        ("ron syntax error", ("vocabulary.ron", "doc: \"d\")],", "doc: \"d\"],")),
+        (
+            "unreachable row",
+            (
+                "transitions.ron",
+                "(id: \"claim\"",
+                "(id: \"early\", then: Requeue(\"1m\"), spec: \"s\"),\n                (id: \"claim\"",
+            ),
+        ),
+        (
+            "state with no handler",
+            (
+                "transitions.ron",
+                "handles: [\"none\", \"busy\", \"done\"]",
+                "handles: [\"none\", \"busy\"]",
+            ),
+        ),
+        ("announce without a won write", ("transitions.ron", "out == won and ", "")),
+        ("unknown goto target", ("transitions.ron", "Goto(\"work\")", "Goto(\"wrok\")")),
+        ("nil compared with a non-nil value", ("transitions.ron", "cand == nil", "np == nil")),
+    ];
+    let mut report = String::new();
+    for (name, edit) in cases {
+        let err = fixture_with(edit).expect_err(name);
+        assert!(err.starts_with("fixture/"), "{name}: no file:line:col in {err}");
+        report.push_str(&format!("## {name}\n{err}\n\n"));
+    }
+    insta::assert_snapshot!(report);
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_noderotation"))
+}
+
+fn copy_rules(tag: &str, edit: impl Fn(&str, String) -> String) -> PathBuf {
+    let dir = tempdir(tag);
+    for f in noderotation::rulebook::check::FILES {
+        let text = std::fs::read_to_string(repo().join("rules").join(f)).expect("rules file");
+        std::fs::write(dir.join(f), edit(f, text)).expect("write copy");
+    }
+    dir
+}
+
+#[test]
+fn rules_diff_names_a_changed_guard_and_exits_1() {
+    let old = copy_rules("diff-old", |_, t| t);
+    let new = copy_rules("diff-new", |f, t| {
+        if f == "transitions.ron" {
+            t.replacen(
+                "elapsed(cand[started-at]) > policy.ready_timeout",
+                "elapsed(cand[started-at]) >= policy.ready_timeout",
+                1,
+            )
+        } else {
+            t
+        }
+    });
+    let out = bin().args(["rules", "diff"]).arg(&old).arg(&new).output().expect("run rules diff");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("| `pending_ready_timeout` | guard | `elapsed(cand[started-at]) > policy.ready_timeout` | `elapsed(cand[started-at]) >= policy.ready_timeout` |"),
+        "{text}"
+    );
+    assert_eq!(text.matches("\n| `").count(), 1, "exactly one change expected:\n{text}");
+    let _ = (std::fs::remove_dir_all(old), std::fs::remove_dir_all(new));
+}
+
+#[test]
+fn rules_diff_of_a_reformatted_copy_has_no_semantic_changes() {
+    let old = copy_rules("fmt-old", |_, t| t);
+    let new = copy_rules("fmt-new", |f, t| {
+        // Comments, spacing and line breaks change; meaning does not.
+        if f != "transitions.ron" {
+            return format!("// reformatted\n{t}");
+        }
+        // Only inside strings: " and " does not occur in this file's comments.
+        let body: String = t
+            .lines()
+            .map(|l| {
+                if l.contains("when: \"") {
+                    l.replace(" and ", "  and\n   ").replace("(np)", "( np )")
+                } else if l.ends_with("then: Continue,") {
+                    format!("{l} // go on")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        body
+    });
+    let out = bin().args(["rules", "diff"]).arg(&old).arg(&new).output().expect("run rules diff");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("no semantic changes"), "{text}");
+    let _ = (std::fs::remove_dir_all(old), std::fs::remove_dir_all(new));
+}
+
+#[test]
+fn rules_diff_reports_added_and_removed_rows_and_order() {
+    let old = copy_rules("rows-old", |_, t| t);
+    let new = copy_rules("rows-new", |f, t| {
+        if f == "transitions.ron" {
+            t.replacen("(id: \"pending_wait\"", "(id: \"pending_idle\"", 1)
+        } else if f == "spec-table.ron" {
+            t.replace("\"pending_wait\"", "\"pending_idle\"")
+        } else {
+            t
+        }
+    });
+    let out = bin().args(["rules", "diff"]).arg(&old).arg(&new).output().expect("run rules diff");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("| `pending_idle` | added |"), "{text}");
+    assert!(text.contains("| `pending_wait` | removed |"), "{text}");
+    let _ = (std::fs::remove_dir_all(old), std::fs::remove_dir_all(new));
+}
+
+#[test]
+fn the_embedded_rules_are_the_rules_directory() {
+    let embedded = noderotation::engine::embedded_rulebook();
+    let d = noderotation::rulebook::diff::diff(&embedded, &rules());
+    assert!(d.is_empty() && d.documentation == 0, "binary embeds stale rules: {d:?}");
+    // Every handler and row compiles onto the generated vocabulary.
+    let engine = noderotation::engine::Engine::embedded();
+    assert_eq!(engine.row_ids().count(), rules().rows().count());
+}
