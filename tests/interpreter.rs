@@ -197,11 +197,10 @@ impl Host for Toy {
             Verb::AnnotateIf | Verb::Annotate | Verb::MarkExpired => {
                 let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else {
                     // Pool writes.
-                    if let Some(k) = a.absent {
-                        if self.store.pool.contains_key(&k) {
+                    if let Some(k) = a.absent
+                        && self.store.pool.contains_key(&k) {
                             return Ok(Outcome::Raced);
                         }
-                    }
                     for (k, v) in &a.set {
                         self.store.pool.insert(*k, show(v));
                     }

@@ -366,11 +366,10 @@ impl<'a> Checker<'a> {
             if k.targets.is_empty() {
                 self.err_ann(at, format!("annotation `{}` has no targets", k.key));
             }
-            if let ValueType::Enum(v) = &k.value {
-                if v.is_empty() {
+            if let ValueType::Enum(v) = &k.value
+                && v.is_empty() {
                     self.err_ann(at, format!("annotation `{}`: an Enum needs values", k.key));
                 }
-            }
         }
         for key in &ann.anchor_clear_set {
             let at = self.ann_src.string_after(0, key).unwrap_or(0);
@@ -696,8 +695,8 @@ impl<'a> Checker<'a> {
                 }
                 Then::Continue => None,
             };
-            if let Some(to) = &row.to {
-                if !self.claim_states().contains(to) {
+            if let Some(to) = &row.to
+                && !self.claim_states().contains(to) {
                     let at = self.tr_src.find(row_at, "to:").unwrap_or(row_at);
                     self.err_tr(
                         at,
@@ -707,18 +706,15 @@ impl<'a> Checker<'a> {
                         ),
                     );
                 }
-            }
             if row.when.is_none() && row.then != Then::Continue && ended_by.is_none() {
                 ended_by = Some(&row.id);
             }
             // Flow typing: below a terminal `x == nil` row, `x` is not nil.
-            if row.then != Then::Continue {
-                if let Some(RExpr::Binary { op: BinOp::Eq, lhs, rhs }) = &guard {
-                    if let (RExpr::Root(r), RExpr::Lit(Lit::Nil)) = (&**lhs, &**rhs) {
+            if row.then != Then::Continue
+                && let Some(RExpr::Binary { op: BinOp::Eq, lhs, rhs }) = &guard
+                    && let (RExpr::Root(r), RExpr::Lit(Lit::Nil)) = (&**lhs, &**rhs) {
                         nonnull.insert(r.clone());
                     }
-                }
-            }
             rows.push(CheckedRow { decl: row.clone(), guard_text, guard, statements, requeue_ms });
         }
         // A row that failed to parse already has its error; do not pile structural ones on top.
@@ -771,11 +767,10 @@ impl<'a> Checker<'a> {
             if path.as_ref().is_some_and(|x| x != &p) {
                 break;
             }
-            if let Some(RExpr::Binary { lhs, .. }) | Some(RExpr::In { lhs, .. }) = &row.guard {
-                if universe.is_none() {
+            if let Some(RExpr::Binary { lhs, .. }) | Some(RExpr::In { lhs, .. }) = &row.guard
+                && universe.is_none() {
                     universe = self.enum_values_of(lhs);
                 }
-            }
             path = Some(p);
             covered.extend(values);
         }
@@ -808,11 +803,10 @@ impl<'a> Checker<'a> {
         while let Some(name) = queue.pop() {
             let Some(h) = tr.handlers.iter().find(|h| h.name == name) else { continue };
             for r in &h.rows {
-                if let Then::Goto(t) = &r.then {
-                    if reached.insert(t.as_str()) {
+                if let Then::Goto(t) = &r.then
+                    && reached.insert(t.as_str()) {
                         queue.push(t.as_str());
                     }
-                }
             }
         }
         for h in &tr.handlers {

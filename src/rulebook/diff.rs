@@ -169,11 +169,10 @@ pub fn diff(old: &Rulebook, new: &Rulebook) -> RulesDiff {
         b.transitions.handlers.iter().find(|h| h.name == name).map(|h| h.assume.join(", "))
     };
     for h in &new.handlers {
-        if let (Some(a), Some(b)) = (assume(old, &h.name), assume(new, &h.name)) {
-            if a != b {
+        if let (Some(a), Some(b)) = (assume(old, &h.name), assume(new, &h.name))
+            && a != b {
                 d.handlers.push(change(&h.name, "assume", a, b));
             }
-        }
     }
 
     // Definitions, compared by their normalized expression.

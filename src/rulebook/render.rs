@@ -159,11 +159,10 @@ pub fn decision_flow(book: &Rulebook) -> String {
         if !h.handles.is_empty() {
             let _ = writeln!(out, "\nHandles claim states: {}.", h.handles.join(", "));
         }
-        if let Some(decl) = book.transitions.handlers.iter().find(|d| d.name == h.name) {
-            if !decl.assume.is_empty() {
+        if let Some(decl) = book.transitions.handlers.iter().find(|d| d.name == h.name)
+            && !decl.assume.is_empty() {
                 let _ = writeln!(out, "\nOn entry, known non-nil: {}.", decl.assume.join(", "));
             }
-        }
         out.push_str("\n| Row | When | Do | Then | To | Spec |\n|---|---|---|---|---|---|\n");
         for row in &h.rows {
             let _ = writeln!(out, "{}", row_line(row));
