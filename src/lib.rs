@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod cluster;
 pub mod clock;
 pub mod engine;
 pub mod karpenter;

@@ -1,0 +1,168 @@
+//! The one interface through which the controller touches a cluster (spec §5.1–§5.3).
+//!
+//! Two implementations: [`memory::MemoryCluster`] (the in-memory cluster used by `simulate` and
+//! every test) and the kube-rs client (`noderotation run`). The reconcile reads the cached view
+//! ([`Cluster::cache`], which may lag the store, like a reflector), reads fresh copies for the
+//! conditional writes it must verify (`get_*`), and writes through `patch` / `delete` /
+//! `create_pod` with the precondition the spec calls for.
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::karpenter::{NodeClaim, NodePool};
+use crate::policy::crd::{RotationPolicy, RotationPolicyStatus};
+
+pub mod memory;
+
+/// Label on every placeholder pod (SUPPLEMENT §3.3).
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY_VALUE: &str = "noderotation";
+
+/// What the API server answered instead of success.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// 404: the object does not exist (a finalized claim is gone).
+    #[error("not found")]
+    NotFound,
+    /// 409 on update: the resourceVersion or uid precondition failed.
+    #[error("conflict")]
+    Conflict,
+    /// 409 on create.
+    #[error("already exists")]
+    AlreadyExists,
+    /// 403.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// 422 / 400: the request itself is wrong (a bug, not a race).
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// 5xx, timeout, connection reset: the write may or may not have been applied.
+    #[error("transient: {0}")]
+    Transient(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectKind {
+    NodePool,
+    NodeClaim,
+    Node,
+    Pod,
+    RotationPolicy,
+}
+
+/// Names one object. Only pods are namespaced.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectRef {
+    pub kind: ObjectKind,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl ObjectRef {
+    pub fn cluster(kind: ObjectKind, name: impl Into<String>) -> Self {
+        ObjectRef { kind, namespace: None, name: name.into() }
+    }
+    pub fn pod(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ObjectRef { kind: ObjectKind::Pod, namespace: Some(namespace.into()), name: name.into() }
+    }
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{:?} {ns}/{}", self.kind, self.name),
+            None => write!(f, "{:?} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// One write to an object's metadata (and, for nodes, `spec.unschedulable`), applied as a
+/// single update. On the kube side this is a JSON merge patch; with a precondition, the patch
+/// carries `metadata.resourceVersion`, so the API server rejects it with 409 if the object
+/// changed since that version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Patch {
+    /// Annotations to set (full keys).
+    pub set: BTreeMap<String, String>,
+    /// Annotations to remove (full keys).
+    pub remove: BTreeSet<String>,
+    /// Nodes only: cordon (`true`) or uncordon (`false`).
+    pub unschedulable: Option<bool>,
+}
+
+impl Patch {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.remove.is_empty() && self.unschedulable.is_none()
+    }
+}
+
+/// A Kubernetes Event (core/v1 or events.k8s.io on the kube side).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    pub object: ObjectRef,
+    pub reason: String,
+    pub message: String,
+    pub warning: bool,
+    pub time: DateTime<Utc>,
+}
+
+/// The controller's cached view: what its reflectors hold. It may lag the store.
+#[derive(Debug, Clone, Default)]
+pub struct CacheView {
+    pub pools: BTreeMap<String, Arc<NodePool>>,
+    pub claims: BTreeMap<String, Arc<NodeClaim>>,
+    pub nodes: BTreeMap<String, Arc<Node>>,
+    /// Placeholder pods: label `app.kubernetes.io/managed-by=noderotation` in the controller's
+    /// namespace, keyed by name.
+    pub placeholders: BTreeMap<String, Arc<Pod>>,
+    pub policies: BTreeMap<String, Arc<RotationPolicy>>,
+}
+
+/// The cluster as the controller sees it.
+pub trait Cluster: Send + Sync {
+    /// The cached view (cheap: shared, not copied).
+    fn cache(&self) -> Arc<CacheView>;
+
+    /// Fresh reads from the API server, for the conditional writes that must verify state.
+    fn get_pool(&self, name: &str) -> Result<Option<NodePool>, ApiError>;
+    fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, ApiError>;
+    fn get_node(&self, name: &str) -> Result<Option<Node>, ApiError>;
+    /// Pods bound to a node, all namespaces (listed on demand with a field selector: the
+    /// controller never caches every pod in the cluster).
+    fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError>;
+
+    /// Applies `patch` to the object; with `resource_version`, only if the object still has it
+    /// (else `Conflict`). `NotFound` when the object does not exist.
+    fn patch(
+        &self,
+        target: &ObjectRef,
+        patch: &Patch,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError>;
+
+    /// Deletes the object; with `uid`, only that incarnation (else `Conflict`). `NotFound` when
+    /// it does not exist. Objects with finalizers get a deletionTimestamp and stay until
+    /// finalized.
+    fn delete(&self, target: &ObjectRef, uid: Option<&str>) -> Result<(), ApiError>;
+
+    /// Creates a pod (the placeholder). `AlreadyExists` when the name is taken.
+    fn create_pod(&self, pod: &Pod) -> Result<(), ApiError>;
+
+    /// Writes a RotationPolicy's status subresource, only at `resource_version` if given.
+    fn update_policy_status(
+        &self,
+        name: &str,
+        status: &RotationPolicyStatus,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError>;
+
+    /// Records an Event. Best effort: failures are logged by the caller, never retried.
+    fn record_event(&self, event: &EventRecord) -> Result<(), ApiError>;
+}
+
+/// `metadata.resourceVersion` of any object, for preconditions.
+pub fn resource_version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&str> {
+    meta.resource_version.as_deref()
+}
