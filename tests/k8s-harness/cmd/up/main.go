@@ -85,7 +85,7 @@ func main() {
 	readyFile := flag.String("ready-file", "", "write ready JSON here (default: stdout)")
 	binDir := flag.String("bin-dir", "", "directory holding etcd and kube-apiserver (default: next to this binary)")
 	karpenterCRDs := flag.Bool("karpenter-crds", false, "apply Karpenter NodePool/NodeClaim CRDs from the Go module cache")
-	karpenterDir := flag.String("karpenter-dir", "", "Karpenter module dir (default: `go mod download -json "+karpenterModule+"`)")
+	karpenterDir := flag.String("karpenter-dir", "", "Karpenter module dir (default: .Dir of go mod download -json "+karpenterModule+")")
 	crdFiles := flag.String("karpenter-crd-files", "karpenter.sh_nodepools.yaml,karpenter.sh_nodeclaims.yaml", "comma-separated files under kwok/charts/crds/")
 	timeout := flag.Duration("timeout", 120*time.Second, "readiness timeout")
 	keepDir := flag.Bool("keep-dir", false, "do not remove the temp dir on exit (debugging)")
@@ -264,6 +264,9 @@ func bringUp(ctx context.Context, dir, binDir string, verbosity int) (*readyInfo
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--allow-privileged=true",
 		"--disable-admission-plugins=ServiceAccount",
+		// 127.0.0.1 is not a valid Endpoints IP; without this the apiserver logs an error
+		// every 10s trying to publish itself in default/kubernetes.
+		"--endpoint-reconciler-type=none",
 		fmt.Sprintf("--v=%d", verbosity),
 	); err != nil {
 		return nil, err
