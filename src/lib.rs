@@ -9,4 +9,5 @@ pub mod clock;
 pub mod engine;
 pub mod karpenter;
 pub mod policy;
+pub mod reconcile;
 pub mod rulebook;
