@@ -112,9 +112,14 @@ impl fmt::Display for WindowEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let days: Vec<&str> =
             DAY_NAMES.iter().zip(self.days).filter(|(_, on)| *on).map(|(name, _)| *name).collect();
+        let kind = match self.end.cmp(&self.start) {
+            std::cmp::Ordering::Equal => " (24h)",
+            std::cmp::Ordering::Less => " (overnight)",
+            std::cmp::Ordering::Greater => "",
+        };
         write!(
             f,
-            "{} {} {}-{}",
+            "{} {} {}-{}{kind}",
             self.timezone.name(),
             days.join(","),
             self.start.format("%H:%M"),
@@ -416,12 +421,14 @@ impl Schedule {
         let mut step = Duration::days(8);
         loop {
             let runs = merge(self.entry_occurrences(lo, hi).into_iter().map(|o| o.occurrence));
-            // An entry occurrence starting before `lo` can still join the first run if that run
-            // begins within one entry-occurrence length of `lo`.
+            // An entry occurrence starting before `lo` ends before `lo + MAX_ENTRY_OCCURRENCE`;
+            // it can still reach (and bridge earlier runs into) the first run that matters if
+            // that run begins before then.
             let extend_lo = lo > cap_lo
                 && runs
-                    .first()
-                    .is_some_and(|r| r.start < lo + MAX_ENTRY_OCCURRENCE && r.end > from);
+                    .iter()
+                    .find(|r| r.end > from)
+                    .is_some_and(|r| r.start < lo + MAX_ENTRY_OCCURRENCE);
             // One starting at or after `hi` joins the last run if that run reaches `hi`.
             let extend_hi = hi < cap_hi && runs.last().is_some_and(|r| r.end >= hi && r.start < to);
             if !extend_lo && !extend_hi {
@@ -692,6 +699,34 @@ mod tests {
         assert_eq!(s.next_start_after(winter), Some(utc(2026, 3, 9, 0, 0)));
         let p = s.period(winter).unwrap_or_default();
         assert!(p > Duration::days(30), "{p:?}");
+    }
+
+    #[test]
+    fn an_entry_occurrence_before_the_lookback_still_bridges_runs() {
+        // Found by window_props: New York's Monday 24h occurrence (Mon 10:30Z - Tue 10:30Z)
+        // starts before the lookback of a Tuesday-afternoon query, overlaps Chatham's Tuesday
+        // window (Mon 15:00Z - Tue 10:15Z) and touches New York's Tuesday occurrence.
+        let s = schedule(&[
+            window("America/New_York", &["Mon", "Tue"], "05:30", "05:30"),
+            window("Pacific/Chatham", &["Tue"], "04:45", "00:00"),
+        ]);
+        assert_eq!(
+            s.occurrence_containing(utc(2026, 3, 3, 15, 26)),
+            Some(Occurrence { start: utc(2026, 3, 2, 10, 30), end: utc(2026, 3, 4, 10, 30) })
+        );
+    }
+
+    #[test]
+    fn zones_that_only_together_cover_the_week_are_open_all_horizon() {
+        // Found by window_props: Lord Howe Thu-Sat plus Kolkata Sat-Wed, each full days.
+        let s = schedule(&[
+            window("Australia/Lord_Howe", &["Thu", "Fri", "Sat"], "00:00", "00:00"),
+            window("Asia/Kolkata", &["Mon", "Tue", "Wed", "Sat", "Sun"], "00:00", "00:00"),
+        ]);
+        assert!(!s.is_always_open()); // not detectable from one zone alone
+        let p = s.profile(utc(2026, 1, 8, 0, 0)).unwrap_or_else(|| panic!("profile"));
+        assert!(p.always_open);
+        assert_eq!(p.period, ALWAYS_OPEN_PERIOD);
     }
 
     #[test]
