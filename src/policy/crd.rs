@@ -480,6 +480,18 @@ mod tests {
     }
 
     #[test]
+    fn checked_in_crd_is_current() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/rotationpolicy.yaml");
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        let generated = crd_yaml().unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            on_disk == generated,
+            "crds/rotationpolicy.yaml is stale (or missing); regenerate it with `{REGENERATE_COMMAND}`"
+        );
+    }
+
+    #[test]
     fn unknown_fields_are_tolerated() {
         let spec: Result<RotationPolicySpec, _> =
             serde_yaml::from_str("nodePoolSelector: {}\nsomethingNew: 1\nsurge: {maxSurge: 3}\n");

@@ -19,4 +19,6 @@ pub mod settings;
 pub mod window;
 
 #[cfg(test)]
+mod example_manifests;
+#[cfg(test)]
 mod window_props;

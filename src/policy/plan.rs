@@ -1,9 +1,686 @@
-//! `noderotation plan`. Placeholder until the policy issue lands.
-use clap::Args;
+//! `noderotation plan`: what a RotationPolicy will do to a NodePool, before it is applied.
+//!
+//! ```text
+//! noderotation plan -f policy.yaml --nodepool nodepool.yaml
+//! noderotation plan -f policy.yaml --expire-after 14d --tgp 1h --nodes 20 [--output json]
+//! ```
+//!
+//! Prints P, A, t_rot, t_rot_est, C, G, every finding with severity and fix, and the next
+//! occurrences in the policy's time zones and UTC. Exit code 2 when a fatal finding exists;
+//! input errors (exit code 1) name the file, the field and the problem.
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
+use anyhow::{Context, anyhow, bail};
+use chrono::{DateTime, Duration, SecondsFormat, Utc};
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+use super::crd::RotationPolicy;
+use super::duration::{self, ExpireAfter, format_human};
+use super::feasibility::{self, Assessment, Finding, PoolFacts, Severity};
+use super::resolve;
+use super::settings::{AgeThreshold, Effective};
+use super::window::{HORIZON, Occurrence, Schedule};
+use crate::clock::{Clock, SystemClock};
+use crate::karpenter::NodePool;
+
+/// Process exit code when a fatal finding exists. (Input errors exit 1; only a command line
+/// clap itself cannot parse also exits 2.)
+pub const EXIT_FATAL: i32 = 2;
+
+/// Output format of `plan`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// For people.
+    Human,
+    /// For machines; see [`PlanReport`].
+    Json,
+}
+
+/// The command line of `noderotation plan`.
 #[derive(Debug, Args)]
-pub struct PlanArgs {}
+pub struct PlanArgs {
+    /// The RotationPolicy manifest (YAML).
+    #[arg(short = 'f', long = "filename", value_name = "POLICY_YAML")]
+    pub filename: PathBuf,
 
-pub fn run(_args: &PlanArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("`noderotation plan` is not implemented yet")
+    /// Which policy to plan when the manifest holds several.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+
+    /// A karpenter.sh/v1 NodePool manifest to plan against.
+    #[arg(long, value_name = "NODEPOOL_YAML")]
+    pub nodepool: Option<PathBuf>,
+
+    /// The pool's expireAfter instead of --nodepool: a Go duration, Nd for days, or Never.
+    #[arg(long, value_name = "DURATION")]
+    pub expire_after: Option<String>,
+
+    /// The pool's terminationGracePeriod instead of --nodepool; omit when the pool has none.
+    #[arg(long, value_name = "DURATION")]
+    pub tgp: Option<String>,
+
+    /// N, the number of nodes in the pool (with --nodepool default: status.resources.nodes).
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u64>,
+
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Human)]
+    pub output: OutputFormat,
+
+    /// Evaluate at this instant (RFC 3339) instead of now, for reproducible output.
+    #[arg(long, value_name = "RFC3339")]
+    pub now: Option<String>,
+
+    /// How many upcoming occurrences to list.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub occurrences: usize,
+}
+
+/// Runs `plan`; the result is the exit code (0, or [`EXIT_FATAL`]).
+pub fn run(args: &PlanArgs) -> anyhow::Result<i32> {
+    let now = match &args.now {
+        Some(s) => DateTime::parse_from_rfc3339(s)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|e| anyhow!("--now: {s:?} is not an RFC 3339 time: {e}"))?,
+        None => SystemClock.now(),
+    };
+    let report = plan(args, now)?;
+    match args.output {
+        OutputFormat::Human => print!("{}", render_human(&report)),
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    Ok(if report.fatal { EXIT_FATAL } else { 0 })
+}
+
+/// Builds the report for `args` at `now` (all input is read and checked here).
+pub fn plan(args: &PlanArgs, now: DateTime<Utc>) -> anyhow::Result<PlanReport> {
+    let file = args.filename.display().to_string();
+    let text = read(&args.filename)?;
+    let policies = parse_policies(&text).map_err(|e| anyhow!("{file}: {e}"))?;
+    let policy = pick_policy(policies, args.name.as_deref()).map_err(|e| anyhow!("{file}: {e}"))?;
+    let policy_name = policy.metadata.name.clone().unwrap_or_default();
+    let settings = Effective::from_spec(&policy.spec).map_err(|invalid| {
+        let lines: Vec<String> =
+            invalid.errors.iter().map(|e| format!("{file}: {}: {}", e.field, e.problem)).collect();
+        anyhow!("RotationPolicy {policy_name} is invalid:\n{}", lines.join("\n"))
+    })?;
+
+    // Checked here rather than by clap so that a usage mistake exits 1, not 2 (2 = fatal).
+    let (pool_input, facts) = match (&args.nodepool, &args.expire_after, &args.tgp) {
+        (Some(path), None, None) => pool_from_file(path, &policy, args.nodes)?,
+        (Some(_), _, _) => bail!("--nodepool cannot be combined with --expire-after or --tgp"),
+        (None, Some(_), _) => pool_from_flags(args)?,
+        (None, None, _) => bail!(
+            "say which pool to plan for: --nodepool NODEPOOL_YAML, or --expire-after DURATION \
+             [--tgp DURATION] [--nodes N]"
+        ),
+    };
+    let assessment = feasibility::assess(&settings, &facts, now);
+    let next = upcoming(&settings.schedule, now, args.occurrences);
+    Ok(build_report(&policy_name, &file, pool_input, &settings, &assessment, &next, now))
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TypeMeta {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+}
+
+/// Every RotationPolicy in a (possibly multi-document) YAML manifest. Errors name the document
+/// and the field (`spec.surge.readyTimeout: invalid type ... at line 12 column 19`).
+pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
+    let mut kinds = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let value =
+            serde_yaml::Value::deserialize(doc).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
+        if value.is_null() {
+            kinds.push(None); // an empty document (`---` at the end)
+            continue;
+        }
+        let meta: TypeMeta =
+            serde_yaml::from_value(value).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
+        kinds.push(Some(meta));
+    }
+    let mut policies = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let Some(Some(meta)) = kinds.get(i) else { continue };
+        if meta.kind != "RotationPolicy" || meta.api_version != "noderotation.io/v1alpha1" {
+            bail!(
+                "document {}: apiVersion/kind: expected noderotation.io/v1alpha1 RotationPolicy, \
+                 got {:?} {:?}",
+                i + 1,
+                meta.api_version,
+                meta.kind
+            );
+        }
+        let policy =
+            RotationPolicy::deserialize(doc).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
+        if policy.metadata.name.as_deref().is_none_or(str::is_empty) {
+            bail!("document {}: metadata.name: required", i + 1);
+        }
+        policies.push(policy);
+    }
+    if policies.is_empty() {
+        bail!("no RotationPolicy in the file");
+    }
+    Ok(policies)
+}
+
+fn pick_policy(
+    policies: Vec<RotationPolicy>,
+    name: Option<&str>,
+) -> anyhow::Result<RotationPolicy> {
+    let names: Vec<String> =
+        policies.iter().map(|p| p.metadata.name.clone().unwrap_or_default()).collect();
+    match name {
+        Some(name) => {
+            policies.into_iter().find(|p| p.metadata.name.as_deref() == Some(name)).ok_or_else(
+                || anyhow!("no RotationPolicy named {name:?} (found: {})", names.join(", ")),
+            )
+        }
+        None if policies.len() == 1 => {
+            policies.into_iter().next().ok_or_else(|| anyhow!("no RotationPolicy in the file"))
+        }
+        None => bail!(
+            "holds {} RotationPolicies ({}); choose one with --name",
+            policies.len(),
+            names.join(", ")
+        ),
+    }
+}
+
+fn pool_from_file(
+    path: &Path,
+    policy: &RotationPolicy,
+    nodes: Option<u64>,
+) -> anyhow::Result<(PoolInput, PoolFacts)> {
+    let file = path.display().to_string();
+    let text = read(path)?;
+    let meta: TypeMeta = serde_yaml::from_str(&text).map_err(|e| anyhow!("{file}: {e}"))?;
+    if meta.kind != "NodePool" || meta.api_version != "karpenter.sh/v1" {
+        bail!(
+            "{file}: apiVersion/kind: expected karpenter.sh/v1 NodePool, got {:?} {:?}",
+            meta.api_version,
+            meta.kind
+        );
+    }
+    let pool: NodePool = serde_yaml::from_str(&text).map_err(|e| anyhow!("{file}: {e}"))?;
+    let expire_after =
+        pool.expire_after().map_err(|e| anyhow!("{file}: spec.template.spec.expireAfter: {e}"))?;
+    let tgp = pool
+        .termination_grace_period()
+        .map_err(|e| anyhow!("{file}: spec.template.spec.terminationGracePeriod: {e}"))?;
+    let labels = pool.metadata.labels.clone().unwrap_or_default();
+    let selected = resolve::selector_matches(&policy.spec.node_pool_selector, &labels);
+    let nodes = nodes.or_else(|| pool.node_count());
+    let input = PoolInput {
+        source: file,
+        name: pool.metadata.name.clone(),
+        expire_after: expire_after.to_string(),
+        termination_grace_period: tgp.map(duration::format),
+        nodes,
+        selected_by_policy: selected,
+    };
+    let facts = PoolFacts {
+        expire_after,
+        termination_grace_period: tgp,
+        nodes,
+        exhausted_limits: pool.exhausted_limits(),
+        static_pool: pool.is_static(),
+    };
+    Ok((input, facts))
+}
+
+fn pool_from_flags(args: &PlanArgs) -> anyhow::Result<(PoolInput, PoolFacts)> {
+    let raw = args
+        .expire_after
+        .as_deref()
+        .ok_or_else(|| anyhow!("give either --nodepool FILE or --expire-after DURATION"))?;
+    let expire_after = ExpireAfter::parse_with_days(raw).map_err(|_| {
+        anyhow!(
+            "--expire-after: {raw:?} is not a duration: use a Go duration such as 336h, days \
+             such as 14d, or Never"
+        )
+    })?;
+    let tgp = args
+        .tgp
+        .as_deref()
+        .map(|s| {
+            duration::parse_with_days(s)
+                .ok()
+                .filter(|d| *d >= Duration::zero())
+                .ok_or_else(|| anyhow!("--tgp: {s:?} is not a duration (e.g. 1h, 30m, 2d)"))
+        })
+        .transpose()?;
+    let input = PoolInput {
+        source: "flags".into(),
+        name: None,
+        expire_after: expire_after.to_string(),
+        termination_grace_period: tgp.map(duration::format),
+        nodes: args.nodes,
+        selected_by_policy: None,
+    };
+    let facts = PoolFacts {
+        expire_after,
+        termination_grace_period: tgp,
+        nodes: args.nodes,
+        exhausted_limits: Vec::new(),
+        static_pool: false,
+    };
+    Ok((input, facts))
+}
+
+/// The next `count` occurrences starting from the one in progress at `now`, if any.
+fn upcoming(schedule: &Schedule, now: DateTime<Utc>, count: usize) -> Vec<Occurrence> {
+    if schedule.is_empty() || count == 0 {
+        return Vec::new();
+    }
+    let mut reach = Duration::weeks(5);
+    loop {
+        let found = schedule.occurrences(now, now + reach);
+        if found.len() >= count || reach >= HORIZON {
+            return found.into_iter().take(count).collect();
+        }
+        reach = (reach * 4).min(HORIZON);
+    }
+}
+
+/// The plan, as `--output json` prints it. Durations are whole seconds; instants RFC 3339.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanReport {
+    pub policy: String,
+    pub policy_file: String,
+    pub evaluated_at: String,
+    pub node_pool: PoolInput,
+    pub settings: SettingsReport,
+    pub windows: Vec<String>,
+    pub derived: DerivedReport,
+    pub findings: Vec<Finding>,
+    /// A fatal finding exists (exit code 2).
+    pub fatal: bool,
+    pub next_occurrences: Vec<OccurrenceReport>,
+}
+
+/// The pool the plan is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolInput {
+    /// The NodePool file, or `flags`.
+    pub source: String,
+    pub name: Option<String>,
+    pub expire_after: String,
+    pub termination_grace_period: Option<String>,
+    pub nodes: Option<u64>,
+    /// Whether the policy's selector matches the NodePool's labels (NodePool file only).
+    pub selected_by_policy: Option<bool>,
+}
+
+/// The policy's effective surge settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettingsReport {
+    pub min_rotation_chances: u32,
+    /// `auto` or the override as a Go duration.
+    pub age_threshold: String,
+    pub ready_timeout_seconds: i64,
+    pub cooldown_after_seconds: i64,
+    pub failure_pause_seconds: i64,
+    pub retry_backoff_seconds: i64,
+    pub max_retry_backoff_seconds: i64,
+    pub forceful_fallback: bool,
+    pub whole_node_reservation: bool,
+    pub required_node_labels: Vec<String>,
+    pub preferred_node_labels: Vec<String>,
+}
+
+/// The derived quantities (SUPPLEMENT §3.2 symbols in the comments).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DerivedReport {
+    /// `P`.
+    pub window_period_seconds: Option<i64>,
+    pub always_open: bool,
+    /// `t_rot`.
+    pub t_rot_seconds: i64,
+    /// `t_rot_est`.
+    pub t_rot_estimate_seconds: i64,
+    pub provisioning_estimate_seconds: i64,
+    pub drain_estimate_seconds: i64,
+    /// `A`.
+    pub age_threshold_seconds: Option<i64>,
+    pub age_threshold_overridden: bool,
+    pub lead_time_seconds: Option<i64>,
+    /// `G` (`K` for auto).
+    pub guaranteed_chances: Option<i64>,
+    /// `C`.
+    pub starts_per_occurrence: Option<u64>,
+    pub shortest_occurrence_seconds: Option<i64>,
+    pub shortest_gap_seconds: Option<i64>,
+}
+
+/// One upcoming occurrence, in UTC and in each of the policy's zones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OccurrenceReport {
+    pub start: String,
+    pub end: String,
+    pub duration_seconds: i64,
+    pub local: Vec<LocalOccurrence>,
+}
+
+/// An occurrence in one zone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalOccurrence {
+    pub timezone: String,
+    pub start: String,
+    pub end: String,
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn build_report(
+    policy: &str,
+    file: &str,
+    node_pool: PoolInput,
+    s: &Effective,
+    a: &Assessment,
+    next: &[Occurrence],
+    now: DateTime<Utc>,
+) -> PlanReport {
+    let d = &a.derived;
+    let secs = |d: Duration| d.num_seconds();
+    let zones = s.schedule.timezones();
+    PlanReport {
+        policy: policy.to_string(),
+        policy_file: file.to_string(),
+        evaluated_at: rfc3339(now),
+        node_pool,
+        settings: SettingsReport {
+            min_rotation_chances: s.min_rotation_chances,
+            age_threshold: match s.age_threshold {
+                AgeThreshold::Auto => "auto".into(),
+                AgeThreshold::Override(d) => duration::format(d),
+            },
+            ready_timeout_seconds: secs(s.ready_timeout),
+            cooldown_after_seconds: secs(s.cooldown_after),
+            failure_pause_seconds: secs(s.failure_pause),
+            retry_backoff_seconds: secs(s.retry_backoff),
+            max_retry_backoff_seconds: secs(s.backoff(u32::MAX)),
+            forceful_fallback: s.forceful_fallback,
+            whole_node_reservation: s.whole_node_reservation,
+            required_node_labels: s.match_node_requirements.required.clone(),
+            preferred_node_labels: s.match_node_requirements.preferred.clone(),
+        },
+        windows: s.schedule.entries().iter().map(ToString::to_string).collect(),
+        derived: DerivedReport {
+            window_period_seconds: d.period.map(secs),
+            always_open: d.always_open,
+            t_rot_seconds: secs(d.t_rot),
+            t_rot_estimate_seconds: secs(d.t_rot_est),
+            provisioning_estimate_seconds: secs(d.provisioning_estimate),
+            drain_estimate_seconds: secs(d.drain_estimate),
+            age_threshold_seconds: d.age_threshold.map(secs),
+            age_threshold_overridden: d.age_threshold_overridden,
+            lead_time_seconds: d.lead_time.map(secs),
+            guaranteed_chances: d.chances,
+            starts_per_occurrence: d.starts_per_occurrence,
+            shortest_occurrence_seconds: d.shortest_occurrence.map(secs),
+            shortest_gap_seconds: d.shortest_gap.map(secs),
+        },
+        findings: a.findings.clone(),
+        fatal: a.has_fatal(),
+        next_occurrences: next
+            .iter()
+            .map(|o| OccurrenceReport {
+                start: rfc3339(o.start),
+                end: rfc3339(o.end),
+                duration_seconds: secs(o.duration()),
+                local: zones
+                    .iter()
+                    .map(|tz| LocalOccurrence {
+                        timezone: tz.name().to_string(),
+                        start: o.start.with_timezone(tz).to_rfc3339_opts(SecondsFormat::Secs, true),
+                        end: o.end.with_timezone(tz).to_rfc3339_opts(SecondsFormat::Secs, true),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+fn human_secs(s: i64) -> String {
+    format_human(Duration::seconds(s))
+}
+
+/// The human rendering of a report.
+pub fn render_human(r: &PlanReport) -> String {
+    let mut out = String::new();
+    let d = &r.derived;
+    let s = &r.settings;
+    let p = &r.node_pool;
+    let _ = writeln!(out, "RotationPolicy {} ({})", r.policy, r.policy_file);
+    let pool = match &p.name {
+        Some(name) => format!("NodePool {name} ({})", p.source),
+        None => "NodePool (from flags)".to_string(),
+    };
+    let with_days = |s: &str| match duration::parse(s) {
+        Ok(d) if d >= Duration::days(1) => format!("{s} ({})", format_human(d)),
+        _ => s.to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "{pool}: expireAfter {}, terminationGracePeriod {}, nodes {}",
+        with_days(&p.expire_after),
+        p.termination_grace_period.as_deref().unwrap_or("unset"),
+        p.nodes.map_or("unknown".to_string(), |n| n.to_string())
+    );
+    if p.selected_by_policy == Some(false) {
+        let _ = writeln!(
+            out,
+            "note: the policy's nodePoolSelector does not match this NodePool's labels; it would \
+             not govern it"
+        );
+    }
+    let _ = writeln!(out, "Evaluated at {}", r.evaluated_at);
+
+    let _ = writeln!(out, "\nWindows (union)");
+    if r.windows.is_empty() {
+        let _ = writeln!(out, "  (none)");
+    }
+    for w in &r.windows {
+        let _ = writeln!(out, "  {w}");
+    }
+
+    let _ = writeln!(out, "\nDerived");
+    let row = |out: &mut String, sym: &str, what: &str, value: String, note: String| {
+        let line = format!("  {sym:<10} {what:<32} {value}");
+        let _ = if note.is_empty() {
+            writeln!(out, "{line}")
+        } else {
+            writeln!(out, "{:<62} {note}", line)
+        };
+    };
+    let period = match d.window_period_seconds {
+        None => "undefined".to_string(),
+        Some(secs) if d.always_open => {
+            format!("{} (open 24/7: the reconcile tick)", human_secs(secs))
+        }
+        Some(secs) => human_secs(secs),
+    };
+    row(&mut out, "P", "window period (worst case)", period, String::new());
+    row(&mut out, "K", "minRotationChances", s.min_rotation_chances.to_string(), String::new());
+    row(
+        &mut out,
+        "t_rot",
+        "rotation bound",
+        human_secs(d.t_rot_seconds),
+        format!(
+            "readyTimeout {} + tGP {} + buffer 2m",
+            human_secs(s.ready_timeout_seconds),
+            match &p.termination_grace_period {
+                Some(t) => duration::parse(t).map(format_human).unwrap_or_else(|_| t.clone()),
+                None => "1h (unset)".into(),
+            }
+        ),
+    );
+    row(
+        &mut out,
+        "t_rot_est",
+        "expected rotation time",
+        human_secs(d.t_rot_estimate_seconds),
+        format!(
+            "provisioning {} + drain {}",
+            human_secs(d.provisioning_estimate_seconds),
+            human_secs(d.drain_estimate_seconds)
+        ),
+    );
+    let (a_value, a_note) = match (d.age_threshold_seconds, d.age_threshold_overridden) {
+        (Some(a), false) => (human_secs(a), "auto: E - (K*P + t_rot)".to_string()),
+        (Some(a), true) => (human_secs(a), "override".to_string()),
+        (None, _) if p.expire_after == "Never" => {
+            ("none".to_string(), "auto with expireAfter Never: no node is ever due".to_string())
+        }
+        (None, _) => ("undefined".to_string(), String::new()),
+    };
+    row(&mut out, "A", "age threshold", a_value, a_note);
+    if let Some(lead) = d.lead_time_seconds {
+        row(&mut out, "lead", "due this long before expiry", human_secs(lead), String::new());
+    }
+    let c = match (d.starts_per_occurrence, d.shortest_occurrence_seconds) {
+        (Some(c), Some(len)) => (
+            c.to_string(),
+            format!(
+                "ceil(shortest occurrence {} / (t_rot_est {} + cooldownAfter {}))",
+                human_secs(len),
+                human_secs(d.t_rot_estimate_seconds),
+                human_secs(s.cooldown_after_seconds)
+            ),
+        ),
+        _ if d.always_open => (
+            "continuous".to_string(),
+            format!(
+                "one start every {}",
+                human_secs(d.t_rot_estimate_seconds + s.cooldown_after_seconds)
+            ),
+        ),
+        _ => ("undefined".to_string(), String::new()),
+    };
+    row(&mut out, "C", "rotation starts per occurrence", c.0, c.1);
+    let g = match (d.guaranteed_chances, d.age_threshold_overridden) {
+        (Some(g), false) => (g.to_string(), "= K".to_string()),
+        (Some(g), true) => (g.to_string(), "floor((E - A - t_rot) / P)".to_string()),
+        (None, true) if p.expire_after == "Never" => {
+            ("unbounded".to_string(), "expireAfter Never".to_string())
+        }
+        (None, _) => ("none".to_string(), String::new()),
+    };
+    row(&mut out, "G", "guaranteed chances", g.0, g.1);
+
+    let _ = writeln!(out, "\nSettings");
+    let _ = writeln!(
+        out,
+        "  ageThreshold {}, readyTimeout {}, cooldownAfter {}, failurePause {}",
+        s.age_threshold,
+        human_secs(s.ready_timeout_seconds),
+        human_secs(s.cooldown_after_seconds),
+        human_secs(s.failure_pause_seconds)
+    );
+    let _ = writeln!(
+        out,
+        "  retryBackoff {} doubling to {}, forcefulFallback {}, wholeNodeReservation {}",
+        human_secs(s.retry_backoff_seconds),
+        human_secs(s.max_retry_backoff_seconds),
+        on_off(s.forceful_fallback),
+        on_off(s.whole_node_reservation)
+    );
+    let _ = writeln!(
+        out,
+        "  replacement matches node labels: required [{}], preferred [{}]",
+        s.required_node_labels.join(", "),
+        s.preferred_node_labels.join(", ")
+    );
+
+    let _ = writeln!(out, "\nFindings");
+    if r.findings.is_empty() {
+        let _ = writeln!(out, "  none");
+    }
+    for f in &r.findings {
+        let severity = match f.severity {
+            Severity::Fatal => "FATAL",
+            Severity::Warning => "WARNING",
+        };
+        let _ = writeln!(out, "  {severity:<8} {}: {}", f.reason, f.message);
+        let _ = writeln!(out, "           fix: {}", f.fix);
+    }
+
+    let _ = writeln!(out, "\nNext occurrences");
+    if r.next_occurrences.is_empty() {
+        let _ = writeln!(out, "  none");
+    }
+    for o in &r.next_occurrences {
+        let _ = writeln!(
+            out,
+            "  {} - {} UTC ({})",
+            short_time(&o.start, true, false),
+            short_time(&o.end, false, false),
+            human_secs(o.duration_seconds)
+        );
+        for l in &o.local {
+            let _ = writeln!(
+                out,
+                "      {:<20} {} - {}",
+                l.timezone,
+                short_time(&l.start, true, true),
+                short_time(&l.end, false, true)
+            );
+        }
+    }
+
+    let warnings = r.findings.iter().filter(|f| f.severity == Severity::Warning).count();
+    let fatal = r.findings.len() - warnings;
+    let _ = writeln!(
+        out,
+        "\n{}",
+        if r.fatal {
+            format!(
+                "INFEASIBLE: {fatal} fatal finding(s), {warnings} warning(s); no rotation would \
+                 start in this pool (exit code {EXIT_FATAL})"
+            )
+        } else {
+            format!("Feasible: {warnings} warning(s)")
+        }
+    );
+    out
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b { "on" } else { "off" }
+}
+
+/// `Wed 2026-06-03 02:00 +09:00` (with the date) or `Wed 06:00 +09:00`, from an RFC 3339
+/// string; without the offset for UTC lines.
+fn short_time(rfc: &str, with_date: bool, with_offset: bool) -> String {
+    let format = match (with_date, with_offset) {
+        (true, true) => "%a %Y-%m-%d %H:%M %:z",
+        (true, false) => "%a %Y-%m-%d %H:%M",
+        (false, true) => "%a %H:%M %:z",
+        (false, false) => "%a %H:%M",
+    };
+    match DateTime::parse_from_rfc3339(rfc) {
+        Ok(t) => t.format(format).to_string(),
+        Err(_) => rfc.to_string(),
+    }
 }

@@ -1,0 +1,192 @@
+//! `noderotation plan` and `noderotation crd` end to end: human output snapshots for two example
+//! policies, `--output json` round-trip, exit code 2 on a fatal finding, input errors naming
+//! file, field and problem, and the checked-in CRD.
+use std::path::Path;
+use std::process::Command;
+
+use noderotation::policy::plan::PlanReport;
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn noderotation(args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_noderotation"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run noderotation: {e}"));
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+const NOW: &str = "2026-06-01T00:00:00Z";
+
+#[test]
+fn plan_worked_example_from_flags() {
+    let run = noderotation(&[
+        "plan",
+        "-f",
+        "deploy/examples/single-pool.yaml",
+        "--expire-after",
+        "14d",
+        "--tgp",
+        "1h",
+        "--nodes",
+        "10",
+        "--now",
+        NOW,
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    insta::assert_snapshot!(run.stdout);
+}
+
+#[test]
+fn plan_several_windows_against_a_nodepool_across_a_dst_change() {
+    // London leaves summer time on 2026-10-25: the Friday-to-Monday gap grows to 3d.
+    let run = noderotation(&[
+        "plan",
+        "-f",
+        "deploy/examples/several-windows.yaml",
+        "--nodepool",
+        "deploy/examples/nodepools/general.yaml",
+        "--now",
+        "2026-10-20T12:00:00Z",
+        "--occurrences",
+        "6",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    insta::assert_snapshot!(run.stdout);
+}
+
+#[test]
+fn plan_json_round_trips() {
+    let run = noderotation(&[
+        "plan",
+        "-f",
+        "deploy/examples/forceful-fallback.yaml",
+        "--expire-after",
+        "720h",
+        "--tgp",
+        "2h",
+        "--nodes",
+        "6",
+        "--now",
+        NOW,
+        "--output",
+        "json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report: PlanReport =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+    let again = serde_json::to_string_pretty(&report).unwrap_or_default();
+    assert_eq!(again.trim_end(), run.stdout.trim_end());
+    assert_eq!(report.derived.guaranteed_chances, Some(5));
+    insta::assert_snapshot!(run.stdout);
+}
+
+#[test]
+fn fatal_policy_exits_2() {
+    // Worked example with expireAfter 7d: A = 7d - (2*4d + 1h17m) < 0.
+    let run = noderotation(&[
+        "plan",
+        "-f",
+        "deploy/examples/single-pool.yaml",
+        "--expire-after",
+        "168h",
+        "--tgp",
+        "1h",
+        "--now",
+        NOW,
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stdout.contains("FATAL    AgeThresholdNotPositive"), "{}", run.stdout);
+    assert!(run.stdout.contains("INFEASIBLE"), "{}", run.stdout);
+    let json = noderotation(&[
+        "plan",
+        "-f",
+        "deploy/examples/single-pool.yaml",
+        "--expire-after",
+        "168h",
+        "--now",
+        NOW,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(json.code, 2);
+    let report: PlanReport = serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.fatal);
+}
+
+#[test]
+fn input_errors_name_file_field_and_problem() {
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "plan",
+                "-f",
+                "deploy/examples/invalid/ready-timeout-zero.yaml",
+                "--expire-after",
+                "14d",
+            ],
+            "deploy/examples/invalid/ready-timeout-zero.yaml: spec.surge.readyTimeout: must be greater than 0",
+        ),
+        (
+            &[
+                "plan",
+                "-f",
+                "deploy/examples/reconcile-invalid/timezone-unknown.yaml",
+                "--expire-after",
+                "14d",
+            ],
+            "deploy/examples/reconcile-invalid/timezone-unknown.yaml: spec.maintenanceWindows[0].timezone: unknown IANA time zone \"Asia/Tokio\"",
+        ),
+        (
+            &[
+                "plan",
+                "-f",
+                "deploy/examples/invalid/min-rotation-chances-string.yaml",
+                "--expire-after",
+                "14d",
+            ],
+            "deploy/examples/invalid/min-rotation-chances-string.yaml: document 1: spec.minRotationChances: invalid type: string \"two\", expected i32",
+        ),
+        (
+            &["plan", "-f", "deploy/examples/single-pool.yaml", "--expire-after", "14days"],
+            "--expire-after: \"14days\" is not a duration",
+        ),
+        (
+            &[
+                "plan",
+                "-f",
+                "deploy/examples/single-pool.yaml",
+                "--nodepool",
+                "deploy/examples/single-pool.yaml",
+            ],
+            "deploy/examples/single-pool.yaml: apiVersion/kind: expected karpenter.sh/v1 NodePool",
+        ),
+    ];
+    for (args, expected) in cases {
+        let run = noderotation(args);
+        assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(expected), "{args:?}:\n{}", run.stderr);
+        assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
+    }
+}
+
+#[test]
+fn crd_command_matches_the_checked_in_file() {
+    let run = noderotation(&["crd"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/rotationpolicy.yaml");
+    let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        run.stdout == on_disk,
+        "crds/rotationpolicy.yaml is stale; regenerate it with `cargo run -- crd > crds/rotationpolicy.yaml`"
+    );
+}
