@@ -113,6 +113,8 @@ impl Facts for Toy {
                 Some(n) => Value::Object(ObjRef::Claim(n.clone())),
                 None => Value::Nil,
             },
+            // The start-up sweep's roots; these tests run pool passes only.
+            Root::Claim | Root::Node | Root::Pod => Value::Nil,
         }
     }
 
@@ -172,6 +174,7 @@ impl Facts for Toy {
             Pred::PlaceholderNode => Value::Object(ObjRef::Node("surge-node".into())),
             Pred::InducedClaim | Pred::SurgePath => Value::Nil,
             Pred::DrainBound => Value::Duration(Duration::minutes(62)),
+            Pred::Anchored => Value::Bool(false),
             Pred::Latest => {
                 let times: Vec<DateTime<Utc>> = args.iter().filter_map(Value::as_time).collect();
                 times.into_iter().max().map(Value::Time).unwrap_or(Value::Nil)
@@ -198,9 +201,10 @@ impl Host for Toy {
                 let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else {
                     // Pool writes.
                     if let Some(k) = a.absent
-                        && self.store.pool.contains_key(&k) {
-                            return Ok(Outcome::Raced);
-                        }
+                        && self.store.pool.contains_key(&k)
+                    {
+                        return Ok(Outcome::Raced);
+                    }
                     for (k, v) in &a.set {
                         self.store.pool.insert(*k, show(v));
                     }

@@ -33,6 +33,8 @@ pub enum Then {
     Continue,
     Requeue(Duration),
     Goto(Handler),
+    /// End without a requeue.
+    Done,
 }
 
 /// A verb with its arguments still to be evaluated.
@@ -131,6 +133,7 @@ pub(super) fn compile(book: &Rulebook) -> Result<Engine, String> {
                 r.statements.iter().map(|s| verb(s, &mut ctx)).collect::<Result<Vec<_>, _>>()?;
             let then = match &r.decl.then {
                 model::Then::Continue => Then::Continue,
+                model::Then::Done => Then::Done,
                 model::Then::Requeue(_) => Then::Requeue(Duration::milliseconds(
                     r.requeue_ms.ok_or("requeue without duration")?,
                 )),

@@ -16,6 +16,7 @@ use chrono::Duration;
 use include_dir::{Dir, include_dir};
 
 pub use compile::{Action, Row, Then, VerbCall};
+pub use eval::parse_annotation as value_of_annotation;
 pub use value::{ObjRef, Value};
 pub use vocab::*;
 
@@ -73,6 +74,7 @@ pub enum EngineError {
 pub struct Pass {
     /// Ids of the rows that fired, in order.
     pub fired: Vec<String>,
+    /// When to come back (zero for handlers that end with `Done`).
     pub requeue: Duration,
 }
 
@@ -174,6 +176,7 @@ impl Engine {
                 match row.then {
                     Then::Continue => continue,
                     Then::Requeue(d) => return Ok(Pass { fired, requeue: d }),
+                    Then::Done => return Ok(Pass { fired, requeue: Duration::zero() }),
                     Then::Goto(target) => {
                         next = Some(target);
                         break;

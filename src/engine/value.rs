@@ -12,6 +12,8 @@ pub enum ObjRef {
     Claim(String),
     /// A Node by name.
     Node(String),
+    /// A Pod by namespace and name (the start-up sweep's placeholders).
+    Pod(String, String),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -62,7 +64,7 @@ impl Value {
             Value::Duration(d) => crate::policy::duration::format(*d),
             Value::Time(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             Value::Name(n) | Value::Sym(n) => n.clone(),
-            Value::Object(ObjRef::Claim(n) | ObjRef::Node(n)) => n.clone(),
+            Value::Object(ObjRef::Claim(n) | ObjRef::Node(n) | ObjRef::Pod(_, n)) => n.clone(),
             Value::Object(_) => return None,
         })
     }

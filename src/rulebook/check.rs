@@ -367,9 +367,10 @@ impl<'a> Checker<'a> {
                 self.err_ann(at, format!("annotation `{}` has no targets", k.key));
             }
             if let ValueType::Enum(v) = &k.value
-                && v.is_empty() {
-                    self.err_ann(at, format!("annotation `{}`: an Enum needs values", k.key));
-                }
+                && v.is_empty()
+            {
+                self.err_ann(at, format!("annotation `{}`: an Enum needs values", k.key));
+            }
         }
         for key in &ann.anchor_clear_set {
             let at = self.ann_src.string_after(0, key).unwrap_or(0);
@@ -693,28 +694,30 @@ impl<'a> Checker<'a> {
                     }
                     None
                 }
-                Then::Continue => None,
+                Then::Continue | Then::Done => None,
             };
             if let Some(to) = &row.to
-                && !self.claim_states().contains(to) {
-                    let at = self.tr_src.find(row_at, "to:").unwrap_or(row_at);
-                    self.err_tr(
-                        at,
-                        format!(
-                            "to: \"{to}\" is not a ClaimState ({})",
-                            self.claim_states().join(", ")
-                        ),
-                    );
-                }
+                && !self.claim_states().contains(to)
+            {
+                let at = self.tr_src.find(row_at, "to:").unwrap_or(row_at);
+                self.err_tr(
+                    at,
+                    format!(
+                        "to: \"{to}\" is not a ClaimState ({})",
+                        self.claim_states().join(", ")
+                    ),
+                );
+            }
             if row.when.is_none() && row.then != Then::Continue && ended_by.is_none() {
                 ended_by = Some(&row.id);
             }
             // Flow typing: below a terminal `x == nil` row, `x` is not nil.
             if row.then != Then::Continue
                 && let Some(RExpr::Binary { op: BinOp::Eq, lhs, rhs }) = &guard
-                    && let (RExpr::Root(r), RExpr::Lit(Lit::Nil)) = (&**lhs, &**rhs) {
-                        nonnull.insert(r.clone());
-                    }
+                && let (RExpr::Root(r), RExpr::Lit(Lit::Nil)) = (&**lhs, &**rhs)
+            {
+                nonnull.insert(r.clone());
+            }
             rows.push(CheckedRow { decl: row.clone(), guard_text, guard, statements, requeue_ms });
         }
         // A row that failed to parse already has its error; do not pile structural ones on top.
@@ -768,9 +771,10 @@ impl<'a> Checker<'a> {
                 break;
             }
             if let Some(RExpr::Binary { lhs, .. }) | Some(RExpr::In { lhs, .. }) = &row.guard
-                && universe.is_none() {
-                    universe = self.enum_values_of(lhs);
-                }
+                && universe.is_none()
+            {
+                universe = self.enum_values_of(lhs);
+            }
             path = Some(p);
             covered.extend(values);
         }
@@ -804,9 +808,10 @@ impl<'a> Checker<'a> {
             let Some(h) = tr.handlers.iter().find(|h| h.name == name) else { continue };
             for r in &h.rows {
                 if let Then::Goto(t) = &r.then
-                    && reached.insert(t.as_str()) {
-                        queue.push(t.as_str());
-                    }
+                    && reached.insert(t.as_str())
+                {
+                    queue.push(t.as_str());
+                }
             }
         }
         for h in &tr.handlers {

@@ -44,6 +44,7 @@ fn then_text(t: &Then) -> String {
         Then::Continue => "continue".into(),
         Then::Requeue(d) => format!("requeue {d}"),
         Then::Goto(h) => format!("goto {h}"),
+        Then::Done => "done".into(),
     }
 }
 
@@ -170,9 +171,10 @@ pub fn diff(old: &Rulebook, new: &Rulebook) -> RulesDiff {
     };
     for h in &new.handlers {
         if let (Some(a), Some(b)) = (assume(old, &h.name), assume(new, &h.name))
-            && a != b {
-                d.handlers.push(change(&h.name, "assume", a, b));
-            }
+            && a != b
+        {
+            d.handlers.push(change(&h.name, "assume", a, b));
+        }
     }
 
     // Definitions, compared by their normalized expression.

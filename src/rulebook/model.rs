@@ -280,6 +280,8 @@ pub enum Then {
     Continue,
     Requeue(String),
     Goto(String),
+    /// End the handler without a requeue (the start-up sweep's one-shot handlers).
+    Done,
 }
 
 /// `rules/spec-table.ron`: the §5.3 transition table.

@@ -71,6 +71,7 @@ fn then_text(row: &CheckedRow) -> String {
         Then::Continue => "continue".into(),
         Then::Requeue(d) => format!("requeue {d}"),
         Then::Goto(h) => format!("goto `{h}`"),
+        Then::Done => "done".into(),
     }
 }
 
@@ -160,9 +161,10 @@ pub fn decision_flow(book: &Rulebook) -> String {
             let _ = writeln!(out, "\nHandles claim states: {}.", h.handles.join(", "));
         }
         if let Some(decl) = book.transitions.handlers.iter().find(|d| d.name == h.name)
-            && !decl.assume.is_empty() {
-                let _ = writeln!(out, "\nOn entry, known non-nil: {}.", decl.assume.join(", "));
-            }
+            && !decl.assume.is_empty()
+        {
+            let _ = writeln!(out, "\nOn entry, known non-nil: {}.", decl.assume.join(", "));
+        }
         out.push_str("\n| Row | When | Do | Then | To | Spec |\n|---|---|---|---|---|---|\n");
         for row in &h.rows {
             let _ = writeln!(out, "{}", row_line(row));

@@ -202,9 +202,10 @@ pub fn parse_statement(src: &str) -> Result<Statement, SyntaxError> {
     let mut bind = None;
     for pair in inner {
         if pair.as_rule() == Rule::bind
-            && let Some(name) = pair.into_inner().next() {
-                bind = Some((name.as_str().to_string(), Span::of(&name)));
-            }
+            && let Some(name) = pair.into_inner().next()
+        {
+            bind = Some((name.as_str().to_string(), Span::of(&name)));
+        }
     }
     let args = args.into_iter().map(|(name, value, span)| Arg { name, value, span }).collect();
     Ok(Statement { verb, verb_span, args, bind })
