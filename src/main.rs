@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use noderotation::{cli, policy};
+use noderotation::{cli, policy, runtime};
 
 #[derive(Debug, Parser)]
 #[command(name = "noderotation", version, about, long_about = None)]
@@ -24,6 +24,8 @@ enum Command {
     Crd(policy::crd::CrdArgs),
     /// Show what a RotationPolicy will do to a NodePool: P, A, t_rot, chances, findings.
     Plan(policy::plan::PlanArgs),
+    /// Run the operator: preflight, leader election, watches, reconcile (needs a cluster).
+    Run(runtime::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
         Command::Rules(cmd) => cli::rules::rules(cmd),
         Command::Crd(args) => policy::crd::run(args),
         Command::Plan(args) => policy::plan::run(args),
+        Command::Run(args) => runtime::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

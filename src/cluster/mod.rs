@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::{RotationPolicy, RotationPolicyStatus};
 
+pub mod kube;
 pub mod memory;
 
 /// Label on every placeholder pod (SUPPLEMENT §3.3).

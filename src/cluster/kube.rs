@@ -1,0 +1,570 @@
+//! [`KubeCluster`]: the [`Cluster`] interface over kube-rs, for `noderotation run`.
+//!
+//! Reads come from reflector stores (NodePools, NodeClaims, Nodes, placeholder Pods, and
+//! RotationPolicies), written by one watcher task per kind; [`Cluster::cache`] turns them into a
+//! [`CacheView`] and rebuilds it only when a store changed since the last call. Fresh reads are
+//! `GET`s; the pods of a node are listed on demand with a `spec.nodeName` field selector (there
+//! is no cache of every pod in the cluster). Writes are JSON merge patches on
+//! `metadata.annotations` (a `null` value removes a key) and, for nodes, `spec.unschedulable`;
+//! a resourceVersion precondition travels in the patch body as `metadata.resourceVersion`, so
+//! the API server answers 409 when the object moved on. Deletes carry a uid precondition.
+//!
+//! # Threads
+//!
+//! The [`Cluster`] trait is synchronous: every method blocks the calling thread on the tokio
+//! runtime with [`Handle::block_on`]. **Call it only from a blocking thread** (a
+//! `tokio::task::spawn_blocking` closure or a plain `std::thread`), never from an async task on
+//! a runtime worker: `block_on` panics there. `noderotation run` drives the
+//! [`crate::reconcile::Controller`] inside `spawn_blocking` for exactly this reason.
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch as KubePatch, PatchParams,
+    PostParams, Preconditions,
+};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+
+use super::{
+    ApiError, CacheView, Cluster, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind,
+    ObjectRef, Patch,
+};
+use crate::karpenter::{NodeClaim, NodePool};
+use crate::policy::crd::{RotationPolicy, RotationPolicyStatus};
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "noderotation";
+
+/// The label selector of the placeholder-pod watch.
+pub fn placeholder_selector() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+}
+
+/// One watched object, as the reflector stored it.
+#[derive(Debug, Clone)]
+pub enum Watched {
+    Pool(Arc<NodePool>),
+    Claim(Arc<NodeClaim>),
+    Node(Arc<Node>),
+    Placeholder(Arc<Pod>),
+    Policy(Arc<RotationPolicy>),
+}
+
+/// What a watch saw, for the work queue of `noderotation run` (which maps it to pool keys).
+#[derive(Debug, Clone)]
+pub enum Change {
+    Applied(Watched),
+    Deleted(Watched),
+    /// A (re)list of this kind completed: the store was replaced wholesale.
+    Resynced(ObjectKind),
+}
+
+/// Maps a kube-rs error to what the API server answered.
+pub fn map_error(err: kube::Error, creating: bool) -> ApiError {
+    match err {
+        kube::Error::Api(status) => {
+            let message = if status.message.is_empty() {
+                status.reason.clone()
+            } else {
+                status.message.clone()
+            };
+            match status.code {
+                404 => ApiError::NotFound,
+                409 if creating || status.reason == "AlreadyExists" => ApiError::AlreadyExists,
+                409 => ApiError::Conflict,
+                403 => ApiError::Forbidden(message),
+                408 | 429 => ApiError::Transient(message),
+                400..=499 => ApiError::Invalid(message),
+                _ => ApiError::Transient(format!("{} {message}", status.code)),
+            }
+        }
+        other => ApiError::Transient(other.to_string()),
+    }
+}
+
+struct Stores {
+    pools: Store<NodePool>,
+    claims: Store<NodeClaim>,
+    nodes: Store<Node>,
+    placeholders: Store<Pod>,
+    policies: Store<RotationPolicy>,
+}
+
+/// The kube-rs cluster. Cheap to share (`Arc`); see the module docs for the threading rule.
+pub struct KubeCluster {
+    client: Client,
+    handle: Handle,
+    namespace: String,
+    stores: Stores,
+    /// Bumped by every watch event; the cached view remembers the value it was built at.
+    generation: Arc<AtomicU64>,
+    view: Mutex<Option<(u64, Arc<CacheView>)>>,
+    synced: Arc<AtomicBool>,
+    recorder: Recorder,
+}
+
+/// Removes what the controller never reads before an object enters a store: managed fields
+/// everywhere, and the image list of nodes (often the largest part of a Node).
+fn strip<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+fn strip_node(node: &mut Node) {
+    strip(node);
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+    }
+}
+
+fn spawn_reflector<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    modify: fn(&mut K),
+    generation: Arc<AtomicU64>,
+    tx: mpsc::UnboundedSender<Change>,
+    wrap: fn(Arc<K>) -> Watched,
+    kind: ObjectKind,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store::<K>();
+    let stream = watcher(api, config).default_backoff().modify(modify);
+    let stream = reflector::reflector(writer, stream);
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => {
+                    generation.fetch_add(1, Ordering::AcqRel);
+                    let change = match event {
+                        WatchEvent::Apply(obj) => Change::Applied(wrap(Arc::new(obj))),
+                        WatchEvent::Delete(obj) => Change::Deleted(wrap(Arc::new(obj))),
+                        WatchEvent::InitDone => Change::Resynced(kind),
+                        WatchEvent::Init | WatchEvent::InitApply(_) => continue,
+                    };
+                    // The receiver is gone only at shutdown.
+                    let _ = tx.send(change);
+                }
+                Err(err) => {
+                    tracing::warn!(kind = ?kind, error = %err, "watch failed; retrying with backoff")
+                }
+            }
+        }
+    });
+    reader
+}
+
+use kube::runtime::watcher::watcher;
+
+impl KubeCluster {
+    /// Starts the five watches on the current runtime and returns the cluster and the stream
+    /// of changes. Must be called inside the runtime (it spawns tasks).
+    pub fn start(
+        client: Client,
+        namespace: impl Into<String>,
+        reporter: Reporter,
+    ) -> (Arc<KubeCluster>, mpsc::UnboundedReceiver<Change>) {
+        let namespace = namespace.into();
+        let generation = Arc::new(AtomicU64::new(0));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let all = watcher::Config::default();
+        let stores = Stores {
+            pools: spawn_reflector(
+                Api::<NodePool>::all(client.clone()),
+                all.clone(),
+                strip,
+                generation.clone(),
+                tx.clone(),
+                Watched::Pool,
+                ObjectKind::NodePool,
+            ),
+            claims: spawn_reflector(
+                Api::<NodeClaim>::all(client.clone()),
+                all.clone(),
+                strip,
+                generation.clone(),
+                tx.clone(),
+                Watched::Claim,
+                ObjectKind::NodeClaim,
+            ),
+            nodes: spawn_reflector(
+                Api::<Node>::all(client.clone()),
+                all.clone(),
+                strip_node,
+                generation.clone(),
+                tx.clone(),
+                Watched::Node,
+                ObjectKind::Node,
+            ),
+            placeholders: spawn_reflector(
+                Api::<Pod>::namespaced(client.clone(), &namespace),
+                watcher::Config::default().labels(&placeholder_selector()),
+                strip,
+                generation.clone(),
+                tx.clone(),
+                Watched::Placeholder,
+                ObjectKind::Pod,
+            ),
+            policies: spawn_reflector(
+                Api::<RotationPolicy>::all(client.clone()),
+                all,
+                strip,
+                generation.clone(),
+                tx,
+                Watched::Policy,
+                ObjectKind::RotationPolicy,
+            ),
+        };
+        let recorder = Recorder::new(client.clone(), reporter);
+        let cluster = KubeCluster {
+            client,
+            handle: Handle::current(),
+            namespace,
+            stores,
+            generation,
+            view: Mutex::new(None),
+            synced: Arc::new(AtomicBool::new(false)),
+            recorder,
+        };
+        (Arc::new(cluster), rx)
+    }
+
+    /// Waits until every store has completed its first list (async; call from the runtime).
+    pub async fn wait_synced(&self) -> Result<(), reflector::store::WriterDropped> {
+        self.stores.pools.wait_until_ready().await?;
+        self.stores.claims.wait_until_ready().await?;
+        self.stores.nodes.wait_until_ready().await?;
+        self.stores.placeholders.wait_until_ready().await?;
+        self.stores.policies.wait_until_ready().await?;
+        self.synced.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Every store has completed its first list.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// The controller's namespace (placeholder pods live there).
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The names of every NodePool in the store.
+    pub fn pool_names(&self) -> Vec<String> {
+        self.stores.pools.state().iter().map(|p| p.name_any()).collect()
+    }
+
+    /// The pool of a claim in the store (its `karpenter.sh/nodepool` label).
+    pub fn pool_of_claim(&self, claim: &str) -> Option<String> {
+        let key = reflector::ObjectRef::<NodeClaim>::new(claim);
+        self.stores.claims.get(&key).and_then(|c| c.node_pool().map(str::to_string))
+    }
+
+    fn block<F: std::future::Future>(&self, fut: F) -> F::Output {
+        self.handle.block_on(fut)
+    }
+
+    fn resource(kind: ObjectKind) -> ApiResource {
+        match kind {
+            ObjectKind::NodePool => ApiResource::erase::<NodePool>(&()),
+            ObjectKind::NodeClaim => ApiResource::erase::<NodeClaim>(&()),
+            ObjectKind::Node => ApiResource::erase::<Node>(&()),
+            ObjectKind::Pod => ApiResource::erase::<Pod>(&()),
+            ObjectKind::RotationPolicy => ApiResource::erase::<RotationPolicy>(&()),
+        }
+    }
+
+    fn dynamic_api(&self, target: &ObjectRef) -> Api<DynamicObject> {
+        let resource = Self::resource(target.kind);
+        match (&target.namespace, target.kind) {
+            (Some(ns), _) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            (None, ObjectKind::Pod) => {
+                Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
+            }
+            (None, _) => Api::all_with(self.client.clone(), &resource),
+        }
+    }
+
+    /// The JSON merge patch for `patch` (see the module docs).
+    pub fn merge_patch_body(
+        target: &ObjectRef,
+        patch: &Patch,
+        resource_version: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let mut metadata = Map::new();
+        if !patch.set.is_empty() || !patch.remove.is_empty() {
+            let mut annotations = Map::new();
+            for key in &patch.remove {
+                annotations.insert(key.clone(), Value::Null);
+            }
+            for (key, value) in &patch.set {
+                annotations.insert(key.clone(), Value::String(value.clone()));
+            }
+            metadata.insert("annotations".into(), Value::Object(annotations));
+        }
+        if let Some(rv) = resource_version {
+            metadata.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        }
+        let mut body = Map::new();
+        body.insert("metadata".into(), Value::Object(metadata));
+        if let Some(unschedulable) = patch.unschedulable {
+            if target.kind != ObjectKind::Node {
+                return Err(ApiError::Invalid(format!("{target}: only nodes can be cordoned")));
+            }
+            body.insert("spec".into(), json!({ "unschedulable": unschedulable }));
+        }
+        Ok(Value::Object(body))
+    }
+
+    fn uid_of(&self, target: &ObjectRef) -> Option<String> {
+        let name = target.name.as_str();
+        match target.kind {
+            ObjectKind::NodePool => {
+                self.stores.pools.get(&reflector::ObjectRef::new(name)).and_then(|o| o.uid())
+            }
+            ObjectKind::NodeClaim => {
+                self.stores.claims.get(&reflector::ObjectRef::new(name)).and_then(|o| o.uid())
+            }
+            ObjectKind::Node => {
+                self.stores.nodes.get(&reflector::ObjectRef::new(name)).and_then(|o| o.uid())
+            }
+            ObjectKind::Pod => {
+                let ns = target.namespace.as_deref().unwrap_or(&self.namespace);
+                self.stores
+                    .placeholders
+                    .get(&reflector::ObjectRef::new(name).within(ns))
+                    .and_then(|o| o.uid())
+            }
+            ObjectKind::RotationPolicy => {
+                self.stores.policies.get(&reflector::ObjectRef::new(name)).and_then(|o| o.uid())
+            }
+        }
+    }
+
+    /// The `regarding` reference of an Event about `target`.
+    fn object_reference(&self, target: &ObjectRef) -> ObjectReference {
+        let resource = Self::resource(target.kind);
+        let namespace = match target.kind {
+            ObjectKind::Pod => {
+                Some(target.namespace.clone().unwrap_or_else(|| self.namespace.clone()))
+            }
+            _ => None,
+        };
+        ObjectReference {
+            api_version: Some(resource.api_version),
+            kind: Some(resource.kind),
+            name: Some(target.name.clone()),
+            namespace,
+            uid: self.uid_of(target),
+            ..ObjectReference::default()
+        }
+    }
+}
+
+fn index<K: Resource<DynamicType = ()> + Clone>(store: &Store<K>) -> BTreeMap<String, Arc<K>> {
+    store.state().into_iter().map(|o| (o.meta().name.clone().unwrap_or_default(), o)).collect()
+}
+
+impl Cluster for KubeCluster {
+    fn cache(&self) -> Arc<CacheView> {
+        // Read the generation before building: a change during the build bumps it again, so
+        // the next call rebuilds.
+        let generation = self.generation.load(Ordering::Acquire);
+        let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((built_at, cached)) = view.as_ref()
+            && *built_at == generation
+        {
+            return cached.clone();
+        }
+        let fresh = Arc::new(CacheView {
+            pools: index(&self.stores.pools),
+            claims: index(&self.stores.claims),
+            nodes: index(&self.stores.nodes),
+            placeholders: index(&self.stores.placeholders),
+            policies: index(&self.stores.policies),
+        });
+        *view = Some((generation, fresh.clone()));
+        fresh
+    }
+
+    fn get_pool(&self, name: &str) -> Result<Option<NodePool>, ApiError> {
+        let api = Api::<NodePool>::all(self.client.clone());
+        self.block(api.get_opt(name)).map_err(|e| map_error(e, false))
+    }
+
+    fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, ApiError> {
+        let api = Api::<NodeClaim>::all(self.client.clone());
+        self.block(api.get_opt(name)).map_err(|e| map_error(e, false))
+    }
+
+    fn get_node(&self, name: &str) -> Result<Option<Node>, ApiError> {
+        let api = Api::<Node>::all(self.client.clone());
+        self.block(api.get_opt(name)).map_err(|e| map_error(e, false))
+    }
+
+    fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
+        let api = Api::<Pod>::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        self.block(api.list(&params)).map(|list| list.items).map_err(|e| map_error(e, false))
+    }
+
+    fn patch(
+        &self,
+        target: &ObjectRef,
+        patch: &Patch,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let body = Self::merge_patch_body(target, patch, resource_version)?;
+        let api = self.dynamic_api(target);
+        let params =
+            PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
+        self.block(api.patch(&target.name, &params, &KubePatch::Merge(&body)))
+            .map(|_| ())
+            .map_err(|e| map_error(e, false))
+    }
+
+    fn delete(&self, target: &ObjectRef, uid: Option<&str>) -> Result<(), ApiError> {
+        let api = self.dynamic_api(target);
+        let params = DeleteParams {
+            preconditions: uid
+                .map(|uid| Preconditions { uid: Some(uid.to_string()), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        self.block(api.delete(&target.name, &params)).map(|_| ()).map_err(|e| map_error(e, false))
+    }
+
+    fn create_pod(&self, pod: &Pod) -> Result<(), ApiError> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or(&self.namespace);
+        let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
+        let params =
+            PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
+        self.block(api.create(&params, pod)).map(|_| ()).map_err(|e| map_error(e, true))
+    }
+
+    fn update_policy_status(
+        &self,
+        name: &str,
+        status: &RotationPolicyStatus,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let api = Api::<RotationPolicy>::all(self.client.clone());
+        // A PUT of the status subresource replaces the whole status (a merge patch would keep
+        // fields the new status leaves unset); the API server takes only `status` from the body.
+        let resource_version = match resource_version {
+            Some(rv) => rv.to_string(),
+            None => {
+                let current = self.block(api.get_opt(name)).map_err(|e| map_error(e, false))?;
+                current.and_then(|p| p.resource_version()).ok_or(ApiError::NotFound)?
+            }
+        };
+        let resource = Self::resource(ObjectKind::RotationPolicy);
+        let mut body = DynamicObject::new(name, &resource).data(json!({ "status": status }));
+        body.metadata.resource_version = Some(resource_version);
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let params =
+            PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
+        self.block(api.replace_status(name, &params, &body))
+            .map(|_| ())
+            .map_err(|e| map_error(e, false))
+    }
+
+    fn record_event(&self, event: &EventRecord) -> Result<(), ApiError> {
+        let reference = self.object_reference(&event.object);
+        let ev = KubeEvent {
+            type_: if event.warning { EventType::Warning } else { EventType::Normal },
+            reason: event.reason.clone(),
+            note: Some(truncate(&event.message, 1024)),
+            action: event.reason.clone(),
+            secondary: None,
+        };
+        self.block(self.recorder.publish(&ev, &reference)).map_err(|e| map_error(e, true))
+    }
+}
+
+/// At most `max` bytes, cut on a character boundary (the Events API limit for `note`).
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_patch_sets_removes_and_carries_the_resource_version() {
+        let mut patch = Patch::default();
+        patch.set.insert("noderotation.io/state".into(), "pending".into());
+        patch.remove.insert("noderotation.io/gone".into());
+        patch.unschedulable = Some(true);
+        let node = ObjectRef::cluster(ObjectKind::Node, "n1");
+        let body = KubeCluster::merge_patch_body(&node, &patch, Some("42"));
+        assert_eq!(
+            body,
+            Ok(json!({
+                "metadata": {
+                    "annotations": {"noderotation.io/state": "pending", "noderotation.io/gone": null},
+                    "resourceVersion": "42"
+                },
+                "spec": {"unschedulable": true}
+            }))
+        );
+        let claim = ObjectRef::cluster(ObjectKind::NodeClaim, "c1");
+        assert!(matches!(
+            KubeCluster::merge_patch_body(&claim, &patch, None),
+            Err(ApiError::Invalid(_))
+        ));
+        patch.unschedulable = None;
+        assert_eq!(
+            KubeCluster::merge_patch_body(&claim, &patch, None)
+                .map(|b| b["metadata"].get("resourceVersion").cloned()),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn errors_map_by_status_code() {
+        let api = |code: u16, reason: &str| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                reason: reason.into(),
+                message: "m".into(),
+                ..kube::core::Status::default()
+            }))
+        };
+        assert_eq!(map_error(api(404, "NotFound"), false), ApiError::NotFound);
+        assert_eq!(map_error(api(409, "Conflict"), false), ApiError::Conflict);
+        assert_eq!(map_error(api(409, "AlreadyExists"), true), ApiError::AlreadyExists);
+        assert_eq!(map_error(api(409, "Conflict"), true), ApiError::AlreadyExists);
+        assert_eq!(map_error(api(403, "Forbidden"), false), ApiError::Forbidden("m".into()));
+        assert_eq!(map_error(api(422, "Invalid"), false), ApiError::Invalid("m".into()));
+        assert_eq!(map_error(api(429, "TooManyRequests"), false), ApiError::Transient("m".into()));
+        assert!(matches!(map_error(api(503, ""), false), ApiError::Transient(_)));
+    }
+
+    #[test]
+    fn truncates_on_char_boundaries() {
+        assert_eq!(truncate("ab", 5), "ab");
+        assert_eq!(truncate("aé", 2), "a");
+    }
+}

@@ -1,0 +1,162 @@
+//! Watch events to pool keys (spec §5.2): NodeClaim → its pool; placeholder Pod reaching Running
+//! (or gone) → the pool of the claim it surges for; Node reaching Ready → its pool; NodePool →
+//! itself; any RotationPolicy change or relist → every pool.
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+
+use crate::cluster::kube::{Change, Watched};
+use crate::karpenter::NODEPOOL_LABEL;
+
+/// The placeholder's annotation naming the claim it reserves capacity for (SUPPLEMENT §3.3).
+pub const SURGE_FOR_ANNOTATION: &str = "noderotation.io/surge-for";
+
+/// Which pools a change wakes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keys {
+    None,
+    Pool(String),
+    All,
+}
+
+/// Remembers the last phase/readiness seen per object, to fire on the edge only.
+#[derive(Debug, Default)]
+pub struct Mapper {
+    running: HashMap<String, bool>,
+    ready: HashMap<String, bool>,
+}
+
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+pub fn pod_running(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+fn placeholder_pool(pod: &Pod, pool_of_claim: &dyn Fn(&str) -> Option<String>) -> Keys {
+    let from_claim =
+        pod.annotations().get(SURGE_FOR_ANNOTATION).and_then(|claim| pool_of_claim(claim));
+    let from_selector = || {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_selector.as_ref())
+            .and_then(|s| s.get(NODEPOOL_LABEL))
+            .cloned()
+    };
+    match from_claim.or_else(from_selector) {
+        Some(pool) => Keys::Pool(pool),
+        None => Keys::None,
+    }
+}
+
+fn labelled_pool<K: ResourceExt>(obj: &K) -> Keys {
+    match obj.labels().get(NODEPOOL_LABEL) {
+        Some(pool) => Keys::Pool(pool.clone()),
+        None => Keys::None,
+    }
+}
+
+impl Mapper {
+    pub fn keys(
+        &mut self,
+        change: &Change,
+        pool_of_claim: &dyn Fn(&str) -> Option<String>,
+    ) -> Keys {
+        match change {
+            Change::Resynced(_) => Keys::All,
+            Change::Applied(Watched::Policy(_)) | Change::Deleted(Watched::Policy(_)) => Keys::All,
+            Change::Applied(Watched::Pool(p)) | Change::Deleted(Watched::Pool(p)) => {
+                Keys::Pool(p.name_any())
+            }
+            Change::Applied(Watched::Claim(c)) | Change::Deleted(Watched::Claim(c)) => {
+                labelled_pool(c.as_ref())
+            }
+            Change::Applied(Watched::Node(n)) => {
+                let ready = node_ready(n);
+                let was = self.ready.insert(n.name_any(), ready).unwrap_or(false);
+                if ready && !was { labelled_pool(n.as_ref()) } else { Keys::None }
+            }
+            Change::Deleted(Watched::Node(n)) => {
+                self.ready.remove(&n.name_any());
+                Keys::None
+            }
+            Change::Applied(Watched::Placeholder(p)) => {
+                let running = pod_running(p);
+                let was = self.running.insert(p.name_any(), running).unwrap_or(false);
+                if running && !was { placeholder_pool(p, pool_of_claim) } else { Keys::None }
+            }
+            Change::Deleted(Watched::Placeholder(p)) => {
+                self.running.remove(&p.name_any());
+                placeholder_pool(p, pool_of_claim)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::cluster::ObjectKind;
+    use crate::karpenter::NodeClaim;
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, PodSpec, PodStatus};
+
+    fn node(name: &str, pool: &str, ready: bool) -> Arc<Node> {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.metadata.labels = Some([(NODEPOOL_LABEL.to_string(), pool.to_string())].into());
+        n.status = Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                ..NodeCondition::default()
+            }]),
+            ..NodeStatus::default()
+        });
+        Arc::new(n)
+    }
+
+    fn placeholder(phase: &str) -> Arc<Pod> {
+        let mut p = Pod::default();
+        p.metadata.name = Some("surge-c1".into());
+        p.metadata.annotations =
+            Some([(SURGE_FOR_ANNOTATION.to_string(), "c1".to_string())].into());
+        p.spec = Some(PodSpec {
+            node_selector: Some([(NODEPOOL_LABEL.to_string(), "fallback".to_string())].into()),
+            ..PodSpec::default()
+        });
+        p.status = Some(PodStatus { phase: Some(phase.into()), ..PodStatus::default() });
+        Arc::new(p)
+    }
+
+    #[test]
+    fn maps_edges_to_pools() {
+        let mut m = Mapper::default();
+        let known = |c: &str| (c == "c1").then(|| "general".to_string());
+        let unknown = |_: &str| None;
+        let n = |ready| Change::Applied(Watched::Node(node("n1", "general", ready)));
+        assert_eq!(m.keys(&n(false), &known), Keys::None);
+        assert_eq!(m.keys(&n(true), &known), Keys::Pool("general".into()));
+        assert_eq!(m.keys(&n(true), &known), Keys::None);
+        let p = |phase| Change::Applied(Watched::Placeholder(placeholder(phase)));
+        assert_eq!(m.keys(&p("Pending"), &known), Keys::None);
+        assert_eq!(m.keys(&p("Running"), &known), Keys::Pool("general".into()));
+        assert_eq!(m.keys(&p("Running"), &known), Keys::None);
+        let gone = Change::Deleted(Watched::Placeholder(placeholder("Running")));
+        assert_eq!(m.keys(&gone, &unknown), Keys::Pool("fallback".into()));
+        let mut claim = NodeClaim::default();
+        claim.metadata.labels = Some([(NODEPOOL_LABEL.to_string(), "gpu".to_string())].into());
+        assert_eq!(
+            m.keys(&Change::Applied(Watched::Claim(Arc::new(claim))), &known),
+            Keys::Pool("gpu".into())
+        );
+        assert_eq!(m.keys(&Change::Resynced(ObjectKind::NodeClaim), &known), Keys::All);
+    }
+}

@@ -1,0 +1,430 @@
+//! `noderotation run`: the operator process.
+//!
+//! ```text
+//! preflight ─► KubeCluster (5 reflectors) ─► changes ─► Mapper ─► WorkQueue ◄─ requeue / backoff / tick
+//!                                                                     │
+//! Lease (kube-lease-manager) ── leader? ──► worker (spawn_blocking): startup_sweep, then
+//!                                           reconcile_pool(key) one at a time
+//! /metrics /healthz /readyz (one port)
+//! ```
+//!
+//! The [`Controller`] and [`KubeCluster`] are synchronous; the worker runs on a blocking thread
+//! (`spawn_blocking`) so that `KubeCluster` may `block_on` the runtime. Only the Lease holder
+//! runs a worker; losing the Lease stops it after the current pass, winning it again runs the
+//! start-up sweep again. SIGTERM/SIGINT stop the worker and release the Lease.
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use kube::Client;
+use kube::runtime::events::Reporter;
+use kube_lease_manager::{LeaseCreateMode, LeaseManagerBuilder};
+use prometheus::{Encoder, IntCounter, IntGauge, Registry, TextEncoder};
+use tokio::sync::mpsc;
+
+use crate::clock::SystemClock;
+use crate::cluster::kube::{Change, KubeCluster};
+use crate::engine::Engine;
+use crate::reconcile::{Controller, ControllerConfig};
+
+pub mod http;
+pub mod mapping;
+pub mod preflight;
+pub mod queue;
+
+use mapping::{Keys, Mapper};
+use queue::{Next, WorkQueue};
+
+/// Flags of `noderotation run`; each also reads an environment variable.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Namespace of the controller: placeholder pods and the leader-election Lease live here.
+    #[arg(long, env = "NODEROTATION_NAMESPACE", default_value = "noderotation-system")]
+    pub namespace: String,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "NODEROTATION_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Log filter: a level (`info`) or tracing directives (`noderotation=debug,kube=info`).
+    #[arg(long, env = "NODEROTATION_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Log format: `json` (default) or `text`.
+    #[arg(long, env = "NODEROTATION_LOG_FORMAT", default_value = "json", value_parser = ["json", "text"])]
+    pub log_format: String,
+    /// Name of the Lease used for leader election.
+    #[arg(long, env = "NODEROTATION_LEADER_ELECTION_ID", default_value = "noderotation")]
+    pub leader_election_id: String,
+    /// This replica's identity in the Lease (default: $POD_NAME, else hostname-pid).
+    #[arg(long, env = "NODEROTATION_IDENTITY")]
+    pub identity: Option<String>,
+    /// Lease duration in seconds: how long a dead leader blocks the standby.
+    #[arg(long, env = "NODEROTATION_LEASE_DURATION", default_value_t = 15)]
+    pub lease_duration: u64,
+    /// The leader renews this many seconds before the Lease would expire (< lease duration).
+    #[arg(long, env = "NODEROTATION_LEASE_GRACE", default_value_t = 5)]
+    pub lease_grace: u64,
+    /// Seconds between the periodic passes over every pool (and policy status updates).
+    #[arg(long, env = "NODEROTATION_TICK_SECONDS", default_value_t = 60)]
+    pub tick_seconds: u64,
+    /// PriorityClass of placeholder pods (shipped in deploy/).
+    #[arg(long, env = "NODEROTATION_PRIORITY_CLASS", default_value = "noderotation-placeholder")]
+    pub priority_class: String,
+    /// Container image of placeholder pods (a pause image).
+    #[arg(long, env = "NODEROTATION_PAUSE_IMAGE", default_value = "registry.k8s.io/pause:3.10")]
+    pub pause_image: String,
+}
+
+/// The runtime's own metrics (the controller's are appended, see [`controller_metrics_hook`]).
+struct RuntimeMetrics {
+    registry: Registry,
+    leader: IntGauge,
+    queue_depth: IntGauge,
+    reconcile_errors: IntCounter,
+}
+
+impl RuntimeMetrics {
+    fn new() -> anyhow::Result<Self> {
+        let registry = Registry::new();
+        let leader =
+            IntGauge::new("noderotation_leader", "1 while this replica holds the leader Lease")?;
+        let queue_depth =
+            IntGauge::new("noderotation_work_queue_depth", "Pools waiting in the work queue")?;
+        let reconcile_errors = IntCounter::new(
+            "noderotation_reconcile_errors_total",
+            "Pool passes that returned an error",
+        )?;
+        registry.register(Box::new(leader.clone()))?;
+        registry.register(Box::new(queue_depth.clone()))?;
+        registry.register(Box::new(reconcile_errors.clone()))?;
+        Ok(RuntimeMetrics { registry, leader, queue_depth, reconcile_errors })
+    }
+}
+
+type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// HOOK(controller-telemetry): the controller's Prometheus registry (§4.2 metrics), rendered on
+/// each scrape. `Controller::telemetry()` (a type with `render() -> String`) is being added by
+/// the reconciler work; until then this serves nothing and `/metrics` shows only the runtime's
+/// own series. Wire it as: `let t = controller.telemetry().clone(); Arc::new(move || t.render())`.
+fn controller_metrics_hook(_controller: &Controller) -> MetricsSource {
+    Arc::new(String::new)
+}
+
+struct State {
+    cluster: Arc<KubeCluster>,
+    queue: Arc<WorkQueue>,
+    metrics: RuntimeMetrics,
+    controller_metrics: OnceLock<MetricsSource>,
+    started: Instant,
+    /// Seconds since `started` of the worker's last loop iteration (0: no worker).
+    heartbeat: AtomicU64,
+    leading: AtomicBool,
+}
+
+impl http::Endpoints for State {
+    fn metrics(&self) -> String {
+        self.metrics.queue_depth.set(i64::try_from(self.queue.len()).unwrap_or(i64::MAX));
+        let mut buf = Vec::new();
+        if let Err(err) = TextEncoder::new().encode(&self.metrics.registry.gather(), &mut buf) {
+            tracing::warn!(error = %err, "encoding runtime metrics failed");
+        }
+        let mut text = String::from_utf8_lossy(&buf).into_owned();
+        if let Some(source) = self.controller_metrics.get() {
+            text.push_str(&source());
+        }
+        text
+    }
+
+    fn healthy(&self) -> bool {
+        // A leader whose worker has not come round its loop for 5 minutes is wedged (its loop
+        // wakes at least every tick).
+        if !self.leading.load(Ordering::Acquire) {
+            return true;
+        }
+        let beat = self.heartbeat.load(Ordering::Acquire);
+        beat == 0 || self.started.elapsed().as_secs().saturating_sub(beat) < 300
+    }
+
+    fn ready(&self) -> bool {
+        self.cluster.is_synced()
+    }
+}
+
+/// Runs the operator until SIGTERM/SIGINT; the process exit code.
+pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
+    init_logging(args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(run_async(args.clone()))
+}
+
+fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .with_context(|| format!("--log-level {:?}", args.log_level))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let result = if args.log_format == "json" {
+        builder.json().with_current_span(false).flatten_event(true).try_init()
+    } else {
+        builder.try_init()
+    };
+    result.map_err(|e| anyhow::anyhow!("initialising logging: {e}"))
+}
+
+fn identity(args: &RunArgs) -> String {
+    if let Some(id) = &args.identity {
+        return id.clone();
+    }
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.is_empty()
+    {
+        return pod;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "noderotation".into());
+    format!("{host}-{}", std::process::id())
+}
+
+async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
+    if args.lease_grace == 0 || args.lease_grace >= args.lease_duration {
+        anyhow::bail!("--lease-grace must be > 0 and < --lease-duration");
+    }
+    let client = Client::try_default()
+        .await
+        .context("no Kubernetes client configuration (in-cluster service account or KUBECONFIG)")?;
+    if let Err(err) = preflight::preflight(&client).await {
+        tracing::error!(error = %err, "preflight failed");
+        eprintln!("error: preflight: {err}");
+        return Ok(2);
+    }
+    tracing::info!(
+        "preflight passed: karpenter.sh/v1 nodepools and nodeclaims are served and readable"
+    );
+
+    let identity = identity(&args);
+    let reporter = Reporter { controller: "noderotation".into(), instance: Some(identity.clone()) };
+    let (cluster, changes) = KubeCluster::start(client.clone(), args.namespace.clone(), reporter);
+    let queue = Arc::new(WorkQueue::new());
+    let state = Arc::new(State {
+        cluster: cluster.clone(),
+        queue: queue.clone(),
+        metrics: RuntimeMetrics::new()?,
+        controller_metrics: OnceLock::new(),
+        started: Instant::now(),
+        heartbeat: AtomicU64::new(0),
+        leading: AtomicBool::new(false),
+    });
+    let bound = http::serve(args.metrics_addr, state.clone())
+        .await
+        .with_context(|| format!("binding {}", args.metrics_addr))?;
+    tracing::info!(addr = %bound, "serving /metrics /healthz /readyz");
+
+    tokio::spawn(map_changes(changes, cluster.clone(), queue.clone()));
+
+    let mut shutdown = std::pin::pin!(shutdown_signal());
+    tokio::select! {
+        synced = cluster.wait_synced() => synced.context("a reflector stopped before its first list")?,
+        _ = &mut shutdown => return Ok(0),
+    }
+    tracing::info!("caches synced");
+
+    let config = ControllerConfig {
+        namespace: args.namespace.clone(),
+        priority_class: args.priority_class.clone(),
+        pause_image: args.pause_image.clone(),
+    };
+    let engine = Arc::new(Engine::embedded().clone());
+    let controller = Controller::new(cluster.clone(), Arc::new(SystemClock), engine, config);
+    let _ = state.controller_metrics.set(controller_metrics_hook(&controller));
+    let mut controller = Some(controller);
+
+    let manager = LeaseManagerBuilder::new(client.clone(), &args.leader_election_id)
+        .with_namespace(&args.namespace)
+        .with_identity(&identity)
+        .with_duration(args.lease_duration)
+        .with_grace(args.lease_grace)
+        .with_create_mode(LeaseCreateMode::AutoCreate)
+        .build()
+        .await
+        .with_context(|| {
+            format!("leader election Lease {}/{}", args.namespace, args.leader_election_id)
+        })?;
+    let (mut leader_rx, lease_task) = manager.watch().await;
+    tracing::info!(identity = %identity, lease = %args.leader_election_id, "waiting for leadership");
+
+    let tick = Duration::from_secs(args.tick_seconds.max(1));
+    let mut worker: Option<tokio::task::JoinHandle<Controller>> = None;
+    let mut exit = 0;
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => {
+                tracing::info!("shutting down");
+                break;
+            }
+            changed = leader_rx.changed() => {
+                if changed.is_err() {
+                    tracing::error!("the lease manager stopped");
+                    exit = 1;
+                    break;
+                }
+                let leading = *leader_rx.borrow_and_update();
+                if leading && worker.is_none() {
+                    let Some(c) = controller.take() else {
+                        tracing::error!("the controller was lost by a previous worker");
+                        exit = 1;
+                        break;
+                    };
+                    tracing::info!(identity = %identity, "became leader");
+                    state.leading.store(true, Ordering::Release);
+                    state.metrics.leader.set(1);
+                    queue.resume();
+                    let st = state.clone();
+                    worker = Some(tokio::task::spawn_blocking(move || work(c, &st, tick)));
+                } else if !leading
+                    && let Some(w) = worker.take()
+                {
+                    tracing::warn!(identity = %identity, "lost leadership; stopping after the current pass");
+                    queue.stop();
+                    controller = w.await.ok();
+                    state.leading.store(false, Ordering::Release);
+                    state.metrics.leader.set(0);
+                }
+            }
+        }
+    }
+
+    queue.stop();
+    if let Some(w) = worker.take() {
+        let _ = w.await;
+    }
+    state.leading.store(false, Ordering::Release);
+    state.metrics.leader.set(0);
+    // Dropping the receiver makes the lease task release the Lease and return.
+    drop(leader_rx);
+    match tokio::time::timeout(Duration::from_secs(10), lease_task).await {
+        Ok(Ok(Ok(_))) => tracing::info!("leader Lease released"),
+        Ok(Ok(Err(err))) => tracing::warn!(error = %err, "releasing the leader Lease failed"),
+        Ok(Err(err)) => tracing::warn!(error = %err, "the lease task failed"),
+        Err(_) => tracing::warn!("releasing the leader Lease timed out"),
+    }
+    Ok(exit)
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn map_changes(
+    mut changes: mpsc::UnboundedReceiver<Change>,
+    cluster: Arc<KubeCluster>,
+    queue: Arc<WorkQueue>,
+) {
+    let mut mapper = Mapper::default();
+    while let Some(change) = changes.recv().await {
+        match mapper.keys(&change, &|claim| cluster.pool_of_claim(claim)) {
+            Keys::None => {}
+            Keys::Pool(pool) => queue.add_now(&pool),
+            Keys::All => {
+                for pool in cluster.pool_names() {
+                    queue.add_now(&pool);
+                }
+            }
+        }
+    }
+}
+
+/// The leader's worker (a blocking thread): the start-up sweep, then one pass at a time from
+/// the queue, the tick over every pool, until the queue is stopped. Returns the controller so the
+/// next leadership term reuses it (its metrics survive).
+fn work(mut controller: Controller, state: &State, tick: Duration) -> Controller {
+    let beat =
+        || state.heartbeat.store(state.started.elapsed().as_secs().max(1), Ordering::Release);
+    beat();
+    let report = controller.startup_sweep();
+    tracing::info!(
+        placeholders_deleted = ?report.placeholders_deleted,
+        nodes_released = ?report.nodes_released,
+        claims_failed = ?report.claims_failed,
+        pools_cleaned = ?report.pools_cleaned,
+        errors = ?report.errors,
+        "start-up sweep done"
+    );
+    let enqueue_all = || {
+        for pool in state.cluster.pool_names() {
+            state.queue.add_now(&pool);
+        }
+    };
+    enqueue_all();
+    controller.update_policy_status();
+    let mut next_tick = Instant::now() + tick;
+    let mut failures: HashMap<String, u32> = HashMap::new();
+    loop {
+        beat();
+        match state.queue.next(next_tick) {
+            Next::Stopped => break,
+            Next::Deadline => {
+                enqueue_all();
+                controller.update_policy_status();
+                next_tick = Instant::now() + tick;
+            }
+            Next::Key(pool) => {
+                tracing::debug!(nodepool = %pool, "reconciling");
+                let pass =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| controller.reconcile_pool(&pool)));
+                match pass {
+                    Ok(Ok(requeue)) => {
+                        failures.remove(&pool);
+                        let after = requeue
+                            .to_std()
+                            .unwrap_or(Duration::ZERO)
+                            .max(Duration::from_millis(500));
+                        state.queue.add_after(&pool, after);
+                    }
+                    Ok(Err(err)) => {
+                        let n = failures.entry(pool.clone()).or_insert(0);
+                        *n = n.saturating_add(1);
+                        let after = queue::backoff(*n);
+                        state.metrics.reconcile_errors.inc();
+                        tracing::warn!(nodepool = %pool, error = %err, failures = *n, retry_in = ?after, "pass failed");
+                        state.queue.add_after(&pool, after);
+                    }
+                    Err(_) => {
+                        let n = failures.entry(pool.clone()).or_insert(0);
+                        *n = n.saturating_add(1);
+                        let after = queue::backoff(*n);
+                        state.metrics.reconcile_errors.inc();
+                        tracing::error!(nodepool = %pool, retry_in = ?after, "pass panicked");
+                        state.queue.add_after(&pool, after);
+                    }
+                }
+            }
+        }
+    }
+    controller
+}

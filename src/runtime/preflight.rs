@@ -1,0 +1,146 @@
+//! Start-up preflight (spec §5.1): before any reconcile, fail at once when the cluster does not
+//! serve `karpenter.sh/v1` nodepools/nodeclaims (or our RotationPolicy), or RBAC cannot read
+//! them. A successful list that decodes into the v1 types confirms a wire-compatible schema; there
+//! is no per-field CRD introspection.
+use kube::api::{Api, ListParams};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::karpenter::{NodeClaim, NodePool};
+use crate::policy::crd::RotationPolicy;
+
+/// Why the controller must not start. The message names the resource.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PreflightError {
+    #[error("the API server does not serve {resource} (group/version {api_version} {why}); {hint}")]
+    NotServed { resource: String, api_version: String, why: String, hint: String },
+    #[error(
+        "cannot list {resource}: {message}; grant the controller get/list/watch on it (deploy/ ClusterRole)"
+    )]
+    NotReadable { resource: String, message: String },
+    #[error("{resource} does not decode as {api_version}: {message}")]
+    Incompatible { resource: String, api_version: String, message: String },
+    #[error("preflight could not reach the API server while checking {resource}: {message}")]
+    Unreachable { resource: String, message: String },
+}
+
+/// One resource to check: `plural.group/version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requirement {
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+    pub hint: String,
+}
+
+impl Requirement {
+    pub fn of<K: Resource<DynamicType = ()>>(hint: &str) -> Self {
+        Requirement {
+            group: K::group(&()).into_owned(),
+            version: K::version(&()).into_owned(),
+            plural: K::plural(&()).into_owned(),
+            hint: hint.to_string(),
+        }
+    }
+
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `nodepools.karpenter.sh/v1`.
+    pub fn name(&self) -> String {
+        format!("{}.{}/{}", self.plural, self.group, self.version)
+    }
+}
+
+const KARPENTER_HINT: &str =
+    "install Karpenter (karpenter.sh/v1 CRDs) or enable EKS Auto Mode before starting noderotation";
+const POLICY_HINT: &str =
+    "install the RotationPolicy CRD: kubectl apply -f crds/rotationpolicy.yaml";
+
+/// Checks that the group/version serves the resource (discovery).
+pub async fn check_served(client: &Client, req: &Requirement) -> Result<(), PreflightError> {
+    let not_served = |why: String| PreflightError::NotServed {
+        resource: req.name(),
+        api_version: req.api_version(),
+        why,
+        hint: req.hint.clone(),
+    };
+    match client.list_api_group_resources(&req.api_version()).await {
+        Ok(list) => {
+            if list.resources.iter().any(|r| r.name == req.plural) {
+                Ok(())
+            } else {
+                Err(not_served(format!("is served but has no resource {:?}", req.plural)))
+            }
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            Err(not_served("is not served".into()))
+        }
+        Err(kube::Error::Api(status)) if status.code == 403 => Err(PreflightError::NotReadable {
+            resource: req.name(),
+            message: format!("discovery forbidden: {}", status.message),
+        }),
+        Err(err) => {
+            Err(PreflightError::Unreachable { resource: req.name(), message: err.to_string() })
+        }
+    }
+}
+
+/// Lists one object of `K` and decodes it.
+pub async fn check_readable<K>(client: &Client) -> Result<(), PreflightError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let req = Requirement::of::<K>("");
+    let api = Api::<K>::all(client.clone());
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 403 || status.code == 401 => {
+            Err(PreflightError::NotReadable { resource: req.name(), message: status.message })
+        }
+        Err(kube::Error::SerdeError(err)) => Err(PreflightError::Incompatible {
+            resource: req.name(),
+            api_version: req.api_version(),
+            message: err.to_string(),
+        }),
+        Err(err) => {
+            Err(PreflightError::Unreachable { resource: req.name(), message: err.to_string() })
+        }
+    }
+}
+
+/// The full preflight: Karpenter's NodePools and NodeClaims, then our RotationPolicies.
+pub async fn preflight(client: &Client) -> Result<(), PreflightError> {
+    check_served(client, &Requirement::of::<NodePool>(KARPENTER_HINT)).await?;
+    check_served(client, &Requirement::of::<NodeClaim>(KARPENTER_HINT)).await?;
+    check_readable::<NodePool>(client).await?;
+    check_readable::<NodeClaim>(client).await?;
+    check_served(client, &Requirement::of::<RotationPolicy>(POLICY_HINT)).await?;
+    check_readable::<RotationPolicy>(client).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_resource() {
+        let req = Requirement::of::<NodeClaim>(KARPENTER_HINT);
+        assert_eq!(req.name(), "nodeclaims.karpenter.sh/v1");
+        let err = PreflightError::NotServed {
+            resource: req.name(),
+            api_version: req.api_version(),
+            why: "is not served".into(),
+            hint: req.hint.clone(),
+        };
+        let text = err.to_string();
+        assert!(text.contains("nodeclaims.karpenter.sh/v1"), "{text}");
+        assert!(text.contains("karpenter.sh/v1 is not served"), "{text}");
+    }
+}
