@@ -33,9 +33,15 @@ pub fn t_rot_est(provisioning_estimate: Duration, drain_estimate: Duration) -> D
     provisioning_estimate + drain_estimate
 }
 
-/// `leadTime = K*P + t_rot`: a claim is due this long before its deadline.
+/// `leadTime = K*P + t_rot`: a claim is due this long before its deadline. Saturates instead of
+/// overflowing for absurd K.
 pub fn lead_time(k: u32, period: Duration, t_rot: Duration) -> Duration {
-    period * i32::try_from(k).unwrap_or(i32::MAX) + t_rot
+    times(period, k).checked_add(&t_rot).unwrap_or(Duration::MAX)
+}
+
+/// `d * n`, saturating at `Duration::MAX` (chrono's `*` panics on overflow).
+pub fn times(d: Duration, n: u32) -> Duration {
+    i32::try_from(n).ok().and_then(|n| d.checked_mul(n)).unwrap_or(Duration::MAX)
 }
 
 /// Auto `A = E - (K*P + t_rot)`. Zero or negative means the claim cannot get K chances
@@ -325,6 +331,17 @@ mod tests {
         let weekly = settings(&[("Asia/Tokyo", &["Sat"], "02:00", "06:00")]);
         let p = weekly.schedule.period(utc(2026, 1, 1, 0, 0)).unwrap_or_default();
         assert!(auto_age_threshold(Duration::days(14), 2, p, t_rot) <= Duration::zero());
+    }
+
+    #[test]
+    fn absurd_k_saturates_instead_of_panicking() {
+        let lead = lead_time(u32::MAX, Duration::weeks(53), Duration::minutes(77));
+        assert_eq!(lead, Duration::MAX);
+        assert!(
+            auto_age_threshold(Duration::days(14), u32::MAX, Duration::weeks(53), lead)
+                < Duration::zero()
+        );
+        assert_eq!(times(Duration::days(1), 3), Duration::days(3));
     }
 
     #[test]

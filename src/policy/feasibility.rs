@@ -321,7 +321,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                     ),
                     format!(
                         "lower ageThreshold to at most {} (or use auto), or add maintenance windows",
-                        h(e - p * i32::try_from(k.max(1)).unwrap_or(1) - t_rot)
+                        h(e - derive::lead_time(k.max(1), p, t_rot))
                     ),
                 ));
             } else if g < i64::from(k) {
@@ -334,7 +334,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                     ),
                     format!(
                         "lower ageThreshold to at most {}, or use auto",
-                        h(e - p * i32::try_from(k).unwrap_or(i32::MAX) - t_rot)
+                        h(e - derive::lead_time(k, p, t_rot))
                     ),
                 ));
             }
@@ -443,7 +443,6 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
     };
     if let (Some(profile), Some(a), Some(n)) = (profile, age_threshold, pool.nodes) {
         let p = profile.period;
-        let n_i32 = i32::try_from(n).unwrap_or(i32::MAX);
         if a > Duration::zero() && n > 0 {
             // Arrivals: N claims per A. Capacity: C starts per P (24/7: one per slot).
             let (capacity_over_a, arrivals) = match starts_per_occurrence {
@@ -451,7 +450,9 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                     i128::from(c) * i128::from(a.num_seconds()),
                     i128::from(n) * i128::from(p.num_seconds()),
                 ),
-                None => (i128::from(a.num_seconds()), i128::from((slot * n_i32).num_seconds())),
+                None => {
+                    (i128::from(a.num_seconds()), i128::from(n) * i128::from(slot.num_seconds()))
+                }
             };
             if capacity_over_a < arrivals {
                 findings.push(Finding::new(
@@ -478,9 +479,9 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                 let capacity = match starts_per_occurrence {
                     Some(c) => i128::from(g) * i128::from(c),
                     None => {
-                        let span = (p.num_seconds() * g).max(0);
-                        let s = slot.num_seconds().max(1);
-                        i128::from((span + s - 1) / s)
+                        let span = (i128::from(p.num_seconds()) * i128::from(g)).max(0);
+                        let s = i128::from(slot.num_seconds().max(1));
+                        (span + s - 1) / s
                     }
                 };
                 if capacity < i128::from(n) {
