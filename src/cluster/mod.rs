@@ -164,6 +164,15 @@ pub trait Cluster: Send + Sync {
 }
 
 /// `metadata.resourceVersion` of any object, for preconditions.
-pub fn resource_version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&str> {
+pub fn resource_version(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<&str> {
     meta.resource_version.as_deref()
+}
+
+/// `metav1.Time` -> chrono.
+pub fn chrono_time(
+    t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp(t.0.as_second(), u32::try_from(t.0.subsec_nanosecond()).ok()?)
 }

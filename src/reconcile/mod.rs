@@ -3,13 +3,27 @@
 //! [`Controller`] is synchronous and owns no threads: `noderotation run` drives it from a work
 //! queue fed by watches (on a blocking thread), `simulate` and the tests drive it step by step
 //! on a virtual clock. Both hand it the same [`Cluster`] interface.
+mod snapshot;
+mod verbs;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use chrono::Duration;
+use chrono::{DateTime, Duration, Utc};
 
 use crate::clock::Clock;
-use crate::cluster::{ApiError, Cluster};
-use crate::engine::{Engine, EngineError};
+use crate::cluster::{ApiError, CacheView, Cluster};
+use crate::engine::{Engine, EngineError, Handler, Key};
+use crate::karpenter::NodePool;
+use crate::policy::crd::RotationPolicy;
+use crate::policy::feasibility;
+use crate::policy::resolve::{self, Governance, PolicySelector, PoolView, StatusInputs};
+use crate::policy::settings::Effective;
+use crate::telemetry::{Telemetry, WarningLatch};
+
+use snapshot::annotation;
+pub use snapshot::{BUFFER, DEFAULT_TGP, GovernanceView, PolicyView, Snapshot, SweepSubject};
+use verbs::PassHost;
 
 /// Deployment-specific settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,33 +65,369 @@ pub struct SweepReport {
     pub errors: Vec<String>,
 }
 
-/// The controller's state between passes: only caches and dedup latches, never decisions
+/// One announcement (metric + log line, or Event) made after a won write: what tests and the
+/// simulation's at-most-once invariant read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announcement {
+    pub time: DateTime<Utc>,
+    pub pool: String,
+    pub claim: Option<String>,
+    /// `emit:<signal>` or `event:<reason>`.
+    pub what: String,
+    /// The rule row that announced.
+    pub row: String,
+}
+
+/// What passes share: the cluster, telemetry, dedup latches and the announcement log.
+pub struct Ctx {
+    pub cluster: Arc<dyn Cluster>,
+    pub config: ControllerConfig,
+    pub telemetry: Telemetry,
+    pub latch: WarningLatch,
+    pub announcements: Vec<Announcement>,
+    /// Ids of every rule row that has fired in this process (tests list the ones that never did).
+    pub coverage: BTreeSet<String>,
+    /// Successful writes made by verbs.
+    pub writes: u64,
+}
+
+/// The controller's state between passes: caches and dedup latches only, never decisions
 /// (those live in annotations, so a restart loses nothing).
 pub struct Controller {
-    cluster: Arc<dyn Cluster>,
+    ctx: Ctx,
     clock: Arc<dyn Clock>,
     engine: Arc<Engine>,
-    config: ControllerConfig,
+    /// Policy views by policy name, keyed by (uid, generation, day) so the 53-week window
+    /// horizon moves on daily.
+    policies: HashMap<String, (String, Result<Arc<PolicyView>, String>)>,
+    /// Fatal feasibility by pool, keyed by what it depends on.
+    fatal: HashMap<String, (String, bool)>,
     swept: bool,
 }
 
 impl Controller {
-    pub fn new(cluster: Arc<dyn Cluster>, clock: Arc<dyn Clock>, engine: Arc<Engine>, config: ControllerConfig) -> Self {
-        Controller { cluster, clock, engine, config, swept: false }
+    pub fn new(
+        cluster: Arc<dyn Cluster>,
+        clock: Arc<dyn Clock>,
+        engine: Arc<Engine>,
+        config: ControllerConfig,
+    ) -> Self {
+        let ctx = Ctx {
+            cluster,
+            config,
+            telemetry: Telemetry::new(),
+            latch: WarningLatch::default(),
+            announcements: Vec::new(),
+            coverage: BTreeSet::new(),
+            writes: 0,
+        };
+        Controller {
+            ctx,
+            clock,
+            engine,
+            policies: HashMap::new(),
+            fatal: HashMap::new(),
+            swept: false,
+        }
     }
 
-    /// The §5.3 start-up sweep. Run once per leadership, before the first `reconcile_pool`.
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.ctx.telemetry
+    }
+
+    pub fn announcements(&self) -> &[Announcement] {
+        &self.ctx.announcements
+    }
+
+    /// Rule rows that fired at least once in this controller's life.
+    pub fn coverage(&self) -> &BTreeSet<String> {
+        &self.ctx.coverage
+    }
+
+    /// Successful writes made by verbs so far.
+    pub fn writes(&self) -> u64 {
+        self.ctx.writes
+    }
+
+    pub fn has_swept(&self) -> bool {
+        self.swept
+    }
+
+    fn policy_view(
+        &mut self,
+        policy: &RotationPolicy,
+        now: DateTime<Utc>,
+    ) -> Result<Arc<PolicyView>, String> {
+        let name = policy.metadata.name.clone().unwrap_or_default();
+        let key = format!(
+            "{}/{}/{}",
+            policy.metadata.uid.as_deref().unwrap_or(""),
+            policy.metadata.generation.unwrap_or(0),
+            now.date_naive()
+        );
+        if let Some((k, v)) = self.policies.get(&name) {
+            if *k == key {
+                return v.clone();
+            }
+        }
+        let view = Effective::from_spec(&policy.spec)
+            .map(|settings| {
+                let period = settings.schedule.period(now);
+                Arc::new(PolicyView { name: name.clone(), settings, period })
+            })
+            .map_err(|e| e.to_string());
+        self.policies.insert(name, (key, view.clone()));
+        view
+    }
+
+    fn governance(
+        &mut self,
+        cache: &CacheView,
+        pool: &NodePool,
+        now: DateTime<Utc>,
+    ) -> GovernanceView {
+        let selectors: Vec<PolicySelector<'_>> = cache
+            .policies
+            .values()
+            .map(|p| PolicySelector {
+                name: p.metadata.name.as_deref().unwrap_or(""),
+                selector: &p.spec.node_pool_selector,
+            })
+            .collect();
+        let labels = pool.metadata.labels.clone().unwrap_or_default();
+        match resolve::resolve(&selectors, &labels) {
+            Governance::Governed { policy, .. } => match cache.policies.get(&policy) {
+                Some(p) => {
+                    let p = p.clone();
+                    match self.policy_view(&p, now) {
+                        Ok(view) => GovernanceView::Governed(view),
+                        Err(e) => GovernanceView::Invalid(e),
+                    }
+                }
+                None => GovernanceView::Ungoverned,
+            },
+            Governance::Conflict { policies, .. } => GovernanceView::Conflict(policies),
+            Governance::Ungoverned => GovernanceView::Ungoverned,
+        }
+    }
+
+    fn fatal(
+        &mut self,
+        pool: &NodePool,
+        policy: &PolicyView,
+        claims: usize,
+        now: DateTime<Utc>,
+    ) -> bool {
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        let key = format!(
+            "{}/{:?}/{}/{claims}/{:?}/{:?}",
+            policy.name,
+            pool.metadata.generation,
+            now.date_naive(),
+            pool.exhausted_limits(),
+            pool.spec.replicas
+        );
+        if let Some((k, v)) = self.fatal.get(&name) {
+            if *k == key {
+                return *v;
+            }
+        }
+        let facts = feasibility::PoolFacts {
+            expire_after: pool
+                .expire_after()
+                .unwrap_or(crate::policy::duration::ExpireAfter::Never),
+            termination_grace_period: pool.termination_grace_period().ok().flatten(),
+            nodes: Some(claims as u64),
+            exhausted_limits: pool.exhausted_limits(),
+            static_pool: pool.is_static(),
+        };
+        let fatal = feasibility::assess(&policy.settings, &facts, now).has_fatal();
+        self.fatal.insert(name, (key, fatal));
+        fatal
+    }
+
+    fn snapshot(&mut self, cache: Arc<CacheView>, pool: NodePool, now: DateTime<Utc>) -> Snapshot {
+        let governance = self.governance(&cache, &pool, now);
+        let mut snap = Snapshot {
+            now,
+            cache,
+            namespace: self.ctx.config.namespace.clone(),
+            pool: Some(pool),
+            claims: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            governance,
+            fatal: false,
+            pick: None,
+            census: 0,
+            sweep: None,
+        };
+        if let (Some(policy), Some(pool)) = (snap.policy().cloned(), snap.pool.clone()) {
+            let claims = snap.pool_claims().count();
+            snap.fatal = self.fatal(&pool, &policy, claims, now);
+            snap.select_candidates();
+        }
+        snap
+    }
+
+    /// One pass over a pool; returns when to come back (zero: the pool is gone).
+    pub fn reconcile_pool(&mut self, pool: &str) -> Result<Duration, ReconcileError> {
+        let now = self.clock.now();
+        let cache = self.ctx.cluster.cache();
+        let Some(np) = cache.pools.get(pool).map(|p| p.as_ref().clone()) else {
+            self.ctx.telemetry.forget_pool(pool);
+            return Ok(Duration::zero());
+        };
+        let snap = self.snapshot(cache, np, now);
+        let governed = snap.policy().is_some();
+        let engine = self.engine.clone();
+        let mut host = PassHost::new(snap, &mut self.ctx);
+        let pass = engine
+            .run(&mut host)
+            .map_err(|source| ReconcileError::Engine { pool: pool.to_string(), source })?;
+        let gauges = gauges(&host.snap);
+        if governed {
+            self.ctx.telemetry.set_pool_gauges(pool, &gauges);
+        } else {
+            self.ctx.telemetry.forget_pool(pool);
+        }
+        Ok(pass.requeue)
+    }
+
+    /// The §5.3 start-up sweep. Run once per leadership, before the first `reconcile_pool`:
+    /// cleans only markers no anchor refers to; per-item errors are logged, never fatal.
     pub fn startup_sweep(&mut self) -> SweepReport {
         self.swept = true;
-        let _ = (&self.cluster, &self.clock, &self.engine, &self.config);
-        SweepReport::default()
-    }
-
-    /// One pass over a pool; returns when to come back.
-    pub fn reconcile_pool(&mut self, _pool: &str) -> Result<Duration, ReconcileError> {
-        Ok(Duration::minutes(1))
+        let now = self.clock.now();
+        let cache = self.ctx.cluster.cache();
+        let anchors: Arc<BTreeSet<String>> = Arc::new(
+            cache
+                .pools
+                .values()
+                .filter_map(|p| annotation(&p.metadata, Key::ActiveRotation).map(str::to_string))
+                .collect(),
+        );
+        let mut report = SweepReport::default();
+        let mut subjects: Vec<(Handler, SweepSubject, Option<NodePool>)> = Vec::new();
+        for (name, p) in &cache.pools {
+            subjects.push((
+                Handler::SweepPool,
+                SweepSubject::Pool(name.clone()),
+                Some(p.as_ref().clone()),
+            ));
+        }
+        for name in cache.claims.keys() {
+            subjects.push((Handler::SweepClaim, SweepSubject::Claim(name.clone()), None));
+        }
+        let ours = [Key::SurgeFor, Key::DoNotDisruptOwned, Key::Cordoned];
+        for (name, n) in &cache.nodes {
+            if ours.iter().any(|k| annotation(&n.metadata, *k).is_some()) {
+                subjects.push((Handler::SweepNode, SweepSubject::Node(name.clone()), None));
+            }
+        }
+        for (name, pod) in &cache.placeholders {
+            let ns =
+                pod.metadata.namespace.clone().unwrap_or_else(|| self.ctx.config.namespace.clone());
+            subjects.push((Handler::SweepPod, SweepSubject::Pod(ns, name.clone()), None));
+        }
+        for (handler, subject, pool) in subjects {
+            let label = match &subject {
+                SweepSubject::Pool(n)
+                | SweepSubject::Claim(n)
+                | SweepSubject::Node(n)
+                | SweepSubject::Pod(_, n) => n.clone(),
+            };
+            let snap = Snapshot {
+                now,
+                cache: cache.clone(),
+                namespace: self.ctx.config.namespace.clone(),
+                pool,
+                claims: BTreeMap::new(),
+                nodes: BTreeMap::new(),
+                governance: GovernanceView::Ungoverned,
+                fatal: false,
+                pick: None,
+                census: 0,
+                sweep: Some((subject, anchors.clone())),
+            };
+            let mut host = PassHost::new(snap, &mut self.ctx);
+            match self.engine.run_from(handler, &mut host) {
+                Ok(pass) => {
+                    for row in pass.fired {
+                        match row.as_str() {
+                            "sweep_orphan_placeholder" => {
+                                report.placeholders_deleted.push(label.clone())
+                            }
+                            "sweep_orphan_node_marker" => report.nodes_released.push(label.clone()),
+                            "sweep_unanchored_announce" => report.claims_failed.push(label.clone()),
+                            "sweep_orphan_mirror" => report.pools_cleaned.push(label.clone()),
+                            _ => {}
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(subject = %label, error = %e, "start-up sweep item failed");
+                    report.errors.push(format!("{label}: {e}"));
+                }
+            }
+        }
+        tracing::info!(?report, "start-up sweep done");
+        report
     }
 
     /// The RotationPolicy status view (§5.4); a conflict is a silent requeue.
-    pub fn update_policy_status(&mut self) {}
+    pub fn update_policy_status(&mut self) {
+        let now = self.clock.now();
+        let cache = self.ctx.cluster.cache();
+        let pools: Vec<(String, Governance, bool)> = cache
+            .pools
+            .values()
+            .map(|p| {
+                let selectors: Vec<PolicySelector<'_>> = cache
+                    .policies
+                    .values()
+                    .map(|x| PolicySelector {
+                        name: x.metadata.name.as_deref().unwrap_or(""),
+                        selector: &x.spec.node_pool_selector,
+                    })
+                    .collect();
+                let labels = p.metadata.labels.clone().unwrap_or_default();
+                (
+                    p.metadata.name.clone().unwrap_or_default(),
+                    resolve::resolve(&selectors, &labels),
+                    annotation(&p.metadata, Key::ActiveRotation).is_some(),
+                )
+            })
+            .collect();
+        let views: Vec<PoolView<'_>> = pools
+            .iter()
+            .map(|(name, g, anchored)| PoolView { name, governance: g, anchored: *anchored })
+            .collect();
+        for (name, policy) in &cache.policies {
+            let invalid = Effective::from_spec(&policy.spec).err();
+            let status = resolve::desired_status(&StatusInputs {
+                policy: name,
+                generation: policy.metadata.generation,
+                invalid: invalid.as_ref(),
+                pools: &views,
+                previous: policy.status.as_ref(),
+                now,
+            });
+            if policy.status.as_ref() == Some(&status) {
+                continue;
+            }
+            match self.ctx.cluster.update_policy_status(
+                name,
+                &status,
+                policy.metadata.resource_version.as_deref(),
+            ) {
+                Ok(()) | Err(ApiError::Conflict) | Err(ApiError::NotFound) => {}
+                Err(e) => tracing::warn!(policy = %name, error = %e, "policy status not written"),
+            }
+        }
+    }
+}
+
+/// Per-pool gauges after a pass (§4.2).
+fn gauges(_snap: &Snapshot) -> crate::telemetry::PoolGauges {
+    crate::telemetry::PoolGauges::default()
 }

@@ -1,0 +1,539 @@
+//! What one pass reads: the cached view plus the objects this pass wrote (its own writes are
+//! fresher than the cache), and the facts derived from them (§5.2). Implements [`Facts`].
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::cluster::{CacheView, Patch};
+use crate::engine::{Facts, Field, Key, ObjRef, Pred, Root, Value};
+use crate::karpenter::{NodeClaim, NodePool};
+use crate::placeholder;
+use crate::policy::derive::{self, ClaimFacts, ClaimState, RotationOrder};
+use crate::policy::settings::Effective;
+
+/// Detection lag allowance (SUPPLEMENT §3.2 `buffer`).
+pub const BUFFER: Duration = Duration::minutes(2);
+/// tGP when the claim and the pool leave it unset.
+pub const DEFAULT_TGP: Duration = Duration::hours(1);
+/// "Forever" for a gate whose anchor is absent.
+const FOREVER: Duration = Duration::days(365 * 100);
+
+pub const KARPENTER_POOL_LABEL: &str = "karpenter.sh/nodepool";
+
+/// The governing policy of a pool, evaluated once per policy change (and per day, so the
+/// 53-week window horizon moves on).
+#[derive(Debug, Clone)]
+pub struct PolicyView {
+    pub name: String,
+    pub settings: Effective,
+    /// `P`, the worst-case window period from now (SUPPLEMENT §3.1).
+    pub period: Option<Duration>,
+}
+
+/// The pool's governance, as the rules see it.
+#[derive(Debug, Clone)]
+pub enum GovernanceView {
+    Governed(Arc<PolicyView>),
+    Conflict(Vec<String>),
+    Ungoverned,
+    Invalid(String),
+}
+
+impl GovernanceView {
+    pub fn symbol(&self) -> &'static str {
+        match self {
+            GovernanceView::Governed(_) => "governed",
+            GovernanceView::Conflict(_) => "conflict",
+            GovernanceView::Ungoverned => "ungoverned",
+            GovernanceView::Invalid(_) => "invalid",
+        }
+    }
+
+    pub fn policy(&self) -> Option<&Arc<PolicyView>> {
+        match self {
+            GovernanceView::Governed(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// The thing a sweep visits (§5.3), with the anchor set read when the sweep started.
+#[derive(Debug, Clone)]
+pub enum SweepSubject {
+    Pool(String),
+    Claim(String),
+    Node(String),
+    Pod(String, String),
+}
+
+/// The snapshot one pass reads.
+pub struct Snapshot {
+    pub now: DateTime<Utc>,
+    pub cache: Arc<CacheView>,
+    /// The controller's namespace (placeholders).
+    pub namespace: String,
+    /// The pool of a pool pass (owned: this pass's writes are applied to it).
+    pub pool: Option<NodePool>,
+    /// Objects this pass wrote, as written (they shadow the cache).
+    pub claims: BTreeMap<String, NodeClaim>,
+    pub nodes: BTreeMap<String, Node>,
+    pub governance: GovernanceView,
+    /// Whether feasibility has a fatal finding for this pool (step 1b).
+    pub fatal: bool,
+    /// pick_earliest_deadline_eligible and the census (§3.2, §4.2), at `now`.
+    pub pick: Option<String>,
+    pub census: i64,
+    /// Sweep passes only.
+    pub sweep: Option<(SweepSubject, Arc<BTreeSet<String>>)>,
+}
+
+impl Snapshot {
+    pub fn pool_name(&self) -> &str {
+        self.pool.as_ref().and_then(|p| p.metadata.name.as_deref()).unwrap_or("")
+    }
+
+    pub fn policy(&self) -> Option<&PolicyView> {
+        self.governance.policy().map(|p| p.as_ref())
+    }
+
+    pub fn claim(&self, name: &str) -> Option<&NodeClaim> {
+        self.claims.get(name).or_else(|| self.cache.claims.get(name).map(|c| c.as_ref()))
+    }
+
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.get(name).or_else(|| self.cache.nodes.get(name).map(|n| n.as_ref()))
+    }
+
+    pub fn placeholder_for(&self, claim: &str) -> Option<&Pod> {
+        self.cache.placeholders.get(&placeholder::placeholder_name(claim)).map(|p| p.as_ref())
+    }
+
+    /// The claim the anchor names (`cand`).
+    pub fn anchored_claim(&self) -> Option<&str> {
+        let pool = self.pool.as_ref()?;
+        let name = annotation(&pool.metadata, Key::ActiveRotation)?;
+        self.claim(name).map(|_| name)
+    }
+
+    /// Claims of this pool, by label.
+    pub fn pool_claims(&self) -> impl Iterator<Item = &NodeClaim> {
+        let pool = self.pool_name().to_string();
+        self.cache
+            .claims
+            .values()
+            .filter(move |c| {
+                c.metadata.labels.as_ref().and_then(|l| l.get(KARPENTER_POOL_LABEL)) == Some(&pool)
+            })
+            .map(|c| {
+                self.claims.get(c.metadata.name.as_deref().unwrap_or("")).unwrap_or(c.as_ref())
+            })
+    }
+
+    /// The claim's node, if registered.
+    pub fn claim_node<'a>(&self, claim: &'a NodeClaim) -> Option<&'a str> {
+        claim.status.as_ref().and_then(|s| s.node_name.as_deref())
+    }
+
+    /// Applies a write that won to this pass's copy of the object.
+    pub fn apply(&mut self, obj: &ObjRef, patch: &Patch) {
+        let meta = match obj {
+            ObjRef::Pool => self.pool.as_mut().map(|p| &mut p.metadata),
+            ObjRef::Claim(n) => {
+                if !self.claims.contains_key(n) {
+                    let Some(c) = self.cache.claims.get(n) else { return };
+                    self.claims.insert(n.clone(), c.as_ref().clone());
+                }
+                self.claims.get_mut(n).map(|c| &mut c.metadata)
+            }
+            ObjRef::Node(n) => {
+                if !self.nodes.contains_key(n) {
+                    let Some(x) = self.cache.nodes.get(n) else { return };
+                    self.nodes.insert(n.clone(), x.as_ref().clone());
+                }
+                let node = self.nodes.get_mut(n);
+                if let (Some(node), Some(u)) = (node, patch.unschedulable) {
+                    node.spec.get_or_insert_with(Default::default).unschedulable = Some(u);
+                }
+                self.nodes.get_mut(n).map(|x| &mut x.metadata)
+            }
+            ObjRef::Policy | ObjRef::Pod(..) => None,
+        };
+        if let Some(meta) = meta {
+            apply_patch(meta, patch);
+        }
+    }
+
+    /// The candidate facts of a claim (§3.2).
+    pub fn claim_facts(&self, claim: &NodeClaim) -> Option<ClaimFacts> {
+        let node_dnd = self
+            .claim_node(claim)
+            .and_then(|n| self.node(n))
+            .map(|n| operator_do_not_disrupt(&n.metadata))
+            .unwrap_or(false);
+        Some(ClaimFacts {
+            created: claim.created()?,
+            expire_after: claim.expire_after().ok()?,
+            termination_grace_period: claim.termination_grace_period().ok().flatten(),
+            ready: claim.is_ready(),
+            deleting: claim.is_deleting(),
+            state: ClaimState::from_annotation(annotation(&claim.metadata, Key::State)),
+            retry_count: annotation(&claim.metadata, Key::RetryCount)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            failed_at: time_annotation(&claim.metadata, Key::FailedAt),
+            operator_do_not_disrupt: node_dnd,
+        })
+    }
+
+    /// Computes `pick` and `census` from the pool's claims.
+    pub fn select_candidates(&mut self) {
+        let Some(policy) = self.policy().cloned() else { return };
+        let period = policy.period.unwrap_or(Duration::minutes(1));
+        let mut candidates: Vec<(Option<DateTime<Utc>>, DateTime<Utc>, String)> = self
+            .pool_claims()
+            .filter_map(|c| {
+                let f = self.claim_facts(c)?;
+                derive::is_candidate(&f, &policy.settings, period, self.now).then(|| {
+                    (
+                        derive::deadline(f.created, f.expire_after),
+                        f.created,
+                        c.metadata.name.clone().unwrap_or_default(),
+                    )
+                })
+            })
+            .collect();
+        candidates.sort_by(|a, b| {
+            RotationOrder { deadline: a.0, created: a.1, name: &a.2 }.cmp(&RotationOrder {
+                deadline: b.0,
+                created: b.1,
+                name: &b.2,
+            })
+        });
+        self.census = candidates.len() as i64;
+        self.pick = candidates.into_iter().next().map(|c| c.2);
+    }
+
+    fn tgp(&self, claim: &NodeClaim) -> Option<Duration> {
+        claim.termination_grace_period().ok().flatten().or_else(|| {
+            self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten())
+        })
+    }
+
+    fn meta_of(&self, obj: &ObjRef) -> Option<&ObjectMeta> {
+        match obj {
+            ObjRef::Pool => self.pool.as_ref().map(|p| &p.metadata),
+            ObjRef::Claim(n) => self.claim(n).map(|c| &c.metadata),
+            ObjRef::Node(n) => self.node(n).map(|c| &c.metadata),
+            ObjRef::Pod(_, n) => self.cache.placeholders.get(n).map(|p| &p.metadata),
+            ObjRef::Policy => None,
+        }
+    }
+
+    fn claim_of(&self, v: &Value) -> Option<&NodeClaim> {
+        match v {
+            Value::Object(ObjRef::Claim(n)) => self.claim(n),
+            _ => None,
+        }
+    }
+
+    /// The host of the claim's placeholder, if bound.
+    pub fn placeholder_host(&self, claim: &str) -> Option<&str> {
+        self.placeholder_for(claim)?.spec.as_ref()?.node_name.as_deref()
+    }
+
+    /// The claim backing a node (by status.nodeName).
+    pub fn claim_on_node(&self, node: &str) -> Option<&NodeClaim> {
+        self.cache
+            .claims
+            .values()
+            .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .map(|c| {
+                self.claims.get(c.metadata.name.as_deref().unwrap_or("")).unwrap_or(c.as_ref())
+            })
+    }
+}
+
+/// An annotation's raw value.
+pub fn annotation(meta: &ObjectMeta, key: Key) -> Option<&str> {
+    meta.annotations.as_ref()?.get(key.full()).map(String::as_str)
+}
+
+fn time_annotation(meta: &ObjectMeta, key: Key) -> Option<DateTime<Utc>> {
+    annotation(meta, key)
+        .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// `karpenter.sh/do-not-disrupt: "true"` set by someone else (no owned marker, §3.4).
+pub fn operator_do_not_disrupt(meta: &ObjectMeta) -> bool {
+    annotation(meta, Key::DoNotDisrupt) == Some("true")
+        && annotation(meta, Key::DoNotDisruptOwned).is_none()
+}
+
+/// Applies annotation changes to metadata (the overlay after a won write).
+pub fn apply_patch(meta: &mut ObjectMeta, patch: &Patch) {
+    let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
+    for k in &patch.remove {
+        ann.remove(k);
+    }
+    for (k, v) in &patch.set {
+        ann.insert(k.clone(), v.clone());
+    }
+}
+
+impl Facts for Snapshot {
+    fn root(&self, root: Root) -> Value {
+        let sweep = self.sweep.as_ref().map(|(s, _)| s);
+        match root {
+            Root::Now => Value::Time(self.now),
+            Root::Np => match (&self.pool, sweep) {
+                (Some(_), None | Some(SweepSubject::Pool(_))) => Value::Object(ObjRef::Pool),
+                _ => Value::Nil,
+            },
+            Root::Policy => match self.policy() {
+                Some(_) => Value::Object(ObjRef::Policy),
+                None => Value::Nil,
+            },
+            Root::Cand => match self.anchored_claim() {
+                Some(n) => Value::Object(ObjRef::Claim(n.to_string())),
+                None => Value::Nil,
+            },
+            Root::Pick => match &self.pick {
+                Some(n) => Value::Object(ObjRef::Claim(n.clone())),
+                None => Value::Nil,
+            },
+            Root::Claim => match sweep {
+                Some(SweepSubject::Claim(n)) => Value::Object(ObjRef::Claim(n.clone())),
+                _ => Value::Nil,
+            },
+            Root::Node => match sweep {
+                Some(SweepSubject::Node(n)) => Value::Object(ObjRef::Node(n.clone())),
+                _ => Value::Nil,
+            },
+            Root::Pod => match sweep {
+                Some(SweepSubject::Pod(ns, n)) => Value::Object(ObjRef::Pod(ns.clone(), n.clone())),
+                _ => Value::Nil,
+            },
+        }
+    }
+
+    fn field(&self, obj: &ObjRef, field: Field) -> Value {
+        let name = |s: Option<&String>| s.map(|n| Value::Name(n.clone())).unwrap_or(Value::Nil);
+        match (field, obj) {
+            (Field::NodePoolName, ObjRef::Pool) => {
+                name(self.pool.as_ref().and_then(|p| p.metadata.name.as_ref()))
+            }
+            (Field::NodePoolReplicas, ObjRef::Pool) => self
+                .pool
+                .as_ref()
+                .and_then(|p| p.spec.replicas)
+                .map(Value::Int)
+                .unwrap_or(Value::Nil),
+            (Field::NodePoolGovernance, ObjRef::Pool) => {
+                Value::Sym(self.governance.symbol().into())
+            }
+            (Field::NodeClaimName, ObjRef::Claim(n)) => Value::Name(n.clone()),
+            (Field::NodeClaimState, ObjRef::Claim(n)) => {
+                // Absent, or a value this version does not know, reads as `none` (the entry
+                // write then claims it as pending, which the conditional writes re-check).
+                let raw = self.claim(n).and_then(|c| annotation(&c.metadata, Key::State));
+                let known = ["pending", "draining", "failed", "expired"];
+                Value::Sym(raw.filter(|s| known.contains(s)).unwrap_or("none").to_string())
+            }
+            (Field::NodeClaimDeletionTimestamp, ObjRef::Claim(n)) => self
+                .claim(n)
+                .and_then(|c| c.metadata.deletion_timestamp.as_ref())
+                .and_then(crate::cluster::chrono_time)
+                .map(Value::Time)
+                .unwrap_or(Value::Nil),
+            (Field::NodeClaimNode, ObjRef::Claim(n)) => self
+                .claim(n)
+                .and_then(|c| self.claim_node(c))
+                .map(|node| Value::Object(ObjRef::Node(node.to_string())))
+                .unwrap_or(Value::Nil),
+            (Field::NodeName, ObjRef::Node(n)) => Value::Name(n.clone()),
+            (Field::NodeClaim, ObjRef::Node(n)) => {
+                name(self.claim_on_node(n).and_then(|c| c.metadata.name.as_ref()))
+            }
+            (Field::PodName, ObjRef::Pod(_, n)) => Value::Name(n.clone()),
+            (Field::PolicyReadyTimeout, ObjRef::Policy) => self
+                .policy()
+                .map(|p| Value::Duration(p.settings.ready_timeout))
+                .unwrap_or(Value::Nil),
+            (Field::PolicyCooldownAfter, ObjRef::Policy) => self
+                .policy()
+                .map(|p| Value::Duration(p.settings.cooldown_after))
+                .unwrap_or(Value::Nil),
+            (Field::PolicyFailurePause, ObjRef::Policy) => self
+                .policy()
+                .map(|p| Value::Duration(p.settings.failure_pause))
+                .unwrap_or(Value::Nil),
+            (Field::PolicyForcefulFallback, ObjRef::Policy) => self
+                .policy()
+                .map(|p| Value::Bool(p.settings.forceful_fallback))
+                .unwrap_or(Value::Nil),
+            // A field asked of the wrong kind of object: the checker types fields by kind, so
+            // this is a host bug; nil makes the guard fail loudly rather than guess.
+            (
+                Field::NodePoolName
+                | Field::NodePoolReplicas
+                | Field::NodePoolGovernance
+                | Field::NodeClaimName
+                | Field::NodeClaimState
+                | Field::NodeClaimDeletionTimestamp
+                | Field::NodeClaimNode
+                | Field::NodeName
+                | Field::NodeClaim
+                | Field::PodName
+                | Field::PolicyReadyTimeout
+                | Field::PolicyCooldownAfter
+                | Field::PolicyFailurePause
+                | Field::PolicyForcefulFallback,
+                _,
+            ) => Value::Nil,
+        }
+    }
+
+    fn annotation(&self, obj: &ObjRef, key: Key) -> Option<String> {
+        annotation(self.meta_of(obj)?, key).map(str::to_string)
+    }
+
+    fn call(&self, pred: Pred, args: &[Value]) -> Value {
+        let now = self.now;
+        let pool_meta = self.pool.as_ref().map(|p| &p.metadata);
+        let since = |key: Key| -> Value {
+            match pool_meta.and_then(|m| annotation(m, key)) {
+                None => Value::Duration(FOREVER),
+                // Unreadable: treated as just now, so a corrupted anchor never lifts a gate.
+                Some(_) => match pool_meta.and_then(|m| time_annotation(m, key)) {
+                    Some(t) => Value::Duration(now - t),
+                    None => Value::Duration(Duration::zero()),
+                },
+            }
+        };
+        let claim = args.first().and_then(|a| self.claim_of(a));
+        match pred {
+            Pred::InWindow => match (self.policy(), args.first().and_then(Value::as_time)) {
+                (Some(p), Some(t)) => Value::Bool(p.settings.schedule.in_window(t)),
+                _ => Value::Nil,
+            },
+            Pred::Frozen => match pool_meta.and_then(|m| annotation(m, Key::Freeze)) {
+                None => Value::Bool(false),
+                Some(_) => match pool_meta.and_then(|m| time_annotation(m, Key::Freeze)) {
+                    Some(until) => Value::Bool(now < until),
+                    None => Value::Bool(true),
+                },
+            },
+            Pred::FreezeUnreadable => Value::Bool(
+                pool_meta.and_then(|m| annotation(m, Key::Freeze)).is_some()
+                    && pool_meta.and_then(|m| time_annotation(m, Key::Freeze)).is_none(),
+            ),
+            Pred::SinceLastRotation => since(Key::LastRotationAt),
+            Pred::SinceLastFailure => since(Key::LastFailureAt),
+            Pred::Census => Value::Int(self.census),
+            Pred::FatalFinding => Value::Bool(self.fatal),
+            Pred::Deadline => claim
+                .and_then(|c| Some(derive::deadline(c.created()?, c.expire_after().ok()?)))
+                .flatten()
+                .map(Value::Time)
+                .unwrap_or(Value::Nil),
+            Pred::TRot => match (self.policy(), claim) {
+                (Some(p), Some(c)) => Value::Duration(p.settings.t_rot(self.tgp(c))),
+                _ => Value::Nil,
+            },
+            Pred::SurgeHeadroom => {
+                let claim = args.get(1).and_then(|a| self.claim_of(a));
+                match (&self.pool, claim) {
+                    (Some(pool), Some(c)) => Value::Bool(
+                        placeholder::surge_headroom(pool, &placeholder::footprint(c)).is_ok(),
+                    ),
+                    _ => Value::Nil,
+                }
+            }
+            Pred::Elapsed => match args.first().and_then(Value::as_time) {
+                Some(t) => Value::Duration(now - t),
+                None => Value::Nil,
+            },
+            Pred::EffectiveBackoff => match (self.policy(), claim) {
+                (Some(p), Some(c)) => {
+                    let Some(failed_at) = time_annotation(&c.metadata, Key::FailedAt) else {
+                        return Value::Duration(Duration::zero());
+                    };
+                    let count = annotation(&c.metadata, Key::RetryCount)
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(1);
+                    let at = derive::eligible_at(
+                        failed_at,
+                        count,
+                        p.settings.retry_backoff,
+                        &p.settings.schedule,
+                    );
+                    Value::Duration(at - failed_at)
+                }
+                _ => Value::Nil,
+            },
+            Pred::HasPlaceholder => match claim {
+                Some(c) => Value::Bool(
+                    self.placeholder_for(c.metadata.name.as_deref().unwrap_or(""))
+                        .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+                ),
+                None => Value::Nil,
+            },
+            Pred::SurgeReady => match claim {
+                Some(c) => {
+                    let name = c.metadata.name.as_deref().unwrap_or("");
+                    let ready = self.placeholder_for(name).is_some_and(|pod| {
+                        let host = pod
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.node_name.as_deref())
+                            .and_then(|n| self.node(n));
+                        placeholder::surge_ready(pod, host, self.claim_node(c), self.pool_name())
+                    });
+                    Value::Bool(ready)
+                }
+                None => Value::Nil,
+            },
+            Pred::PlaceholderNode => claim
+                .and_then(|c| self.placeholder_host(c.metadata.name.as_deref().unwrap_or("")))
+                .map(|n| Value::Object(ObjRef::Node(n.to_string())))
+                .unwrap_or(Value::Nil),
+            Pred::InducedClaim => claim
+                .and_then(|c| self.placeholder_host(c.metadata.name.as_deref().unwrap_or("")))
+                .and_then(|host| self.claim_on_node(host))
+                .and_then(|c| c.metadata.name.clone())
+                .map(Value::Name)
+                .unwrap_or(Value::Nil),
+            Pred::SurgePath => {
+                let Some(c) = claim else { return Value::Nil };
+                let Some(started) = time_annotation(&c.metadata, Key::StartedAt) else {
+                    return Value::Nil;
+                };
+                let host_created = self
+                    .placeholder_host(c.metadata.name.as_deref().unwrap_or(""))
+                    .and_then(|h| self.claim_on_node(h))
+                    .and_then(|hc| hc.created());
+                match placeholder::surge_path(host_created, started) {
+                    Some(path) => Value::Sym(path.as_str().to_string()),
+                    None => Value::Nil,
+                }
+            }
+            Pred::DrainBound => match claim {
+                Some(c) => Value::Duration(self.tgp(c).unwrap_or(DEFAULT_TGP) + BUFFER),
+                None => Value::Nil,
+            },
+            Pred::Anchored => match (args.first(), &self.sweep) {
+                (Some(Value::Name(n)), Some((_, anchors))) => Value::Bool(anchors.contains(n)),
+                (Some(Value::Nil), _) => Value::Bool(false),
+                _ => Value::Nil,
+            },
+            Pred::Latest => {
+                let times: Vec<DateTime<Utc>> = args.iter().filter_map(Value::as_time).collect();
+                times.into_iter().max().map(Value::Time).unwrap_or(Value::Nil)
+            }
+        }
+    }
+}

@@ -1,0 +1,896 @@
+//! Carrying out the rules' verbs against the [`Cluster`] (spec §5.2): conditional writes are
+//! checked against a fresh read and written with its resourceVersion; the outcome comes from
+//! the write loop itself and is reset on every attempt; announcements happen only after a
+//! write won (the rules guarantee the order, this code keeps them at-most-once).
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::snapshot::{Snapshot, annotation};
+use super::{Announcement, Ctx};
+use crate::cluster::{ApiError, EventRecord, ObjectKind, ObjectRef, Patch};
+use crate::engine::{
+    ANCHOR_CLEAR_SET, Action, ClaimState, Facts, Field, Host, HostError, Key, ObjRef, Outcome,
+    Pred, Reason, Root, Row, Signal, Value, Verb, Verdict,
+};
+use crate::karpenter::{NodeClaim, NodePool};
+use crate::placeholder;
+
+/// Attempts of one conditional write before the pass gives up (and is retried later).
+const ATTEMPTS: usize = 5;
+
+/// One pass: the snapshot it reads and the controller state it may touch.
+pub struct PassHost<'c> {
+    pub snap: Snapshot,
+    pub ctx: &'c mut Ctx,
+    /// Rows fired or evaluated false, for coverage and warning latches.
+    pub observed: Vec<(String, bool)>,
+    /// The pool copy the completion write verified (its durations feed `emit(success)`).
+    released: Option<NodePool>,
+}
+
+/// A fresh read of one object.
+enum Fresh {
+    Pool(NodePool),
+    Claim(NodeClaim),
+    Node(Node),
+}
+
+impl Fresh {
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Fresh::Pool(p) => &p.metadata,
+            Fresh::Claim(c) => &c.metadata,
+            Fresh::Node(n) => &n.metadata,
+        }
+    }
+}
+
+enum Decide {
+    Write(Patch, Outcome),
+    Skip(Outcome),
+}
+
+fn fail(verb: Verb, e: impl std::fmt::Display) -> HostError {
+    HostError { verb, message: e.to_string() }
+}
+
+fn full(k: Key) -> String {
+    k.full().to_string()
+}
+
+/// The claim state as the conditional writes read it (unknown values read as `none`).
+fn state_of(meta: &ObjectMeta) -> ClaimState {
+    annotation(meta, Key::State).and_then(ClaimState::from_name).unwrap_or(ClaimState::None)
+}
+
+/// Whether an annotation is absent or unreadable for its declared type (`once` writes).
+fn unreadable(meta: &ObjectMeta, key: Key) -> bool {
+    match annotation(meta, key) {
+        None => true,
+        Some(raw) => crate::engine::value_of_annotation(key, raw).is_nil(),
+    }
+}
+
+impl<'c> PassHost<'c> {
+    pub fn new(snap: Snapshot, ctx: &'c mut Ctx) -> Self {
+        PassHost { snap, ctx, observed: Vec::new(), released: None }
+    }
+
+    fn cluster_ref(&self, obj: &ObjRef) -> Option<ObjectRef> {
+        Some(match obj {
+            ObjRef::Pool => ObjectRef::cluster(ObjectKind::NodePool, self.snap.pool_name()),
+            ObjRef::Claim(n) => ObjectRef::cluster(ObjectKind::NodeClaim, n.clone()),
+            ObjRef::Node(n) => ObjectRef::cluster(ObjectKind::Node, n.clone()),
+            ObjRef::Pod(ns, n) => ObjectRef::pod(ns.clone(), n.clone()),
+            ObjRef::Policy => return None,
+        })
+    }
+
+    fn fresh(&self, obj: &ObjRef) -> Result<Option<Fresh>, ApiError> {
+        let cluster = &self.ctx.cluster;
+        Ok(match obj {
+            ObjRef::Pool => cluster.get_pool(self.snap.pool_name())?.map(Fresh::Pool),
+            ObjRef::Claim(n) => cluster.get_claim(n)?.map(Fresh::Claim),
+            ObjRef::Node(n) => cluster.get_node(n)?.map(Fresh::Node),
+            ObjRef::Policy | ObjRef::Pod(..) => None,
+        })
+    }
+
+    /// Read fresh, decide, write with the read's resourceVersion; on 409 start over.
+    fn conditional(
+        &mut self,
+        verb: Verb,
+        obj: &ObjRef,
+        mut decide: impl FnMut(&Fresh) -> Decide,
+    ) -> Result<Outcome, HostError> {
+        let Some(target) = self.cluster_ref(obj) else { return Ok(Outcome::Gone) };
+        for _ in 0..ATTEMPTS {
+            let Some(fresh) = self.fresh(obj).map_err(|e| fail(verb, e))? else {
+                return Ok(Outcome::Gone);
+            };
+            match decide(&fresh) {
+                Decide::Skip(outcome) => return Ok(outcome),
+                Decide::Write(patch, outcome) => {
+                    let rv = fresh.meta().resource_version.clone();
+                    match self.ctx.cluster.patch(&target, &patch, rv.as_deref()) {
+                        Ok(()) => {
+                            self.ctx.writes += 1;
+                            self.snap.apply(obj, &patch);
+                            return Ok(outcome);
+                        }
+                        Err(ApiError::Conflict) => continue,
+                        Err(ApiError::NotFound) => return Ok(Outcome::Gone),
+                        Err(e) => return Err(fail(verb, e)),
+                    }
+                }
+            }
+        }
+        Err(fail(verb, format!("{target} kept changing under {ATTEMPTS} conditional writes")))
+    }
+
+    fn patch_of(set: &[(Key, Value)], clear: &[Key], meta: &ObjectMeta) -> Patch {
+        let mut patch = Patch::default();
+        for (k, v) in set {
+            if let Some(s) = v.to_annotation() {
+                if annotation(meta, *k) != Some(s.as_str()) {
+                    patch.set.insert(full(*k), s);
+                }
+            }
+        }
+        for k in clear {
+            if annotation(meta, *k).is_some() {
+                patch.remove.insert(full(*k));
+            }
+        }
+        patch
+    }
+
+    fn meta(&self, obj: &ObjRef) -> Option<&ObjectMeta> {
+        match obj {
+            ObjRef::Pool => self.snap.pool.as_ref().map(|p| &p.metadata),
+            ObjRef::Claim(n) => self.snap.claim(n).map(|c| &c.metadata),
+            ObjRef::Node(n) => self.snap.node(n).map(|c| &c.metadata),
+            _ => None,
+        }
+    }
+
+    fn in_window(&self, t: DateTime<Utc>) -> bool {
+        self.snap.policy().is_some_and(|p| p.settings.schedule.in_window(t))
+    }
+
+    fn announce(&mut self, what: String, claim: Option<String>, row: &str) {
+        self.ctx.announcements.push(Announcement {
+            time: self.snap.now,
+            pool: self.snap.pool_name().to_string(),
+            claim,
+            what,
+            row: row.to_string(),
+        });
+    }
+
+    fn event(&mut self, obj: &ObjRef, reason: Reason, message: String) {
+        let Some(object) = self.cluster_ref(obj) else { return };
+        let event = EventRecord {
+            object,
+            reason: reason.name().to_string(),
+            message,
+            warning: reason.is_warning(),
+            time: self.snap.now,
+        };
+        if let Err(e) = self.ctx.cluster.record_event(&event) {
+            tracing::warn!(reason = reason.name(), error = %e, "event not recorded");
+        }
+    }
+
+    fn subject_claim(&self, a: &Action<'_>) -> Option<String> {
+        match &a.target {
+            Value::Object(ObjRef::Claim(n)) => Some(n.clone()),
+            _ => self.snap.anchored_claim().map(str::to_string).or_else(|| a.name.clone()),
+        }
+    }
+
+    fn message(&self, reason: Reason, a: &Action<'_>) -> String {
+        let claim = self.subject_claim(a).unwrap_or_default();
+        let pool = self.snap.pool_name();
+        match reason {
+            Reason::RotationStarted => {
+                format!("rotation of NodeClaim {claim} started in NodePool {pool}")
+            }
+            Reason::RotationCompleted => format!("NodeClaim {claim} was replaced"),
+            Reason::ForcefulFallback => format!(
+                "NodeClaim {claim} is deleted without surge: its forced expiry is closer than t_rot"
+            ),
+            Reason::WindowMissed => format!(
+                "the maintenance window closed with {} candidate(s) left in NodePool {pool}",
+                self.snap.census
+            ),
+            Reason::DrainStuck => format!("NodeClaim {claim} has drained longer than tGP + buffer"),
+            Reason::StaticNodePool => format!(
+                "NodePool {pool} sets spec.replicas: surge cannot complete there, no rotation starts"
+            ),
+            Reason::InsufficientHeadroom => self.headroom_detail(),
+            Reason::PolicyConflict => match &self.snap.governance {
+                super::snapshot::GovernanceView::Conflict(p) => {
+                    format!("policies {} tie for NodePool {pool}: no rotation", p.join(", "))
+                }
+                _ => "policy conflict".into(),
+            },
+            Reason::GovernanceLost => format!(
+                "NodePool {pool} lost its governing policy during the rotation of {claim}: rolled back"
+            ),
+            Reason::Infeasible => format!(
+                "the governing policy cannot guarantee a rotation before expiry in NodePool {pool}; see `noderotation plan`"
+            ),
+            Reason::InvalidFreeze => {
+                "noderotation.io/freeze is not an RFC3339 time: treated as frozen".into()
+            }
+            Reason::RotationFailed => {
+                let count = self
+                    .snap
+                    .claim(&claim)
+                    .and_then(|c| annotation(&c.metadata, Key::RetryCount))
+                    .unwrap_or("?")
+                    .to_string();
+                let next = self
+                    .next_attempt(&claim)
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_else(|| "the next window".into());
+                format!(
+                    "surge for NodeClaim {claim} was not ready within readyTimeout (retry {count}); next attempt {next}"
+                )
+            }
+            Reason::RotationExpired => format!(
+                "NodeClaim {claim} was force-expired by Karpenter before the rotation finished"
+            ),
+            Reason::SurgeUnschedulable => {
+                format!("the placeholder for {claim} cannot be scheduled")
+            }
+            Reason::SurgeClamped => {
+                format!("placeholder requests for {claim} were clamped to the node's allocatable")
+            }
+            Reason::SurgeClampRefused => format!(
+                "placeholder for {claim} would request nothing after the clamp: not created"
+            ),
+            Reason::ShortLead => {
+                format!("NodeClaim {claim} cannot get K window chances before its expiry")
+            }
+        }
+    }
+
+    fn next_attempt(&self, claim: &str) -> Option<DateTime<Utc>> {
+        let p = self.snap.policy()?;
+        let c = self.snap.claim(claim)?;
+        let failed_at = DateTime::parse_from_rfc3339(annotation(&c.metadata, Key::FailedAt)?)
+            .ok()?
+            .with_timezone(&Utc);
+        let count =
+            annotation(&c.metadata, Key::RetryCount).and_then(|v| v.parse().ok()).unwrap_or(1);
+        crate::policy::derive::next_attempt(
+            failed_at,
+            count,
+            p.settings.retry_backoff,
+            &p.settings.schedule,
+        )
+    }
+
+    fn headroom_detail(&self) -> String {
+        let (Some(pool), Some(pick)) =
+            (&self.snap.pool, self.snap.pick.as_ref().and_then(|n| self.snap.claim(n)))
+        else {
+            return "insufficient headroom".into();
+        };
+        match placeholder::surge_headroom(pool, &placeholder::footprint(pick)) {
+            Err(s) => format!("insufficient spec.limits headroom for the surge: {s}"),
+            Ok(()) => "insufficient headroom".into(),
+        }
+    }
+
+    // ---- the verbs ------------------------------------------------------------------------
+
+    fn annotate(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(obj) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        if a.incr.is_empty() {
+            let Some(meta) = self.meta(&obj) else { return Ok(Outcome::Gone) };
+            let patch = Self::patch_of(&a.set, a.clear, meta);
+            if patch.is_empty() {
+                return Ok(Outcome::Won);
+            }
+            let Some(target) = self.cluster_ref(&obj) else { return Ok(Outcome::Gone) };
+            return match self.ctx.cluster.patch(&target, &patch, None) {
+                Ok(()) => {
+                    self.ctx.writes += 1;
+                    self.snap.apply(&obj, &patch);
+                    Ok(Outcome::Won)
+                }
+                Err(ApiError::NotFound) => Ok(Outcome::Gone),
+                Err(e) => Err(fail(a.verb, e)),
+            };
+        }
+        let (set, clear, incr) = (a.set.clone(), a.clear.to_vec(), a.incr.to_vec());
+        self.conditional(a.verb, &obj, |fresh| {
+            let mut patch = Self::patch_of(&set, &clear, fresh.meta());
+            for k in &incr {
+                let n: i64 = annotation(fresh.meta(), *k).and_then(|v| v.parse().ok()).unwrap_or(0);
+                patch.set.insert(full(*k), (n + 1).to_string());
+            }
+            Decide::Write(patch, Outcome::Won)
+        })
+    }
+
+    fn annotate_if(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(obj) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        let (from, absent) = (a.from.to_vec(), a.absent);
+        let (set, once, clear) = (a.set.clone(), a.once.clone(), a.clear.to_vec());
+        self.conditional(a.verb, &obj, |fresh| {
+            let meta = fresh.meta();
+            if !from.is_empty() && !from.contains(&state_of(meta)) {
+                return Decide::Skip(Outcome::Raced);
+            }
+            if let Some(k) = absent {
+                if annotation(meta, k).is_some() {
+                    return Decide::Skip(Outcome::Raced);
+                }
+            }
+            let mut patch = Self::patch_of(&set, &clear, meta);
+            for (k, v) in &once {
+                if unreadable(meta, *k) {
+                    if let Some(s) = v.to_annotation() {
+                        patch.set.insert(full(*k), s);
+                    }
+                }
+            }
+            if patch.is_empty() {
+                Decide::Skip(Outcome::Won)
+            } else {
+                Decide::Write(patch, Outcome::Won)
+            }
+        })
+    }
+
+    fn anchor_patch(meta: &ObjectMeta, set: &[(Key, Value)]) -> Patch {
+        let mut patch = Self::patch_of(set, ANCHOR_CLEAR_SET, meta);
+        // The clear wins over nothing else; keep the set keys that the clear does not name.
+        for k in ANCHOR_CLEAR_SET {
+            patch.set.remove(k.full());
+        }
+        patch
+    }
+
+    fn clear_anchor(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let name = a.name.clone();
+        let set = a.set.clone();
+        self.conditional(a.verb, &ObjRef::Pool, |fresh| {
+            let meta = fresh.meta();
+            if name.is_none() || annotation(meta, Key::ActiveRotation) != name.as_deref() {
+                return Decide::Skip(Outcome::Raced);
+            }
+            Decide::Write(Self::anchor_patch(meta, &set), Outcome::Won)
+        })
+    }
+
+    fn release_anchor(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let name = a.name.clone();
+        let now = self.snap.now;
+        let mut verified: Option<NodePool> = None;
+        let outcome = self.conditional(a.verb, &ObjRef::Pool, |fresh| {
+            let Fresh::Pool(pool) = fresh else { return Decide::Skip(Outcome::Gone) };
+            let meta = &pool.metadata;
+            if name.is_none() || annotation(meta, Key::ActiveRotation) != name.as_deref() {
+                return Decide::Skip(Outcome::Raced);
+            }
+            // Success or expired is decided from the same copy the write verifies (§5.2).
+            let drained = annotation(meta, Key::ActiveRotationState) == Some("draining");
+            let mut set = Vec::new();
+            if drained {
+                set.push((Key::LastRotationAt, Value::Time(now)));
+            }
+            verified = Some(pool.clone());
+            Decide::Write(
+                Self::anchor_patch(meta, &set),
+                if drained { Outcome::Rotated } else { Outcome::Expired },
+            )
+        })?;
+        self.released = verified;
+        Ok(outcome)
+    }
+
+    fn mark_expired(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(obj) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        let (from, clear) = (a.from.to_vec(), a.clear.to_vec());
+        self.conditional(a.verb, &obj, |fresh| {
+            let state = state_of(fresh.meta());
+            if state == ClaimState::Expired {
+                return Decide::Skip(Outcome::Won);
+            }
+            if !from.contains(&state) {
+                return Decide::Skip(Outcome::Raced);
+            }
+            let set = [(Key::State, Value::Sym("expired".into()))];
+            Decide::Write(Self::patch_of(&set, &clear, fresh.meta()), Outcome::Claimed)
+        })
+    }
+
+    /// The window-close verdict recomputed on a fresh copy (§4.2), same census, same now.
+    fn verdict_on(&self, meta: &ObjectMeta) -> Option<Verdict> {
+        let now = self.snap.now;
+        let stamp = annotation(meta, Key::WindowOpenedAt);
+        let readable = stamp.is_some_and(|s| DateTime::parse_from_rfc3339(s).is_ok());
+        if self.in_window(now) {
+            return (!readable).then_some(Verdict::Stamp);
+        }
+        if !readable || annotation(meta, Key::ActiveRotation).is_some() {
+            return None;
+        }
+        Some(if self.snap.census == 0 { Verdict::Settled } else { Verdict::Missed })
+    }
+
+    fn stamp_window(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let now = self.snap.now;
+        self.window_write(a.verb, Verdict::Stamp, Some(now))
+    }
+
+    fn clear_window(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(verdict) = a.verdict else { return Err(fail(a.verb, "no verdict")) };
+        self.window_write(a.verb, verdict, None)
+    }
+
+    fn window_write(
+        &mut self,
+        verb: Verb,
+        want: Verdict,
+        stamp: Option<DateTime<Utc>>,
+    ) -> Result<Outcome, HostError> {
+        // Evaluate the verdict inside the write loop against the authoritative copy.
+        let Some(target) = self.cluster_ref(&ObjRef::Pool) else { return Ok(Outcome::Gone) };
+        for _ in 0..ATTEMPTS {
+            let Some(fresh) = self.fresh(&ObjRef::Pool).map_err(|e| fail(verb, e))? else {
+                return Ok(Outcome::Gone);
+            };
+            if self.verdict_on(fresh.meta()) != Some(want) {
+                return Ok(Outcome::Raced);
+            }
+            let mut patch = Patch::default();
+            match stamp {
+                Some(t) => {
+                    patch.set.insert(
+                        full(Key::WindowOpenedAt),
+                        Value::Time(t).to_annotation().unwrap_or_default(),
+                    );
+                }
+                None => {
+                    patch.remove.insert(full(Key::WindowOpenedAt));
+                }
+            }
+            match self.ctx.cluster.patch(&target, &patch, fresh.meta().resource_version.as_deref())
+            {
+                Ok(()) => {
+                    self.ctx.writes += 1;
+                    self.snap.apply(&ObjRef::Pool, &patch);
+                    return Ok(Outcome::Won);
+                }
+                Err(ApiError::Conflict) => continue,
+                Err(ApiError::NotFound) => return Ok(Outcome::Gone),
+                Err(e) => return Err(fail(verb, e)),
+            }
+        }
+        Err(fail(verb, "window annotation kept changing"))
+    }
+
+    fn freeze(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(obj @ ObjRef::Node(_)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        let Some(owner) = a.for_.clone() else { return Err(fail(a.verb, "freeze without `for`")) };
+        self.conditional(a.verb, &obj, |fresh| {
+            let meta = fresh.meta();
+            let mut set = vec![(Key::SurgeFor, Value::Name(owner.clone()))];
+            let operators = annotation(meta, Key::DoNotDisrupt) == Some("true")
+                && annotation(meta, Key::DoNotDisruptOwned).is_none();
+            if !operators {
+                set.push((Key::DoNotDisrupt, Value::Bool(true)));
+                set.push((Key::DoNotDisruptOwned, Value::Bool(true)));
+            }
+            let patch = Self::patch_of(&set, &[], meta);
+            if patch.is_empty() {
+                Decide::Skip(Outcome::Won)
+            } else {
+                Decide::Write(patch, Outcome::Won)
+            }
+        })
+    }
+
+    /// Lifts what we set on a node: surge-for, our do-not-disrupt, our cordon.
+    fn release_patch(meta: &ObjectMeta, node: &Node, with_surge_for: bool) -> Patch {
+        let mut patch = Patch::default();
+        if with_surge_for && annotation(meta, Key::SurgeFor).is_some() {
+            patch.remove.insert(full(Key::SurgeFor));
+        }
+        if annotation(meta, Key::DoNotDisruptOwned).is_some() {
+            patch.remove.insert(full(Key::DoNotDisruptOwned));
+            patch.remove.insert(full(Key::DoNotDisrupt));
+        }
+        if annotation(meta, Key::Cordoned).is_some() {
+            patch.remove.insert(full(Key::Cordoned));
+            if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+                patch.unschedulable = Some(false);
+            }
+        }
+        patch
+    }
+
+    fn unfreeze(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(owner) = a.for_.clone() else { return Ok(Outcome::Won) };
+        // Nodes the cache shows frozen for this rotation, plus the two this rotation can have
+        // frozen even if the cache has not caught up: the candidate's node and the surge host.
+        let mut names: BTreeSet<String> = self
+            .snap
+            .cache
+            .nodes
+            .keys()
+            .filter(|n| {
+                self.snap
+                    .node(n)
+                    .is_some_and(|x| annotation(&x.metadata, Key::SurgeFor) == Some(owner.as_str()))
+            })
+            .cloned()
+            .collect();
+        names.extend(
+            self.snap
+                .nodes
+                .keys()
+                .filter(|n| {
+                    self.snap.node(n).is_some_and(|x| {
+                        annotation(&x.metadata, Key::SurgeFor) == Some(owner.as_str())
+                    })
+                })
+                .cloned(),
+        );
+        if let Some(node) = self.snap.claim(&owner).and_then(|c| self.snap.claim_node(c)) {
+            names.insert(node.to_string());
+        }
+        if let Some(host) = self.snap.placeholder_host(&owner) {
+            names.insert(host.to_string());
+        }
+        for name in names {
+            let owner = owner.clone();
+            self.conditional(a.verb, &ObjRef::Node(name), |fresh| {
+                let Fresh::Node(node) = fresh else { return Decide::Skip(Outcome::Won) };
+                if annotation(&node.metadata, Key::SurgeFor) != Some(owner.as_str()) {
+                    return Decide::Skip(Outcome::Won);
+                }
+                Decide::Write(Self::release_patch(&node.metadata, node, true), Outcome::Won)
+            })?;
+        }
+        Ok(Outcome::Won)
+    }
+
+    fn cordon(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(obj @ ObjRef::Node(_)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        self.conditional(a.verb, &obj, |fresh| {
+            let Fresh::Node(node) = fresh else { return Decide::Skip(Outcome::Gone) };
+            if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+                // Ours already, or the operator's: never adopted (§3.4).
+                return Decide::Skip(Outcome::Won);
+            }
+            let mut patch = Patch { unschedulable: Some(true), ..Patch::default() };
+            patch.set.insert(full(Key::Cordoned), "true".into());
+            Decide::Write(patch, Outcome::Won)
+        })
+    }
+
+    fn create_placeholder(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        let (Some(pool), Some(claim), Some(policy)) =
+            (self.snap.pool.clone(), self.snap.claim(&name).cloned(), self.snap.policy().cloned())
+        else {
+            return Ok(Outcome::Gone);
+        };
+        let node_name = self.snap.claim_node(&claim).map(str::to_string);
+        let node = node_name.as_deref().and_then(|n| self.snap.node(n)).cloned();
+        let pods = match &node_name {
+            Some(n) => self.ctx.cluster.pods_on_node(n).map_err(|e| fail(a.verb, e))?,
+            None => Vec::new(),
+        };
+        let input = placeholder::PlaceholderInput {
+            pool: &pool,
+            claim: &claim,
+            node: node.as_ref(),
+            pods: &pods,
+            settings: &policy.settings,
+            namespace: &self.ctx.config.namespace,
+            priority_class: &self.ctx.config.priority_class,
+            pause_image: &self.ctx.config.pause_image,
+        };
+        let built = match placeholder::build_placeholder(&input) {
+            Ok(p) => p,
+            Err(_) => return Ok(Outcome::Refused),
+        };
+        if !built.clamped.is_empty() {
+            let key = (format!("NodeClaim {name}"), Reason::SurgeClamped.name().to_string());
+            if self.ctx.latch.should_fire(key, &built.clamped.join(",")) {
+                let msg = format!(
+                    "{} (clamped: {})",
+                    self.message(Reason::SurgeClamped, a),
+                    built.clamped.join(", ")
+                );
+                self.event(&ObjRef::Claim(name.clone()), Reason::SurgeClamped, msg);
+            }
+        }
+        match self.ctx.cluster.create_pod(&built.pod) {
+            Ok(()) => {
+                self.ctx.writes += 1;
+                Ok(Outcome::Won)
+            }
+            Err(ApiError::AlreadyExists) => Ok(Outcome::Raced),
+            Err(e) => Err(fail(a.verb, e)),
+        }
+    }
+
+    fn delete(
+        &mut self,
+        verb: Verb,
+        target: ObjectRef,
+        uid: Option<String>,
+    ) -> Result<Outcome, HostError> {
+        match self.ctx.cluster.delete(&target, uid.as_deref()) {
+            Ok(()) => {
+                self.ctx.writes += 1;
+                Ok(Outcome::Won)
+            }
+            // Gone, or a new object took the name: not ours to delete.
+            Err(ApiError::NotFound | ApiError::Conflict) => Ok(Outcome::Gone),
+            Err(e) => Err(fail(verb, e)),
+        }
+    }
+
+    fn delete_claim(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        let uid = self.snap.claim(&name).and_then(|c| c.metadata.uid.clone());
+        if self.snap.claim(&name).is_some_and(|c| c.metadata.deletion_timestamp.is_some()) {
+            return Ok(Outcome::Won);
+        }
+        self.delete(a.verb, ObjectRef::cluster(ObjectKind::NodeClaim, name), uid)
+    }
+
+    fn reap_surge_claim(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        let Some(claim) = self.snap.claim(&name).cloned() else { return Ok(Outcome::Gone) };
+        let Some(started) = annotation(&claim.metadata, Key::StartedAt)
+            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+            .map(|t| t.with_timezone(&Utc))
+        else {
+            return Ok(Outcome::Gone);
+        };
+        // The recorded surge claim; else re-resolve from a live placeholder; else the pool's
+        // claim created after started-at that has no registered node (§3.8).
+        let recorded = annotation(&claim.metadata, Key::SurgeClaim).map(str::to_string);
+        let from_placeholder = self
+            .snap
+            .placeholder_host(&name)
+            .and_then(|h| self.snap.claim_on_node(h))
+            .and_then(|c| c.metadata.name.clone());
+        let unregistered = self
+            .snap
+            .pool_claims()
+            .filter(|c| {
+                c.created().is_some_and(|t| t >= started) && self.snap.claim_node(c).is_none()
+            })
+            .filter_map(|c| c.metadata.name.clone())
+            .next();
+        let Some(surge_name) = recorded.or(from_placeholder).or(unregistered) else {
+            return Ok(Outcome::Gone);
+        };
+        if surge_name == name {
+            return Ok(Outcome::Gone);
+        }
+        let Some(surge) = self.ctx.cluster.get_claim(&surge_name).map_err(|e| fail(a.verb, e))?
+        else {
+            return Ok(Outcome::Gone);
+        };
+        let pods = match surge.status.as_ref().and_then(|s| s.node_name.as_deref()) {
+            Some(host) => self.ctx.cluster.pods_on_node(host).map_err(|e| fail(a.verb, e))?,
+            None => Vec::new(),
+        };
+        if !placeholder::reap_allowed(&surge, started, &pods, &placeholder::placeholder_name(&name))
+        {
+            return Ok(Outcome::Gone);
+        }
+        let uid = surge.metadata.uid.clone();
+        self.delete(a.verb, ObjectRef::cluster(ObjectKind::NodeClaim, surge_name), uid)
+    }
+
+    fn release_node(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(obj @ ObjRef::Node(_)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        let anchors = self.snap.sweep.as_ref().map(|(_, a)| a.clone()).unwrap_or_default();
+        let claim_of_node = match &obj {
+            ObjRef::Node(n) => self.snap.claim_on_node(n).and_then(|c| c.metadata.name.clone()),
+            _ => None,
+        };
+        self.conditional(a.verb, &obj, |fresh| {
+            let Fresh::Node(node) = fresh else { return Decide::Skip(Outcome::Gone) };
+            let meta = &node.metadata;
+            match annotation(meta, Key::SurgeFor) {
+                Some(owner) if anchors.contains(owner) => Decide::Skip(Outcome::Raced),
+                Some(_) => Decide::Write(Self::release_patch(meta, node, true), Outcome::Unfroze),
+                None => {
+                    let claim_anchored =
+                        claim_of_node.as_ref().is_some_and(|c| anchors.contains(c));
+                    if claim_anchored {
+                        return Decide::Skip(Outcome::Raced);
+                    }
+                    let patch = Self::release_patch(meta, node, false);
+                    if patch.is_empty() {
+                        Decide::Skip(Outcome::Raced)
+                    } else if patch.unschedulable.is_some()
+                        && annotation(meta, Key::DoNotDisruptOwned).is_none()
+                    {
+                        Decide::Write(patch, Outcome::Uncordoned)
+                    } else {
+                        Decide::Write(patch, Outcome::Unfroze)
+                    }
+                }
+            }
+        })
+    }
+
+    fn emit(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(signal) = a.signal else { return Err(fail(a.verb, "emit without a signal")) };
+        let pool = self.snap.pool_name().to_string();
+        let claim = self.subject_claim(a);
+        let now = self.snap.now;
+        match signal {
+            Signal::Success => {
+                self.ctx.telemetry.completed(&pool, crate::telemetry::Outcome::Success);
+                let meta = self.released.as_ref().map(|p| p.metadata.clone()).unwrap_or_default();
+                let wait = annotation(&meta, Key::SurgeWait)
+                    .and_then(|s| crate::policy::duration::parse(s).ok());
+                let drain = annotation(&meta, Key::DrainingAt)
+                    .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+                    .map(|t| now - t.with_timezone(&Utc));
+                if let Some(w) = wait {
+                    self.ctx.telemetry.duration(
+                        &pool,
+                        crate::telemetry::Phase::SurgeWait,
+                        w.num_milliseconds() as f64 / 1000.0,
+                    );
+                }
+                if let Some(d) = drain {
+                    self.ctx.telemetry.duration(
+                        &pool,
+                        crate::telemetry::Phase::Drain,
+                        d.num_milliseconds() as f64 / 1000.0,
+                    );
+                }
+                let path = annotation(&meta, Key::SurgePath).unwrap_or("none");
+                let mode = annotation(&meta, Key::RotationMode).unwrap_or("surge");
+                tracing::info!(nodepool = %pool, nodeclaim = claim.as_deref().unwrap_or(""), surge_wait = ?wait.map(crate::policy::duration::format), surge_path = path, mode, "rotation completed");
+            }
+            Signal::Failure => {
+                self.ctx.telemetry.completed(&pool, crate::telemetry::Outcome::Failure);
+                let c = claim.clone().unwrap_or_default();
+                let count = self
+                    .snap
+                    .claim(&c)
+                    .and_then(|x| annotation(&x.metadata, Key::RetryCount))
+                    .unwrap_or("?")
+                    .to_string();
+                tracing::warn!(nodepool = %pool, nodeclaim = %c, retry_count = %count, next_attempt = ?self.next_attempt(&c), "rotation attempt failed");
+            }
+            Signal::Expired => {
+                self.ctx.telemetry.completed(&pool, crate::telemetry::Outcome::Expired);
+                tracing::warn!(nodepool = %pool, nodeclaim = claim.as_deref().unwrap_or(""), "rotation ended by forced expiry");
+            }
+            Signal::ForcefulFallback => {
+                self.ctx.telemetry.forceful_fallback(&pool);
+                tracing::warn!(nodepool = %pool, nodeclaim = claim.as_deref().unwrap_or(""), "forceful fallback: deleting without surge");
+            }
+            Signal::WindowMissed => {
+                self.ctx.telemetry.window_missed(&pool);
+                tracing::warn!(nodepool = %pool, candidates = self.snap.census, "maintenance window missed");
+            }
+        }
+        self.announce(format!("emit:{}", signal.name()), claim, a.row);
+        Ok(Outcome::Won)
+    }
+}
+
+impl Facts for PassHost<'_> {
+    fn root(&self, root: Root) -> Value {
+        self.snap.root(root)
+    }
+    fn field(&self, obj: &ObjRef, field: Field) -> Value {
+        self.snap.field(obj, field)
+    }
+    fn annotation(&self, obj: &ObjRef, key: Key) -> Option<String> {
+        self.snap.annotation(obj, key)
+    }
+    fn call(&self, pred: Pred, args: &[Value]) -> Value {
+        self.snap.call(pred, args)
+    }
+}
+
+impl Host for PassHost<'_> {
+    fn perform(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let outcome = match a.verb {
+            Verb::Annotate => self.annotate(a),
+            Verb::AnnotateIf => self.annotate_if(a),
+            Verb::ClearAnchor => self.clear_anchor(a),
+            Verb::ReleaseAnchor => self.release_anchor(a),
+            Verb::MarkExpired => self.mark_expired(a),
+            Verb::StampWindow => self.stamp_window(a),
+            Verb::ClearWindow => self.clear_window(a),
+            Verb::Freeze => self.freeze(a),
+            Verb::Unfreeze => self.unfreeze(a),
+            Verb::Cordon => self.cordon(a),
+            Verb::CreatePlaceholder => self.create_placeholder(a),
+            Verb::DeletePlaceholder => match a.for_.clone() {
+                Some(owner) => {
+                    let pod = ObjectRef::pod(
+                        self.ctx.config.namespace.clone(),
+                        placeholder::placeholder_name(&owner),
+                    );
+                    self.delete(a.verb, pod, None)
+                }
+                None => Ok(Outcome::Gone),
+            },
+            Verb::DeletePod => match a.target_obj() {
+                Some(ObjRef::Pod(ns, n)) => {
+                    self.delete(a.verb, ObjectRef::pod(ns.clone(), n.clone()), None)
+                }
+                _ => Ok(Outcome::Gone),
+            },
+            Verb::DeleteClaim => self.delete_claim(a),
+            Verb::ReapSurgeClaim => self.reap_surge_claim(a),
+            Verb::ReleaseNode => self.release_node(a),
+            Verb::Emit => self.emit(a),
+            Verb::Event => {
+                let (Some(obj), Some(reason)) = (a.target_obj().cloned(), a.reason) else {
+                    return Err(fail(a.verb, "event without target or reason"));
+                };
+                let message = self.message(reason, a);
+                self.event(&obj, reason, message);
+                let claim = self.subject_claim(a);
+                self.announce(format!("event:{}", reason.name()), claim, a.row);
+                Ok(Outcome::Won)
+            }
+            Verb::WarnOnce => {
+                let (Some(obj), Some(reason)) = (a.target_obj().cloned(), a.reason) else {
+                    return Err(fail(a.verb, "warn_once without target or reason"));
+                };
+                let message = self.message(reason, a);
+                let key = (
+                    self.cluster_ref(&obj).map(|r| r.to_string()).unwrap_or_default(),
+                    reason.name().to_string(),
+                );
+                if self.ctx.latch.should_fire(key, &message) {
+                    tracing::warn!(nodepool = %self.snap.pool_name(), reason = reason.name(), "{message}");
+                    self.event(&obj, reason, message);
+                }
+                Ok(Outcome::Won)
+            }
+        }?;
+        Ok(outcome)
+    }
+
+    fn observe(&mut self, row: &Row, matched: bool) {
+        if matched {
+            self.ctx.coverage.insert(row.id.clone());
+        } else {
+            // Level-triggered warnings re-arm once their condition was seen false (§4.3).
+            let keys: Vec<(String, String)> = row
+                .warnings()
+                .map(|reason| {
+                    (
+                        ObjectRef::cluster(ObjectKind::NodePool, self.snap.pool_name()).to_string(),
+                        reason.name().to_string(),
+                    )
+                })
+                .collect();
+            for k in keys {
+                self.ctx.latch.clear(&k);
+            }
+        }
+        self.observed.push((row.id.clone(), matched));
+    }
+}

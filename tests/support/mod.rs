@@ -1,0 +1,299 @@
+//! A governed pool on the in-memory cluster, and the world's side of it (Karpenter, kubelet,
+//! scheduler, operator) played by hand, for the reconciler's scenario tests.
+//!
+//! `NODEROTATION_RULES_DIR` makes the controller run a rules copy instead of the embedded rules:
+//! the mutation runner (tests/mutants.sh) uses it to show every row's guard matters.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use noderotation::clock::{Clock, VirtualClock};
+use noderotation::cluster::memory::{CacheLag, MemoryCluster};
+use noderotation::cluster::{Cluster, ObjectKind, ObjectRef};
+use noderotation::engine::{Engine, Key};
+use noderotation::karpenter::{NodeClaim, NodePool};
+use noderotation::placeholder::placeholder_name;
+use noderotation::policy::crd::RotationPolicy;
+use noderotation::reconcile::{Controller, ControllerConfig};
+
+pub const POOL: &str = "pool-a";
+pub const NS: &str = "noderotation-system";
+pub const FINALIZER: &str = "karpenter.sh/termination";
+
+pub fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 28, 3, 0, 0).single().expect("valid time")
+}
+
+pub fn engine() -> Arc<Engine> {
+    match std::env::var_os("NODEROTATION_RULES_DIR") {
+        Some(dir) => Arc::new(
+            Engine::load_dir(std::path::Path::new(&dir))
+                .unwrap_or_else(|e| panic!("rules copy: {e}")),
+        ),
+        None => Arc::new(Engine::embedded().clone()),
+    }
+}
+
+/// A policy governing `team: a`; `windows` is YAML for `maintenanceWindows` (default: 24/7 UTC).
+pub fn policy_yaml(extra_surge: &str, windows: Option<&str>) -> RotationPolicy {
+    let windows = windows.unwrap_or(
+        r#"[{timezone: UTC, days: [Mon, Tue, Wed, Thu, Fri, Sat, Sun], start: "00:00", end: "00:00"}]"#,
+    );
+    let yaml = format!(
+        r#"
+apiVersion: noderotation.io/v1alpha1
+kind: RotationPolicy
+metadata: {{name: rotate-a, uid: policy-uid, generation: 1}}
+spec:
+  nodePoolSelector: {{matchLabels: {{team: a}}}}
+  ageThreshold: 24h
+  maintenanceWindows: {windows}
+  surge: {{readyTimeout: 15m, cooldownAfter: 10m, retryBackoff: 30m{extra_surge}}}
+"#
+    );
+    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("policy yaml: {e}\n{yaml}"))
+}
+
+pub fn pool_yaml(extra_spec: &str) -> NodePool {
+    let yaml = format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {POOL}, labels: {{team: a}}}}
+spec:
+  template:
+    spec:
+      expireAfter: 336h
+      terminationGracePeriod: 1h
+      requirements: [{{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}]
+{extra_spec}
+"#
+    );
+    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("pool yaml: {e}\n{yaml}"))
+}
+
+pub fn claim_obj(name: &str, created: DateTime<Utc>, node: Option<&str>) -> NodeClaim {
+    let node_line =
+        node.map(|n| format!("nodeName: {n}, providerID: 'kwok://{n}', ")).unwrap_or_default();
+    let yaml = format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: {name}
+  labels: {{karpenter.sh/nodepool: {POOL}}}
+  finalizers: [{FINALIZER}]
+  creationTimestamp: "{}"
+spec:
+  expireAfter: 336h
+  terminationGracePeriod: 1h
+  requirements: [{{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}]
+  nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}}
+status:
+  {{{node_line}allocatable: {{cpu: "4", memory: 16Gi, pods: "110"}}, conditions: [{{type: Ready, status: "True"}}]}}
+"#,
+        created.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("claim yaml: {e}\n{yaml}"))
+}
+
+pub fn node_obj(name: &str, ready: bool) -> Node {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {
+            "karpenter.sh/nodepool": POOL, "kubernetes.io/hostname": name,
+            "topology.kubernetes.io/zone": "zone-a", "kubernetes.io/arch": "amd64",
+            "karpenter.sh/capacity-type": "on-demand"}},
+        "spec": {"providerID": format!("kwok://{name}")},
+        "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
+    }))
+    .unwrap_or_else(|e| panic!("node json: {e}"))
+}
+
+pub fn workload_pod(name: &str, node: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "apps",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}]},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app",
+            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]},
+        "status": {"phase": "Running"}
+    }))
+    .unwrap_or_else(|e| panic!("pod json: {e}"))
+}
+
+/// The fixture: world, the controller's client, the controller.
+pub struct Fx {
+    pub clock: VirtualClock,
+    pub world: MemoryCluster,
+    pub client: MemoryCluster,
+    pub ctl: Controller,
+}
+
+impl Fx {
+    /// Pool `pool-a` governed 24/7 by `rotate-a` (ageThreshold 24h, readyTimeout 15m).
+    pub fn new() -> Fx {
+        Fx::with(policy_yaml("", None), pool_yaml(""))
+    }
+
+    pub fn with(policy: RotationPolicy, pool: NodePool) -> Fx {
+        let clock = VirtualClock::new(t0());
+        let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+        let world = MemoryCluster::new(shared.clone(), NS);
+        world.apply_pool(pool).expect("pool");
+        world.apply_policy(policy).expect("policy");
+        let client = world.connect_controller(CacheLag::None);
+        let ctl = Controller::new(
+            Arc::new(client.clone()),
+            shared,
+            engine(),
+            ControllerConfig::default(),
+        );
+        Fx { clock, world, client, ctl }
+    }
+
+    /// A Ready claim `name` on node `node-<name>`, created `age` ago, with one workload pod.
+    pub fn claim(&self, name: &str, age: Duration) -> &Self {
+        let node = format!("node-{name}");
+        self.world.apply_node(node_obj(&node, true)).expect("node");
+        self.world
+            .apply_claim(claim_obj(name, self.clock.now() - age, Some(&node)))
+            .expect("claim");
+        self.world.apply_pod(workload_pod(&format!("web-{name}"), &node)).expect("pod");
+        self
+    }
+
+    /// Restarts the controller process: a fresh `Controller` (in-memory state lost).
+    pub fn restart(&mut self) {
+        let shared: Arc<dyn Clock> = Arc::new(self.clock.clone());
+        self.ctl = Controller::new(
+            Arc::new(self.client.clone()),
+            shared,
+            engine(),
+            ControllerConfig::default(),
+        );
+    }
+
+    /// One pass over the pool with an up-to-date cache.
+    pub fn pass(&mut self) -> Duration {
+        self.client.flush_cache();
+        self.ctl.reconcile_pool(POOL).unwrap_or_else(|e| panic!("pass failed: {e}"))
+    }
+
+    /// One pass reading whatever the (possibly lagging) cache holds.
+    pub fn stale_pass(&mut self) -> Duration {
+        self.ctl.reconcile_pool(POOL).unwrap_or_else(|e| panic!("pass failed: {e}"))
+    }
+
+    pub fn advance(&self, d: Duration) {
+        self.clock.advance(d);
+    }
+
+    pub fn pool_ann(&self, key: Key) -> Option<String> {
+        self.world.pool(POOL)?.metadata.annotations.as_ref()?.get(key.full()).cloned()
+    }
+
+    pub fn claim_ann(&self, claim: &str, key: Key) -> Option<String> {
+        self.world.claim(claim)?.metadata.annotations.as_ref()?.get(key.full()).cloned()
+    }
+
+    pub fn node_ann(&self, node: &str, key: Key) -> Option<String> {
+        self.world.node(node)?.metadata.annotations.as_ref()?.get(key.full()).cloned()
+    }
+
+    pub fn cordoned(&self, node: &str) -> bool {
+        self.world.node(node).and_then(|n| n.spec.as_ref()?.unschedulable).unwrap_or(false)
+    }
+
+    pub fn placeholder(&self, claim: &str) -> Option<Arc<Pod>> {
+        self.world.pod(NS, &placeholder_name(claim))
+    }
+
+    /// Karpenter + kubelet: a new claim and Ready node for the placeholder, which binds and runs.
+    pub fn provision_surge(&self, for_claim: &str, surge: &str) {
+        let node = format!("node-{surge}");
+        self.world.apply_node(node_obj(&node, true)).expect("surge node");
+        self.world
+            .apply_claim(claim_obj(surge, self.clock.now(), Some(&node)))
+            .expect("surge claim");
+        let name = placeholder_name(for_claim);
+        self.world
+            .update_pod(NS, &name, |p| {
+                p.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
+                p.status.get_or_insert_with(Default::default).phase = Some("Running".into());
+            })
+            .expect("placeholder exists");
+    }
+
+    /// Karpenter finishes the drain of a deleting claim: node and claim go.
+    pub fn finalize(&self, claim: &str) {
+        let node = self.world.claim(claim).and_then(|c| c.status.as_ref()?.node_name.clone());
+        if let Some(node) = node {
+            self.world.delete_now(&ObjectRef::cluster(ObjectKind::Node, node));
+        }
+        self.world.remove_finalizer(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), FINALIZER);
+    }
+
+    /// Karpenter's forced expiry (or any delete by someone else).
+    pub fn delete_claim(&self, claim: &str) {
+        self.world.delete_object(&ObjectRef::cluster(ObjectKind::NodeClaim, claim));
+    }
+
+    pub fn deleting(&self, claim: &str) -> bool {
+        self.world.claim(claim).is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+    }
+
+    /// How many times `what` (`emit:success`, `event:RotationFailed`, ...) was announced.
+    pub fn announced(&self, what: &str) -> usize {
+        self.ctl.announcements().iter().filter(|a| a.what == what).count()
+    }
+
+    /// Events recorded in the cluster with this reason.
+    pub fn events(&self, reason: &str) -> usize {
+        self.world.events().iter().filter(|e| e.reason == reason).count()
+    }
+
+    pub fn set_pool(&self, f: impl FnOnce(&mut NodePool)) {
+        self.world.update_pool(POOL, f).expect("pool exists");
+    }
+
+    pub fn set_pool_ann(&self, key: Key, value: Option<&str>) {
+        self.set_pool(|p| {
+            let ann = p.metadata.annotations.get_or_insert_with(BTreeMap::new);
+            match value {
+                Some(v) => ann.insert(key.full().to_string(), v.to_string()),
+                None => ann.remove(key.full()),
+            };
+        });
+    }
+
+    pub fn set_claim_ann(&self, claim: &str, key: Key, value: Option<&str>) {
+        self.world
+            .update_claim(claim, |c| {
+                let ann = c.metadata.annotations.get_or_insert_with(BTreeMap::new);
+                match value {
+                    Some(v) => ann.insert(key.full().to_string(), v.to_string()),
+                    None => ann.remove(key.full()),
+                };
+            })
+            .expect("claim exists");
+    }
+
+    pub fn set_node_ann(&self, node: &str, key: Key, value: Option<&str>) {
+        self.world
+            .update_node(node, |n| {
+                let ann = n.metadata.annotations.get_or_insert_with(BTreeMap::new);
+                match value {
+                    Some(v) => ann.insert(key.full().to_string(), v.to_string()),
+                    None => ann.remove(key.full()),
+                };
+            })
+            .expect("node exists");
+    }
+
+    pub fn cache(&self) -> Arc<noderotation::cluster::CacheView> {
+        self.client.cache()
+    }
+}
