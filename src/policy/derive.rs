@@ -28,6 +28,12 @@ pub fn t_rot(ready_timeout: Duration, tgp: Option<Duration>) -> Duration {
     ready_timeout + tgp.unwrap_or(UNSET_TGP_BOUND) + BUFFER
 }
 
+/// `drain_bound = tGP + buffer` (tGP unset: 1h + buffer), the §4.2 bound after which a drain
+/// counts as stuck.
+pub fn drain_bound(tgp: Option<Duration>) -> Duration {
+    tgp.unwrap_or(UNSET_TGP_BOUND) + BUFFER
+}
+
 /// `t_rot_est = provisioningEstimate + drainEstimate`, the expected service time (layer 2 only).
 pub fn t_rot_est(provisioning_estimate: Duration, drain_estimate: Duration) -> Duration {
     provisioning_estimate + drain_estimate
@@ -347,6 +353,8 @@ mod tests {
     #[test]
     fn t_rot_without_tgp_uses_one_hour() {
         assert_eq!(t_rot(Duration::minutes(15), None), Duration::minutes(77));
+        assert_eq!(drain_bound(None), Duration::minutes(62));
+        assert_eq!(drain_bound(Some(Duration::hours(24))), Duration::minutes(24 * 60 + 2));
         assert_eq!(
             t_rot(Duration::minutes(15), Some(Duration::hours(24))),
             Duration::minutes(15 + 24 * 60 + 2)
