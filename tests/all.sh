@@ -18,4 +18,24 @@ cargo run --quiet --locked -- docs --check
 step "tests"
 cargo test --locked
 
+# The apiserver tier: a real kube-apiserver + etcd built from Go modules (tests/k8s-harness),
+# then the Rust tests that need it. The binaries are cached outside the clone so that CI runs on
+# the same machine reuse them (the Go build cache makes a fresh cache dir cheap as well).
+step "apiserver tier: build"
+export NODEROTATION_BIN_CACHE="${NODEROTATION_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/noderotation/k8s-harness-bin}"
+tier_build_start=$(date +%s)
+tests/k8s-harness/build.sh >/dev/null
+tier_build=$(( $(date +%s) - tier_build_start ))
+echo "apiserver tier build: ${tier_build}s"
+
+step "apiserver tier: tests"
+tier_run_start=$(date +%s)
+eval "$(tests/k8s-harness/start.sh --karpenter-crds)"
+trap 'tests/k8s-harness/stop.sh || true' EXIT
+cargo test --locked --test apiserver
+tests/k8s-harness/stop.sh
+trap - EXIT
+tier_run=$(( $(date +%s) - tier_run_start ))
+echo "apiserver tier: build ${tier_build}s, start + tests + stop ${tier_run}s"
+
 step "done"

@@ -1,0 +1,592 @@
+//! Tests against a real kube-apiserver (the apiserver tier, `tests/k8s-harness`).
+//!
+//! Run: `eval "$(tests/k8s-harness/start.sh --karpenter-crds)"; cargo test --test apiserver`
+//! (`tests/all.sh` does this). Without the harness (`KUBECONFIG` and `HARNESS_READY_FILE`
+//! unset) every cluster test prints why and passes, so plain `cargo test` works anywhere; the
+//! manifest checks at the bottom need no cluster.
+#[path = "apiserver/actor.rs"]
+mod actor;
+#[path = "apiserver/support.rs"]
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch as KubePatch, PatchParams, PostParams};
+use kube::runtime::events::Reporter;
+use kube::{Config, ResourceExt};
+use noderotation::cluster::kube::KubeCluster;
+use noderotation::cluster::{ApiError, Cluster, EventRecord, ObjectKind, ObjectRef, Patch};
+use noderotation::policy::crd::RotationPolicyStatus;
+use noderotation::runtime::preflight::{self, PreflightError, Requirement};
+use serde_json::{Value, json};
+use support::*;
+
+macro_rules! harness {
+    () => {
+        match support::env() {
+            Some(env) => {
+                support::setup(&env)?;
+                env
+            }
+            None => return Ok(()),
+        }
+    };
+}
+
+// ---- (a) preflight ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn preflight_names_a_resource_that_is_not_served() -> TestResult {
+    let env = harness!();
+    let client = env.admin().await?;
+    let missing = Requirement {
+        group: "karpenter.example.invalid".into(),
+        version: "v1".into(),
+        plural: "nodepools".into(),
+        hint: "install it".into(),
+    };
+    let err = preflight::check_served(&client, &missing).await.err().ok_or("served?")?;
+    assert!(matches!(err, PreflightError::NotServed { .. }), "{err:?}");
+    assert!(err.to_string().contains("nodepools.karpenter.example.invalid/v1"), "{err}");
+    // The real group is served in this harness, and the full preflight passes as admin.
+    preflight::preflight(&client).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn preflight_names_a_resource_rbac_cannot_read() -> TestResult {
+    let env = harness!();
+    let kc = kube::config::Kubeconfig::read_from(&env.kubeconfig)?;
+    let mut config =
+        Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+    config.auth_info.impersonate = Some("someone-without-rbac".into());
+    let client = kube::Client::try_from(config)?;
+    let err = preflight::preflight(&client).await.err().ok_or("preflight passed without RBAC")?;
+    assert!(matches!(err, PreflightError::NotReadable { .. }), "{err:?}");
+    assert!(err.to_string().contains("nodepools.karpenter.sh/v1"), "{err}");
+    Ok(())
+}
+
+/// The binary against a second, bare API server (no Karpenter CRDs): non-zero exit, and the
+/// message names the missing resource.
+#[tokio::test]
+async fn run_exits_non_zero_naming_the_missing_karpenter_resource() -> TestResult {
+    let env = harness!();
+    let Some(up) = env.bin.as_ref().map(|b| b.join("up")).filter(|p| p.exists()) else {
+        eprintln!("skipping: HARNESS_BIN/up not found");
+        return Ok(());
+    };
+    let dir = scratch("bare-apiserver");
+    let ready = dir.join("ready.json");
+    let _ = std::fs::remove_file(&ready);
+    let mut bare = std::process::Command::new(up)
+        .args(["--ready-file", &ready.to_string_lossy()])
+        .stdout(std::fs::File::create(dir.join("up.log"))?)
+        .stderr(std::fs::File::create(dir.join("up.err"))?)
+        .spawn()?;
+    let result = async {
+        let info: Value = eventually("the bare apiserver", Duration::from_secs(120), || async {
+            let text = std::fs::read_to_string(&ready).ok()?;
+            serde_json::from_str(&text).ok()
+        })
+        .await?;
+        let kubeconfig = info["kubeconfig"].as_str().ok_or("no kubeconfig in the ready file")?;
+        let kubeconfig = kubeconfig.to_string();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(binary())
+                .args(["run", "--metrics-addr", "127.0.0.1:0", "--log-format", "text"])
+                .env("KUBECONFIG", kubeconfig)
+                .output()
+        })
+        .await??;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("error: preflight:"), "{stderr}");
+        assert!(stderr.contains("nodepools.karpenter.sh/v1"), "{stderr}");
+        eprintln!("preflight message: {}", stderr.lines().last().unwrap_or_default());
+        Ok::<(), Error>(())
+    }
+    .await;
+    let _ = std::process::Command::new("kill").args(["-TERM", &bare.id().to_string()]).status();
+    let _ = bare.wait();
+    result
+}
+
+// ---- (b) kubectl: examples, printer columns, explain -------------------------------------------
+
+/// The field an invalid example must be rejected for, from its `# Schema:` header line:
+/// `spec.maintenanceWindows[].end pattern` → `end`; `spec required:nodePoolSelector` →
+/// `nodePoolSelector`.
+fn expected_field(text: &str) -> Option<String> {
+    let line = text.lines().find_map(|l| l.strip_prefix("# Schema:"))?.trim();
+    let mut parts = line.split_whitespace();
+    let path = parts.next()?;
+    let rule = parts.next().unwrap_or("");
+    if let Some(field) = rule.strip_prefix("required:") {
+        return Some(field.to_string());
+    }
+    Some(path.rsplit('.').next()?.trim_end_matches("[]").to_string())
+}
+
+fn yaml_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.extension().is_some_and(|e| e == "yaml"));
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn kubectl_applies_every_example_and_rejects_every_invalid_one_naming_the_field()
+-> TestResult {
+    let env = harness!();
+    let examples = Path::new(REPO).join("deploy/examples");
+    let valid = yaml_files(&examples);
+    assert!(!valid.is_empty(), "no examples in {}", examples.display());
+    for file in &valid {
+        // Server-side dry run: the full admission and CRD validation, without leaving policies
+        // behind that would govern the pools of other tests.
+        let path = file.to_string_lossy();
+        let out = env.kubectl(&["apply", "--dry-run=server", "-f", &path]);
+        assert!(
+            out.status.success(),
+            "{path} was rejected: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let invalid = yaml_files(&examples.join("invalid"));
+    assert!(invalid.len() >= 20, "only {} invalid examples", invalid.len());
+    let mut failures = Vec::new();
+    for file in &invalid {
+        let path = file.to_string_lossy();
+        let text = std::fs::read_to_string(file)?;
+        let out = env.kubectl(&["apply", "--dry-run=server", "-f", &path]);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if out.status.success() {
+            failures.push(format!("{name}: accepted"));
+            continue;
+        }
+        match expected_field(&text) {
+            Some(field) if stderr.contains(&field) => {}
+            Some(field) => failures.push(format!("{name}: message does not name {field}: {stderr}")),
+            None => failures.push(format!("{name}: no `# Schema:` header naming the field")),
+        }
+    }
+    assert!(failures.is_empty(), "{} of {}:\n{}", failures.len(), invalid.len(), failures.join("\n"));
+    eprintln!("{} examples applied, {} invalid examples rejected", valid.len(), invalid.len());
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_get_shows_printer_columns_and_explain_shows_descriptions() -> TestResult {
+    let env = harness!();
+    let name = "printer-columns-probe";
+    let policy = json!({
+        "apiVersion": "noderotation.io/v1alpha1",
+        "kind": "RotationPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "nodePoolSelector": {"matchLabels": {TEST_LABEL: "no-pool-has-this"}},
+            "maintenanceWindows": [{"timezone": "UTC", "days": ["Sat"], "start": "02:00", "end": "06:00"}]
+        }
+    });
+    env.kubectl_ok(&["apply", "-f", "-"], Some(&policy.to_string()))?;
+    let table = env.kubectl_ok(&["get", "rotationpolicies", name], None)?;
+    let header = table.lines().next().unwrap_or_default().to_string();
+    let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        Path::new(REPO).join("crds/rotationpolicy.yaml"),
+    )?)?;
+    let columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_array()
+        .ok_or("no printer columns in the CRD")?;
+    assert!(!columns.is_empty());
+    for col in columns {
+        let col = col["name"].as_str().unwrap_or_default().to_uppercase();
+        assert!(header.contains(&col), "column {col} missing from:\n{table}");
+    }
+    let short = env.kubectl_ok(&["get", "rp", name, "-o", "name"], None)?;
+    assert_eq!(short.trim(), format!("rotationpolicy.noderotation.io/{name}"));
+    eprintln!("{table}");
+
+    let explain = env.kubectl_ok(&["explain", "rotationpolicy.spec"], None)?;
+    for field in ["maintenanceWindows", "nodePoolSelector", "surge", "ageThreshold"] {
+        assert!(explain.contains(field), "explain lacks {field}:\n{explain}");
+    }
+    assert!(explain.contains("DESCRIPTION"), "{explain}");
+    assert!(!explain.contains("<empty>"), "a field without a description:\n{explain}");
+    let windows = env.kubectl_ok(&["explain", "rotationpolicy.spec.maintenanceWindows"], None)?;
+    assert!(windows.contains("timezone") && !windows.contains("<empty>"), "{windows}");
+    env.kubectl_ok(&["delete", "rotationpolicy", name], None)?;
+    Ok(())
+}
+
+// ---- (c) KubeCluster on real objects -----------------------------------------------------------
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Error> {
+    Ok(tokio::task::spawn_blocking(f).await?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> TestResult {
+    let env = harness!();
+    let admin = env.admin().await?;
+    let pool = "kc-semantics";
+    let (claim, node) = ("kc-semantics-claim", "kc-semantics-node");
+    for (kind, name) in [("NodeClaim", claim), ("Node", node), ("NodePool", pool)] {
+        let api = dyn_api(&admin, kind);
+        if api.get_opt(name).await?.is_some() {
+            let _ = remove_finalizers(&admin, kind, name).await;
+            let _ = api.delete(name, &DeleteParams::default()).await;
+        }
+    }
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), CONTROLLER_NS);
+    for p in ["kc-semantics-placeholder", "kc-semantics-app"] {
+        let _ = pods.delete(p, &DeleteParams::default().grace_period(0)).await;
+    }
+    eventually("old objects gone", Duration::from_secs(30), || async {
+        let gone = dyn_api(&admin, "NodeClaim").get_opt(claim).await.ok()?.is_none()
+            && pods.get_opt("kc-semantics-app").await.ok()?.is_none()
+            && pods.get_opt("kc-semantics-placeholder").await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await?;
+    create(&admin, &nodepool_json(pool, "kube-cluster")).await?;
+    ready_claim_and_node(&admin, claim, node, pool).await?;
+    running_pod(&admin, CONTROLLER_NS, "kc-semantics-app", node, "250m").await?;
+
+    let reporter = Reporter { controller: "noderotation-test".into(), instance: None };
+    let (cluster, _changes) = KubeCluster::start(admin.clone(), CONTROLLER_NS, reporter);
+    cluster.wait_synced().await?;
+    let c = cluster.clone();
+    eventually("the cache to hold the claim", Duration::from_secs(20), || {
+        let c = c.clone();
+        async move {
+            let view = blocking(move || c.cache()).await.ok()?;
+            (view.claims.contains_key(claim) && view.nodes.contains_key(node)).then_some(view)
+        }
+    })
+    .await?;
+
+    let c = cluster.clone();
+    blocking(move || -> Result<(), Error> {
+        // Same generation, same Arc: the view is not rebuilt without a change.
+        assert!(Arc::ptr_eq(&c.cache(), &c.cache()));
+        let claim_ref = ObjectRef::cluster(ObjectKind::NodeClaim, claim);
+        let fresh = c.get_claim(claim)?.ok_or("claim missing")?;
+        let rv = fresh.resource_version().ok_or("no rv")?;
+        let mut set = Patch::default();
+        set.set.insert("noderotation.io/state".into(), "pending".into());
+        set.set.insert("noderotation.io/keep".into(), "yes".into());
+        c.patch(&claim_ref, &set, Some(&rv))?;
+        // The same (now stale) resourceVersion again: 409.
+        assert_eq!(c.patch(&claim_ref, &set, Some(&rv)), Err(ApiError::Conflict));
+        // Merge patch removes an annotation and leaves the others.
+        let mut remove = Patch::default();
+        remove.remove.insert("noderotation.io/state".into());
+        c.patch(&claim_ref, &remove, None)?;
+        let after = c.get_claim(claim)?.ok_or("claim missing")?;
+        assert_eq!(after.annotations().get("noderotation.io/state"), None);
+        assert_eq!(after.annotations().get("noderotation.io/keep").map(String::as_str), Some("yes"));
+        assert_eq!(
+            c.patch(&ObjectRef::cluster(ObjectKind::NodeClaim, "no-such-claim"), &set, None),
+            Err(ApiError::NotFound)
+        );
+
+        // Cordon.
+        let node_ref = ObjectRef::cluster(ObjectKind::Node, node);
+        c.patch(&node_ref, &Patch { unschedulable: Some(true), ..Patch::default() }, None)?;
+        let n = c.get_node(node)?.ok_or("node missing")?;
+        assert_eq!(n.spec.and_then(|s| s.unschedulable), Some(true));
+
+        // Pods of a node, by field selector.
+        let on_node = c.pods_on_node(node)?;
+        assert_eq!(on_node.iter().map(|p| p.name_any()).collect::<Vec<_>>(), ["kc-semantics-app"]);
+        assert!(c.pods_on_node("no-such-node")?.is_empty());
+
+        // uid-preconditioned delete: a wrong uid is a conflict; the right one leaves the claim
+        // terminating behind its finalizer.
+        let uid = after.uid().ok_or("no uid")?;
+        assert_eq!(c.delete(&claim_ref, Some("00000000-0000-0000-0000-000000000000")), Err(ApiError::Conflict));
+        c.delete(&claim_ref, Some(&uid))?;
+        let deleting = c.get_claim(claim)?.ok_or("a finalized claim must stay")?;
+        assert!(deleting.is_deleting());
+
+        // Placeholder create: AlreadyExists the second time.
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "kc-semantics-placeholder", "namespace": CONTROLLER_NS,
+                         "labels": {"app.kubernetes.io/managed-by": "noderotation"},
+                         "annotations": {"noderotation.io/surge-for": claim}},
+            "spec": {"priorityClassName": "noderotation-placeholder",
+                     "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}
+        }))?;
+        c.create_pod(&pod)?;
+        assert_eq!(c.create_pod(&pod), Err(ApiError::AlreadyExists));
+
+        // Events (events.k8s.io), best effort but must work.
+        c.record_event(&EventRecord {
+            object: claim_ref.clone(),
+            reason: "KubeClusterTest".into(),
+            message: "recorded by the apiserver test".into(),
+            warning: false,
+            time: chrono::DateTime::UNIX_EPOCH,
+        })?;
+        Ok(())
+    })
+    .await??;
+
+    // The placeholder reaches the cache (label selector, controller namespace).
+    let c = cluster.clone();
+    eventually("the placeholder in the cache", Duration::from_secs(20), || {
+        let c = c.clone();
+        async move {
+            let view = blocking(move || c.cache()).await.ok()?;
+            (view.placeholders.contains_key("kc-semantics-placeholder")
+                && !view.placeholders.contains_key("kc-semantics-app"))
+            .then_some(())
+        }
+    })
+    .await?;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), "default");
+    let listed = events.list(&Default::default()).await?;
+    assert!(listed.items.iter().any(|e| e.reason.as_deref() == Some("KubeClusterTest")));
+
+    // Finalizing removes the claim: get -> None, delete -> NotFound.
+    remove_finalizers(&admin, "NodeClaim", claim).await?;
+    let c = cluster.clone();
+    eventually("the claim to be gone", Duration::from_secs(20), || {
+        let c = c.clone();
+        async move { blocking(move || c.get_claim(claim)).await.ok()?.ok()?.is_none().then_some(()) }
+    })
+    .await?;
+    let c = cluster.clone();
+    let gone = blocking(move || c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None)).await?;
+    assert_eq!(gone, Err(ApiError::NotFound));
+
+    // Policy status through the subresource, with a resourceVersion precondition.
+    let policy_name = "kc-semantics-policy";
+    let _ = dyn_api(&admin, "RotationPolicy").delete(policy_name, &DeleteParams::default()).await;
+    let created = create(
+        &admin,
+        &json!({
+            "apiVersion": "noderotation.io/v1alpha1", "kind": "RotationPolicy",
+            "metadata": {"name": policy_name},
+            "spec": {"nodePoolSelector": {"matchLabels": {TEST_LABEL: "none"}},
+                     "maintenanceWindows": [{"timezone": "UTC", "days": ["Sat"], "start": "02:00", "end": "06:00"}]}
+        }),
+    )
+    .await?;
+    let rv = created.resource_version().ok_or("no rv")?;
+    let c = cluster.clone();
+    blocking(move || -> Result<(), Error> {
+        let status = RotationPolicyStatus { matched_node_pools: 3, ..RotationPolicyStatus::default() };
+        c.update_policy_status(policy_name, &status, Some(&rv))?;
+        assert_eq!(c.update_policy_status(policy_name, &status, Some(&rv)), Err(ApiError::Conflict));
+        let cleared = RotationPolicyStatus::default();
+        c.update_policy_status(policy_name, &cleared, None)?;
+        Ok(())
+    })
+    .await??;
+    let policy = dyn_api(&admin, "RotationPolicy").get(policy_name).await?;
+    assert_eq!(policy.data["status"]["matchedNodePools"], json!(0));
+    let _ = dyn_api(&admin, "RotationPolicy").delete(policy_name, &DeleteParams::default()).await;
+    Ok(())
+}
+
+// ---- (d) RBAC --------------------------------------------------------------------------------
+
+#[test]
+fn the_cluster_role_is_exactly_the_supplement_list() -> TestResult {
+    let role = deploy_cluster_role()?;
+    let mut got = Vec::new();
+    for rule in role["rules"].as_array().ok_or("no rules")? {
+        for group in rule["apiGroups"].as_array().into_iter().flatten() {
+            for res in rule["resources"].as_array().into_iter().flatten() {
+                let mut verbs: Vec<String> = rule["verbs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect();
+                verbs.sort();
+                got.push(format!(
+                    "{}/{}: {}",
+                    group.as_str().unwrap_or_default(),
+                    res.as_str().unwrap_or_default(),
+                    verbs.join(",")
+                ));
+            }
+        }
+    }
+    got.sort();
+    let mut want = [
+        "/events: create,patch",
+        "/nodes: get,list,patch,update,watch",
+        "/pods: get,list,watch",
+        "events.k8s.io/events: create,patch",
+        "karpenter.sh/nodeclaims: delete,get,list,patch,update,watch",
+        "karpenter.sh/nodepools: get,list,patch,update,watch",
+        "noderotation.io/rotationpolicies: get,list,watch",
+        "noderotation.io/rotationpolicies/status: patch,update",
+    ];
+    want.sort();
+    assert_eq!(got, want);
+    Ok(())
+}
+
+#[tokio::test]
+async fn rbac_allows_the_controller_writes_and_denies_creating_nodeclaims() -> TestResult {
+    let env = harness!();
+    let admin = env.admin().await?;
+    let controller = env.controller().await?;
+    let (pool, claim) = ("rbac-pool", "rbac-claim");
+    let claims = dyn_api(&admin, "NodeClaim");
+    if claims.get_opt(claim).await?.is_some() {
+        remove_finalizers(&admin, "NodeClaim", claim).await?;
+        let _ = claims.delete(claim, &DeleteParams::default()).await;
+    }
+    if dyn_api(&admin, "NodePool").get_opt(pool).await?.is_none() {
+        create(&admin, &nodepool_json(pool, "rbac")).await?;
+    }
+    eventually("the old claim gone", Duration::from_secs(20), || async {
+        claims.get_opt(claim).await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    create(&admin, &nodeclaim_json(claim, pool)).await?;
+
+    // Permitted: annotate a claim and a pool, delete a claim, create a placeholder pod in the
+    // controller namespace.
+    let as_controller = dyn_api(&controller, "NodeClaim");
+    let annotate = json!({"metadata": {"annotations": {"noderotation.io/rbac": "ok"}}});
+    as_controller.patch(claim, &PatchParams::default(), &KubePatch::Merge(&annotate)).await?;
+    dyn_api(&controller, "NodePool")
+        .patch(pool, &PatchParams::default(), &KubePatch::Merge(&annotate))
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(controller.clone(), CONTROLLER_NS);
+    let _ = Api::<Pod>::namespaced(admin.clone(), CONTROLLER_NS)
+        .delete("rbac-placeholder", &DeleteParams::default().grace_period(0))
+        .await;
+    eventually("the old placeholder gone", Duration::from_secs(20), || async {
+        Api::<Pod>::namespaced(admin.clone(), CONTROLLER_NS)
+            .get_opt("rbac-placeholder")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await?;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "rbac-placeholder", "labels": {"app.kubernetes.io/managed-by": "noderotation"}},
+        "spec": {"priorityClassName": "noderotation-placeholder",
+                 "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    pods.delete("rbac-placeholder", &DeleteParams::default()).await?;
+
+    // Denied: creating a NodeClaim (capacity is Karpenter's), pods outside the namespace,
+    // writing a policy's spec.
+    fn forbidden<T>(r: Result<T, kube::Error>) -> bool {
+        matches!(r, Err(kube::Error::Api(s)) if s.code == 403)
+    }
+    let new_claim: kube::api::DynamicObject =
+        serde_json::from_value(nodeclaim_json("rbac-forbidden-claim", pool))?;
+    assert!(forbidden(as_controller.create(&PostParams::default(), &new_claim).await));
+    let elsewhere: Api<Pod> = Api::namespaced(controller.clone(), "default");
+    assert!(forbidden(elsewhere.create(&PostParams::default(), &pod).await));
+    let policies = dyn_api(&controller, "RotationPolicy");
+    assert!(forbidden(
+        policies.patch("anything", &PatchParams::default(), &KubePatch::Merge(&annotate)).await
+    ));
+
+    // The same through KubeCluster, as the controller identity.
+    let reporter = Reporter { controller: "noderotation-test".into(), instance: None };
+    let (cluster, _rx) = KubeCluster::start(controller.clone(), CONTROLLER_NS, reporter);
+    tokio::time::timeout(Duration::from_secs(30), cluster.wait_synced()).await??;
+    let c = cluster.clone();
+    let denied = tokio::task::spawn_blocking(move || {
+        c.delete(&ObjectRef::cluster(ObjectKind::RotationPolicy, "anything"), None)
+    })
+    .await?;
+    assert!(matches!(denied, Err(ApiError::Forbidden(_))), "{denied:?}");
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None))
+        .await??;
+    remove_finalizers(&admin, "NodeClaim", claim).await?;
+    Ok(())
+}
+
+// ---- manifests (no cluster) ------------------------------------------------------------------
+
+#[test]
+fn helm_chart_crd_is_the_generated_crd() -> TestResult {
+    let generated = std::fs::read_to_string(Path::new(REPO).join("crds/rotationpolicy.yaml"))?;
+    let chart = std::fs::read_to_string(
+        Path::new(REPO).join("deploy/helm/noderotation/crds/rotationpolicy.yaml"),
+    )?;
+    assert!(
+        generated == chart,
+        "deploy/helm/noderotation/crds/rotationpolicy.yaml is stale: \
+         cp crds/rotationpolicy.yaml deploy/helm/noderotation/crds/"
+    );
+    Ok(())
+}
+
+#[test]
+fn helm_values_are_covered_by_the_schema() -> TestResult {
+    let dir = Path::new(REPO).join("deploy/helm/noderotation");
+    let values: Value = serde_yaml::from_str(&std::fs::read_to_string(dir.join("values.yaml"))?)?;
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("values.schema.json"))?)?;
+    fn check(values: &Value, schema: &Value, path: &str, out: &mut Vec<String>) {
+        let Some(obj) = values.as_object() else { return };
+        let props = schema["properties"].as_object();
+        for (k, v) in obj {
+            match props.and_then(|p| p.get(k)) {
+                Some(s) => check(v, s, &format!("{path}.{k}"), out),
+                None if schema["additionalProperties"] == json!(false) => out.push(format!("{path}.{k}")),
+                None => {}
+            }
+        }
+    }
+    let mut missing = Vec::new();
+    check(&values, &schema, "", &mut missing);
+    assert!(missing.is_empty(), "values without a schema entry: {missing:?}");
+    assert!(schema["properties"]["placeholder"]["properties"]["priorityClass"]["properties"]["value"]["maximum"] == json!(-1));
+    Ok(())
+}
+
+#[test]
+fn the_deployment_is_hardened() -> TestResult {
+    let text = std::fs::read_to_string(Path::new(REPO).join("deploy/base/deployment.yaml"))?;
+    let d: Value = serde_yaml::from_str(&text)?;
+    assert_eq!(d["spec"]["replicas"], json!(2));
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], json!(true));
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], json!("RuntimeDefault"));
+    let c = &pod["containers"][0];
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], json!(true));
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], json!(false));
+    assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    assert!(c["resources"]["requests"].is_object() && c["resources"]["limits"].is_object());
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], json!("/healthz"));
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], json!("/readyz"));
+    let pc: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        Path::new(REPO).join("deploy/base/priorityclass.yaml"),
+    )?)?;
+    assert!(pc["value"].as_i64().is_some_and(|v| v < 0));
+    assert_eq!(pc["preemptionPolicy"], json!("Never"));
+    Ok(())
+}
+
+#[test]
+fn expected_field_reads_the_schema_header() {
+    assert_eq!(
+        expected_field("# x\n# Schema: spec.maintenanceWindows[].end pattern\n").as_deref(),
+        Some("end")
+    );
+    assert_eq!(expected_field("# Schema: spec required:nodePoolSelector").as_deref(), Some("nodePoolSelector"));
+    assert_eq!(expected_field("# Schema: spec.maintenanceWindows[].days[] enum").as_deref(), Some("days"));
+}
