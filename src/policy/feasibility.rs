@@ -489,10 +489,16 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                         Reason::ThroughputBurstShortfall,
                         format!(
                             "{n} nodes created together share one deadline, but their {g} \
-                             chance(s) allow only {capacity} rotations",
+                             chance(s) allow only {capacity} rotation(s) before it",
                         ),
-                        "raise minRotationChances, lengthen the windows, or use an ageThreshold \
-                         override that starts earlier",
+                        if starts_per_occurrence.is_some() {
+                            "raise minRotationChances, lengthen the windows, or use an \
+                             ageThreshold override that starts earlier"
+                        } else {
+                            "open 24/7, auto ageThreshold leaves only K minutes of lead: use an \
+                             ageThreshold override that starts earlier, or raise \
+                             minRotationChances"
+                        },
                     ));
                 }
             }

@@ -118,7 +118,12 @@ pub fn plan(args: &PlanArgs, now: DateTime<Utc>) -> anyhow::Result<PlanReport> {
         ),
     };
     let assessment = feasibility::assess(&settings, &facts, now);
-    let next = upcoming(&settings.schedule, now, args.occurrences);
+    // Open 24/7: there is nothing to list (the one run is clipped to the horizon).
+    let next = if assessment.derived.always_open {
+        Vec::new()
+    } else {
+        upcoming(&settings.schedule, now, args.occurrences)
+    };
     Ok(build_report(&policy_name, &file, pool_input, &settings, &assessment, &next, now))
 }
 
@@ -627,7 +632,9 @@ pub fn render_human(r: &PlanReport) -> String {
     }
 
     let _ = writeln!(out, "\nNext occurrences");
-    if r.next_occurrences.is_empty() {
+    if d.always_open {
+        let _ = writeln!(out, "  open 24/7");
+    } else if r.next_occurrences.is_empty() {
         let _ = writeln!(out, "  none");
     }
     for o in &r.next_occurrences {
