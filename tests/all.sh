@@ -18,6 +18,11 @@ cargo run --quiet --locked -- docs --check
 step "tests"
 cargo test --locked
 
+# Row mutation (issue 4): every rule row's guard negated in a rules copy must be rejected by the
+# checker or fail a scenario; prints killed/total. It silences panics, so it runs on one thread.
+step "rule mutation"
+cargo test --locked --test reconcile -- --ignored --test-threads=1 --nocapture every_rule_guard_matters
+
 # The apiserver tier: a real kube-apiserver + etcd built from Go modules (tests/k8s-harness),
 # then the Rust tests that need it. The binaries are cached outside the clone so that CI runs on
 # the same machine reuse them (the Go build cache makes a fresh cache dir cheap as well).

@@ -824,6 +824,10 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("expiry_unowned", force_expiry_of_a_finalized_claim_seen_through_a_stale_cache_owns_nothing),
     ("drain_stuck", a_drain_past_tgp_plus_buffer_is_reported_stuck_and_keeps_the_gate),
     ("failed_expired", a_failed_claim_still_anchored_and_force_expired_is_claimed_once),
+    (
+        "mirror_reasserted",
+        a_draining_mirror_stripped_by_a_gitops_sync_is_reasserted_and_the_rotation_succeeds,
+    ),
 ];
 
 #[test]
@@ -836,4 +840,83 @@ fn every_rule_row_fires_in_some_scenario() {
     let engine = engine();
     let missing: Vec<&str> = engine.row_ids().filter(|id| !fired.contains(*id)).collect();
     assert!(missing.is_empty(), "rule rows no test fired ({}): {missing:?}", missing.len());
+}
+
+/// Row mutation: for every row, a copy of `rules/` whose guard is negated (`when: "not (G)"`,
+/// or `when: "false"` for a row without one). Each mutant must be rejected by the checker or
+/// make some scenario fail. Prints killed/total. Run by tests/all.sh (it silences panics, so
+/// it runs alone: `cargo test --test reconcile -- --ignored --test-threads=1`).
+#[test]
+#[ignore = "mutation run: tests/all.sh runs it on its own thread"]
+fn every_rule_guard_matters() {
+    let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rules");
+    let book = noderotation::rulebook::Rulebook::load_dir(&rules).expect("rules load");
+    let source = std::fs::read_to_string(rules.join("transitions.ron")).expect("transitions.ron");
+    let dir = std::env::temp_dir().join(format!("noderotation-mutants-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for f in noderotation::rulebook::check::FILES {
+        std::fs::copy(rules.join(f), dir.join(f)).expect("copy rules");
+    }
+    let quiet = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let (mut total, mut by_checker, mut by_tests) = (0, 0, 0);
+    let mut survivors = Vec::new();
+    for (_, row) in book.rows() {
+        total += 1;
+        let id = &row.decl.id;
+        let at = source.find(&format!("id: \"{id}\"")).expect("row in source");
+        let mutated = match &row.decl.when {
+            Some(g) => {
+                let needle = format!("when: \"{g}\"");
+                let rel = source[at..].find(&needle).expect("guard in source");
+                format!(
+                    "{}when: \"not ({g})\"{}",
+                    &source[..at + rel],
+                    &source[at + rel + needle.len()..]
+                )
+            }
+            None => {
+                let end = at + format!("id: \"{id}\"").len();
+                format!("{}, when: \"false\"{}", &source[..end], &source[end..])
+            }
+        };
+        std::fs::write(dir.join("transitions.ron"), mutated).expect("write mutant");
+        let engine = match noderotation::engine::Engine::load_dir(&dir) {
+            Err(_) => {
+                by_checker += 1;
+                continue;
+            }
+            Ok(e) => std::sync::Arc::new(e),
+        };
+        let killer = SCENARIOS.iter().find(|(_, scenario)| {
+            with_engine(engine.clone(), || std::panic::catch_unwind(scenario).is_err())
+        });
+        match killer {
+            Some(_) => by_tests += 1,
+            None => survivors.push(id.clone()),
+        }
+    }
+    std::panic::set_hook(quiet);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "mutants killed: {}/{total} ({by_checker} rejected by the checker, {by_tests} by scenarios)",
+        by_checker + by_tests
+    );
+    assert!(
+        survivors.is_empty(),
+        "surviving mutants (no test notices these rows' guards): {survivors:?}"
+    );
+}
+
+#[test]
+fn a_draining_mirror_stripped_by_a_gitops_sync_is_reasserted_and_the_rotation_succeeds() {
+    let mut fx = Fx::new();
+    draining(&mut fx);
+    fx.set_pool_ann(Key::ActiveRotationState, None); // e.g. Argo CD re-applied the NodePool
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotationState).as_deref(), Some("draining"));
+    fx.finalize("c1");
+    fx.pass();
+    assert_eq!(fx.announced("emit:success"), 1);
+    assert_eq!(fx.announced("emit:expired"), 0);
 }
