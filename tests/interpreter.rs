@@ -170,7 +170,9 @@ impl Facts for Toy {
                 _ => Value::Nil,
             },
             Pred::EffectiveBackoff => Value::Duration(Duration::minutes(30)),
-            Pred::HasPlaceholder | Pred::SurgeReady => Value::Bool(false),
+            Pred::HasPlaceholder | Pred::SurgeReady | Pred::SurgeUnschedulable => {
+                Value::Bool(false)
+            }
             Pred::PlaceholderNode => Value::Object(ObjRef::Node("surge-node".into())),
             Pred::InducedClaim | Pred::SurgePath => Value::Nil,
             Pred::DrainBound => Value::Duration(Duration::minutes(62)),

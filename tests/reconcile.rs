@@ -63,6 +63,28 @@ fn full_surge_rotation_reserves_capacity_then_drains_and_completes_once() {
     assert!(fx.placeholder("c1").is_none(), "placeholder deleted");
     assert!(fx.node_ann("node-s1", Key::SurgeFor).is_none(), "surge host unfrozen");
     assert!(fx.node_ann("node-s1", Key::DoNotDisrupt).is_none());
+    assert_eq!(fx.events("SurgeUnschedulable"), 0);
+}
+
+#[test]
+fn an_unschedulable_placeholder_is_warned_once_with_the_schedulers_reason() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.world
+        .update_pod(NS, &noderotation::placeholder::placeholder_name("c1"), |p| {
+            p.status =
+                serde_json::from_value(serde_json::json!({"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient cpu."}]}))
+                .ok();
+        })
+        .expect("placeholder");
+    fx.pass();
+    fx.pass();
+    assert_eq!(fx.events("SurgeUnschedulable"), 1);
+    let e =
+        fx.world.events().into_iter().find(|e| e.reason == "SurgeUnschedulable").expect("event");
+    assert!(e.message.contains("Insufficient cpu"), "{}", e.message);
 }
 
 #[test]

@@ -497,6 +497,13 @@ impl Facts for Snapshot {
                 }
                 None => Value::Nil,
             },
+            Pred::SurgeUnschedulable => match claim {
+                Some(c) => Value::Bool(
+                    self.placeholder_for(c.metadata.name.as_deref().unwrap_or(""))
+                        .is_some_and(|p| placeholder::unschedulable_reason(p).is_some()),
+                ),
+                None => Value::Nil,
+            },
             Pred::PlaceholderNode => claim
                 .and_then(|c| self.placeholder_host(c.metadata.name.as_deref().unwrap_or("")))
                 .map(|n| Value::Object(ObjRef::Node(n.to_string())))
