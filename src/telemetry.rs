@@ -1,0 +1,721 @@
+//! Metrics (SUPPLEMENT §4.2, names normative) and the level-triggered warning latch (§4.3).
+//!
+//! [`Telemetry`] owns a dedicated [`Registry`] (never the process-global default), so tests,
+//! `simulate` and several controllers in one process never share series. Every series carries
+//! a `nodepool` label; [`Telemetry::forget_pool`] removes all of a pool's series when it is
+//! deleted or no policy governs it any more.
+//!
+//! A gauge whose value is undefined (no windows: no period; no policy: no age threshold) is
+//! *removed* rather than set to a made-up number: absence is how Prometheus says "unknown".
+//!
+//! Pure bookkeeping: no I/O, no clock. Durations and timestamps come in as values.
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+};
+
+/// Histogram buckets for rotation phases, in seconds: 30s to 24h. A surge wait is minutes
+/// (readyTimeout defaults to 15m); a drain runs up to tGP (often 1h, 24h on EKS Auto Mode).
+pub const DURATION_BUCKETS: [f64; 17] = [
+    30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0, 5400.0, 7200.0,
+    10800.0, 14400.0, 21600.0, 43200.0, 86400.0,
+];
+
+pub const COMPLETED_TOTAL: &str = "noderotation_completed_total";
+pub const FORCEFUL_FALLBACK_TOTAL: &str = "noderotation_forceful_fallback_total";
+pub const WINDOW_MISSED_TOTAL: &str = "noderotation_window_missed_total";
+pub const DURATION_SECONDS: &str = "noderotation_duration_seconds";
+
+const POOL: &str = "nodepool";
+
+/// The per-pool gauges of §4.2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PoolGauge {
+    Candidates,
+    InProgress,
+    WindowActive,
+    WindowPeriodSeconds,
+    PolicyConflict,
+    FreezeUntilTimestamp,
+    AgeThresholdSeconds,
+    RotationChances,
+    ThroughputCapacity,
+    TRotEstimateSeconds,
+    TRotBoundSeconds,
+    ShortLeadNodes,
+    DrainStuck,
+    RetryCount,
+    Infeasible,
+}
+
+impl PoolGauge {
+    pub const ALL: [PoolGauge; 15] = [
+        PoolGauge::Candidates,
+        PoolGauge::InProgress,
+        PoolGauge::WindowActive,
+        PoolGauge::WindowPeriodSeconds,
+        PoolGauge::PolicyConflict,
+        PoolGauge::FreezeUntilTimestamp,
+        PoolGauge::AgeThresholdSeconds,
+        PoolGauge::RotationChances,
+        PoolGauge::ThroughputCapacity,
+        PoolGauge::TRotEstimateSeconds,
+        PoolGauge::TRotBoundSeconds,
+        PoolGauge::ShortLeadNodes,
+        PoolGauge::DrainStuck,
+        PoolGauge::RetryCount,
+        PoolGauge::Infeasible,
+    ];
+
+    /// The metric name (normative).
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolGauge::Candidates => "noderotation_candidates",
+            PoolGauge::InProgress => "noderotation_in_progress",
+            PoolGauge::WindowActive => "noderotation_window_active",
+            PoolGauge::WindowPeriodSeconds => "noderotation_window_period_seconds",
+            PoolGauge::PolicyConflict => "noderotation_policy_conflict",
+            PoolGauge::FreezeUntilTimestamp => "noderotation_freeze_until_timestamp",
+            PoolGauge::AgeThresholdSeconds => "noderotation_age_threshold_seconds",
+            PoolGauge::RotationChances => "noderotation_rotation_chances",
+            PoolGauge::ThroughputCapacity => "noderotation_throughput_capacity",
+            PoolGauge::TRotEstimateSeconds => "noderotation_t_rot_estimate_seconds",
+            PoolGauge::TRotBoundSeconds => "noderotation_t_rot_bound_seconds",
+            PoolGauge::ShortLeadNodes => "noderotation_short_lead_nodes",
+            PoolGauge::DrainStuck => "noderotation_drain_stuck",
+            PoolGauge::RetryCount => "noderotation_retry_count",
+            PoolGauge::Infeasible => "noderotation_infeasible",
+        }
+    }
+
+    pub fn help(self) -> &'static str {
+        match self {
+            PoolGauge::Candidates => {
+                "NodeClaims of the pool that are due for rotation now (SUPPLEMENT 3.2 census)."
+            }
+            PoolGauge::InProgress => "Rotations of the pool currently pending or draining.",
+            PoolGauge::WindowActive => "1 while a maintenance window of the pool is open, else 0.",
+            PoolGauge::WindowPeriodSeconds => {
+                "Worst-case gap P between window starts, in seconds; absent without windows."
+            }
+            PoolGauge::PolicyConflict => {
+                "1 when several RotationPolicies tie for the pool (it is not rotated), else 0."
+            }
+            PoolGauge::FreezeUntilTimestamp => {
+                "Unix time until which the pool is frozen (noderotation.io/freeze); 0 when not \
+                 frozen."
+            }
+            PoolGauge::AgeThresholdSeconds => {
+                "Age threshold A in seconds (derived or overridden); negative when infeasible."
+            }
+            PoolGauge::RotationChances => {
+                "Window occurrences guaranteed before a claim's deadline (K, or G with an \
+                 ageThreshold override)."
+            }
+            PoolGauge::ThroughputCapacity => {
+                "Rotation starts that fit in one window occurrence (C)."
+            }
+            PoolGauge::TRotEstimateSeconds => {
+                "Expected service time of one rotation, t_rot_est = provisioningEstimate + \
+                 drainEstimate, in seconds."
+            }
+            PoolGauge::TRotBoundSeconds => {
+                "Deadline-side bound of one rotation, t_rot = readyTimeout + tGP + buffer, in \
+                 seconds."
+            }
+            PoolGauge::ShortLeadNodes => {
+                "Claims whose own expireAfter cannot give K chances (rotated at the first one)."
+            }
+            PoolGauge::DrainStuck => "Rotations whose drain has outlasted tGP + buffer.",
+            PoolGauge::RetryCount => "Failed rotation attempts recorded on the pool's claims.",
+            PoolGauge::Infeasible => {
+                "1 while a fatal feasibility finding blocks new rotations in the pool, else 0."
+            }
+        }
+    }
+}
+
+/// How a rotation ended (`outcome` label of `noderotation_completed_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    /// The old claim was replaced through our voluntary delete.
+    Success,
+    /// The attempt was rolled back (readyTimeout, clamp refusal, lost governance, ...).
+    Failure,
+    /// Karpenter's forced expiry took the claim before the rotation finished.
+    Expired,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 3] = [Outcome::Success, Outcome::Failure, Outcome::Expired];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+            Outcome::Expired => "expired",
+        }
+    }
+}
+
+/// A timed rotation phase (`phase` label of `noderotation_duration_seconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    /// From the rotation start to surge_ready (or rollback).
+    SurgeWait,
+    /// From the claim delete to the claim being gone.
+    Drain,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 2] = [Phase::SurgeWait, Phase::Drain];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::SurgeWait => "surge_wait",
+            Phase::Drain => "drain",
+        }
+    }
+}
+
+/// One pass's values for a pool's gauges. `None` removes the series: the value is undefined
+/// (no windows: no period P; no policy: no thresholds), and absence is how Prometheus says so
+/// where a 0 would read as a real value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolGauges {
+    pub candidates: u64,
+    pub in_progress: u64,
+    pub window_active: bool,
+    /// `P`; `None` without windows.
+    pub window_period: Option<Duration>,
+    pub policy_conflict: bool,
+    /// End of the freeze; `None` (reported as 0) when not frozen.
+    pub freeze_until: Option<DateTime<Utc>>,
+    /// `A` (pool representative); may be negative.
+    pub age_threshold: Option<Duration>,
+    /// `K`, or `G` under an override.
+    pub rotation_chances: Option<i64>,
+    /// `C`.
+    pub throughput_capacity: Option<u64>,
+    pub t_rot_estimate: Option<Duration>,
+    pub t_rot_bound: Option<Duration>,
+    pub short_lead_nodes: u64,
+    pub drain_stuck: u64,
+    pub retry_count: u64,
+    pub infeasible: bool,
+}
+
+impl PoolGauges {
+    /// The exported value of one gauge; `None` removes the series.
+    pub fn get(&self, gauge: PoolGauge) -> Option<f64> {
+        let count = |n: u64| Some(n as f64);
+        let flag = |b: bool| Some(if b { 1.0 } else { 0.0 });
+        let secs = |d: Option<Duration>| d.map(|d| d.num_milliseconds() as f64 / 1000.0);
+        match gauge {
+            PoolGauge::Candidates => count(self.candidates),
+            PoolGauge::InProgress => count(self.in_progress),
+            PoolGauge::WindowActive => flag(self.window_active),
+            PoolGauge::WindowPeriodSeconds => secs(self.window_period),
+            PoolGauge::PolicyConflict => flag(self.policy_conflict),
+            PoolGauge::FreezeUntilTimestamp => {
+                Some(self.freeze_until.map_or(0.0, |t| t.timestamp_millis() as f64 / 1000.0))
+            }
+            PoolGauge::AgeThresholdSeconds => secs(self.age_threshold),
+            PoolGauge::RotationChances => self.rotation_chances.map(|k| k as f64),
+            PoolGauge::ThroughputCapacity => self.throughput_capacity.map(|c| c as f64),
+            PoolGauge::TRotEstimateSeconds => secs(self.t_rot_estimate),
+            PoolGauge::TRotBoundSeconds => secs(self.t_rot_bound),
+            PoolGauge::ShortLeadNodes => count(self.short_lead_nodes),
+            PoolGauge::DrainStuck => count(self.drain_stuck),
+            PoolGauge::RetryCount => count(self.retry_count),
+            PoolGauge::Infeasible => flag(self.infeasible),
+        }
+    }
+}
+
+/// The controller's metrics, on a dedicated registry.
+#[derive(Clone)]
+pub struct Telemetry {
+    registry: Registry,
+    gauges: BTreeMap<PoolGauge, GaugeVec>,
+    completed: IntCounterVec,
+    forceful_fallback: IntCounterVec,
+    window_missed: IntCounterVec,
+    duration: HistogramVec,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry").finish_non_exhaustive()
+    }
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry::new()
+    }
+}
+
+/// Registers a collector built from constant, valid options. Construction can only fail on an
+/// invalid name or a duplicate registration, both programming errors that the tests exercise.
+fn registered<C: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    built: prometheus::Result<C>,
+) -> C {
+    match built.and_then(|c| registry.register(Box::new(c.clone())).map(|()| c)) {
+        Ok(c) => c,
+        Err(e) => panic!("noderotation metric definition is invalid: {e}"),
+    }
+}
+
+impl Telemetry {
+    pub fn new() -> Telemetry {
+        let registry = Registry::new();
+        let gauges = PoolGauge::ALL
+            .iter()
+            .map(|g| {
+                let vec =
+                    registered(&registry, GaugeVec::new(Opts::new(g.name(), g.help()), &[POOL]));
+                (*g, vec)
+            })
+            .collect();
+        let completed = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    COMPLETED_TOTAL,
+                    "Rotations finished, by outcome: success (replaced through our delete), \
+                     failure (rolled back), expired (forced expiry came first).",
+                ),
+                &[POOL, "outcome"],
+            ),
+        );
+        let forceful_fallback = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    FORCEFUL_FALLBACK_TOTAL,
+                    "Surge-less rotations started because a graceful surge could no longer \
+                     finish before the forced expiry (ADR-0001).",
+                ),
+                &[POOL],
+            ),
+        );
+        let window_missed = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    WINDOW_MISSED_TOTAL,
+                    "Window occurrences that closed with candidates left unrotated.",
+                ),
+                &[POOL],
+            ),
+        );
+        let duration = registered(
+            &registry,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    DURATION_SECONDS,
+                    "Duration of rotation phases in seconds: surge_wait (start to replacement \
+                     capacity ready) and drain (claim delete to claim gone).",
+                )
+                .buckets(DURATION_BUCKETS.to_vec()),
+                &[POOL, "phase"],
+            ),
+        );
+        Telemetry { registry, gauges, completed, forceful_fallback, window_missed, duration }
+    }
+
+    /// The dedicated registry (for the `/metrics` handler or a test).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Sets every gauge of `pool`; a `None` field removes that series.
+    pub fn set_pool_gauges(&self, pool: &str, values: &PoolGauges) {
+        for (gauge, vec) in &self.gauges {
+            match values.get(*gauge) {
+                Some(v) => vec.with_label_values(&[pool]).set(v),
+                None => {
+                    // Absent already is fine.
+                    let _ = vec.remove_label_values(&[pool]);
+                }
+            }
+        }
+    }
+
+    /// One finished rotation.
+    pub fn completed(&self, pool: &str, outcome: Outcome) {
+        self.completed.with_label_values(&[pool, outcome.as_str()]).inc();
+    }
+
+    /// One forceful-fallback start.
+    pub fn forceful_fallback(&self, pool: &str) {
+        self.forceful_fallback.with_label_values(&[pool]).inc();
+    }
+
+    /// One occurrence closed with candidates left (the `missed` window-edge verdict).
+    pub fn window_missed(&self, pool: &str) {
+        self.window_missed.with_label_values(&[pool]).inc();
+    }
+
+    /// Observes one phase duration. Negative values (clock skew between the writer of a
+    /// timestamp and this reader) count as 0; NaN is dropped.
+    pub fn duration(&self, pool: &str, phase: Phase, secs: f64) {
+        if secs.is_nan() {
+            return;
+        }
+        self.duration.with_label_values(&[pool, phase.as_str()]).observe(secs.max(0.0));
+    }
+
+    /// Removes every series of `pool` (deleted, or no longer governed).
+    pub fn forget_pool(&self, pool: &str) {
+        for vec in self.gauges.values() {
+            let _ = vec.remove_label_values(&[pool]);
+        }
+        for outcome in Outcome::ALL {
+            let _ = self.completed.remove_label_values(&[pool, outcome.as_str()]);
+        }
+        let _ = self.forceful_fallback.remove_label_values(&[pool]);
+        let _ = self.window_missed.remove_label_values(&[pool]);
+        for phase in Phase::ALL {
+            let _ = self.duration.remove_label_values(&[pool, phase.as_str()]);
+        }
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        match TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
+            Ok(()) => String::from_utf8_lossy(&buf).into_owned(),
+            Err(e) => format!("# noderotation: metrics encoding failed: {e}\n"),
+        }
+    }
+
+    // Readers. They read the gathered families, so reading never creates a series.
+
+    /// `noderotation_completed_total{nodepool, outcome}`; 0 when the series does not exist.
+    pub fn completed_count(&self, pool: &str, outcome: Outcome) -> u64 {
+        self.counter(COMPLETED_TOTAL, &[(POOL, pool), ("outcome", outcome.as_str())])
+    }
+
+    pub fn forceful_fallback_count(&self, pool: &str) -> u64 {
+        self.counter(FORCEFUL_FALLBACK_TOTAL, &[(POOL, pool)])
+    }
+
+    pub fn window_missed_count(&self, pool: &str) -> u64 {
+        self.counter(WINDOW_MISSED_TOTAL, &[(POOL, pool)])
+    }
+
+    /// Observations of `noderotation_duration_seconds{nodepool, phase}`.
+    pub fn duration_count(&self, pool: &str, phase: Phase) -> u64 {
+        self.find(DURATION_SECONDS, &[(POOL, pool), ("phase", phase.as_str())])
+            .map_or(0, |m| m.get_histogram().get_sample_count())
+    }
+
+    /// The current value of a pool gauge; `None` when the series does not exist.
+    pub fn pool_gauge(&self, pool: &str, gauge: PoolGauge) -> Option<f64> {
+        self.find(gauge.name(), &[(POOL, pool)]).map(|m| m.get_gauge().get_value())
+    }
+
+    /// Every `nodepool` label value with at least one series.
+    pub fn pools(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .registry
+            .gather()
+            .iter()
+            .flat_map(|f| f.get_metric().iter())
+            .flat_map(|m| m.get_label().iter())
+            .filter(|l| l.name() == POOL)
+            .map(|l| l.value().to_string())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        // Integer counters are exported as f64 and stay exact far beyond any rotation count.
+        self.find(name, labels).map_or(0, |m| m.get_counter().get_value() as u64)
+    }
+
+    fn find(&self, name: &str, labels: &[(&str, &str)]) -> Option<prometheus::proto::Metric> {
+        self.registry
+            .gather()
+            .into_iter()
+            .find(|f| f.name() == name)?
+            .get_metric()
+            .iter()
+            .find(|m| {
+                let got = m.get_label();
+                got.len() == labels.len()
+                    && labels
+                        .iter()
+                        .all(|(k, v)| got.iter().any(|l| l.name() == *k && l.value() == *v))
+            })
+            .cloned()
+    }
+}
+
+/// Level-triggered deduplication of warnings (SUPPLEMENT §4.3): a warning fires when its
+/// condition is entered, and again only after the condition was observed false
+/// ([`WarningLatch::clear`]) or when its detail changed (a different `InsufficientHeadroom`
+/// tuple, a different scheduler reason). Keyed by `(object, reason)` by default.
+///
+/// In memory only: after a restart every standing condition fires once more, which is the
+/// intended "at least once per controller life" for warnings (decisions never live here).
+#[derive(Debug, Clone)]
+pub struct WarningLatch<K: Ord = (String, String)> {
+    latched: BTreeMap<K, String>,
+}
+
+impl<K: Ord> Default for WarningLatch<K> {
+    fn default() -> Self {
+        WarningLatch { latched: BTreeMap::new() }
+    }
+}
+
+impl<K: Ord> WarningLatch<K> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The condition holds with `detail`: `true` when the warning should be emitted now (it was
+    /// not latched, or was latched with another detail); the latch then holds `detail`.
+    pub fn should_fire(&mut self, key: K, detail: &str) -> bool {
+        match self.latched.get_mut(&key) {
+            Some(held) if held == detail => false,
+            Some(held) => {
+                detail.clone_into(held);
+                true
+            }
+            None => {
+                self.latched.insert(key, detail.to_string());
+                true
+            }
+        }
+    }
+
+    /// The condition was observed false: the next `should_fire` for `key` fires.
+    pub fn clear(&mut self, key: &K) {
+        self.latched.remove(key);
+    }
+
+    /// Drops every latch whose key fails `keep` (objects that no longer exist).
+    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+        self.latched.retain(|k, _| keep(k));
+    }
+
+    pub fn is_latched(&self, key: &K) -> bool {
+        self.latched.contains_key(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.latched.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.latched.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn full() -> PoolGauges {
+        PoolGauges {
+            candidates: 3,
+            in_progress: 1,
+            window_active: true,
+            window_period: Some(Duration::days(4)),
+            policy_conflict: false,
+            freeze_until: Utc.timestamp_opt(1_780_000_000, 0).single(),
+            age_threshold: Some(Duration::hours(142)),
+            rotation_chances: Some(2),
+            throughput_capacity: Some(10),
+            t_rot_estimate: Some(Duration::minutes(15)),
+            t_rot_bound: Some(Duration::minutes(77)),
+            short_lead_nodes: 1,
+            drain_stuck: 0,
+            retry_count: 2,
+            infeasible: false,
+        }
+    }
+
+    #[test]
+    fn every_normative_name_is_exposed_with_help() {
+        let t = Telemetry::new();
+        t.set_pool_gauges("general", &full());
+        t.completed("general", Outcome::Success);
+        t.forceful_fallback("general");
+        t.window_missed("general");
+        t.duration("general", Phase::Drain, 42.0);
+        let text = t.render();
+        let names = [
+            "noderotation_candidates",
+            "noderotation_in_progress",
+            "noderotation_window_active",
+            "noderotation_window_period_seconds",
+            "noderotation_policy_conflict",
+            "noderotation_freeze_until_timestamp",
+            "noderotation_age_threshold_seconds",
+            "noderotation_rotation_chances",
+            "noderotation_throughput_capacity",
+            "noderotation_t_rot_estimate_seconds",
+            "noderotation_t_rot_bound_seconds",
+            "noderotation_short_lead_nodes",
+            "noderotation_drain_stuck",
+            "noderotation_retry_count",
+            "noderotation_infeasible",
+            "noderotation_completed_total",
+            "noderotation_forceful_fallback_total",
+            "noderotation_window_missed_total",
+            "noderotation_duration_seconds",
+        ];
+        for name in names {
+            assert!(text.contains(&format!("# HELP {name} ")), "help for {name}:\n{text}");
+            let series =
+                if name == DURATION_SECONDS { format!("{name}_count") } else { name.into() };
+            assert!(text.contains(&format!("{series}{{nodepool=\"general\"")), "{name}");
+        }
+        assert!(text.contains("# TYPE noderotation_duration_seconds histogram"));
+        assert!(text.contains("# TYPE noderotation_completed_total counter"));
+        assert!(text.contains("noderotation_candidates{nodepool=\"general\"} 3"));
+        assert!(text.contains("noderotation_window_period_seconds{nodepool=\"general\"} 345600"));
+        assert!(
+            text.contains("noderotation_freeze_until_timestamp{nodepool=\"general\"} 1780000000")
+        );
+        assert!(text.contains("outcome=\"success\""));
+    }
+
+    #[test]
+    fn counters_and_histogram_are_readable() {
+        let t = Telemetry::new();
+        assert_eq!(t.completed_count("a", Outcome::Success), 0);
+        t.completed("a", Outcome::Success);
+        t.completed("a", Outcome::Success);
+        t.completed("a", Outcome::Expired);
+        t.completed("b", Outcome::Failure);
+        assert_eq!(t.completed_count("a", Outcome::Success), 2);
+        assert_eq!(t.completed_count("a", Outcome::Expired), 1);
+        assert_eq!(t.completed_count("a", Outcome::Failure), 0);
+        assert_eq!(t.completed_count("b", Outcome::Failure), 1);
+        t.forceful_fallback("a");
+        t.window_missed("a");
+        t.window_missed("a");
+        assert_eq!(t.forceful_fallback_count("a"), 1);
+        assert_eq!(t.window_missed_count("a"), 2);
+        t.duration("a", Phase::SurgeWait, 240.0);
+        t.duration("a", Phase::SurgeWait, -3.0);
+        t.duration("a", Phase::SurgeWait, f64::NAN);
+        assert_eq!(t.duration_count("a", Phase::SurgeWait), 2);
+        assert_eq!(t.duration_count("a", Phase::Drain), 0);
+        // Reading never creates series.
+        assert_eq!(t.completed_count("ghost", Outcome::Success), 0);
+        assert_eq!(t.pool_gauge("ghost", PoolGauge::Candidates), None);
+        assert_eq!(t.pools(), ["a", "b"]);
+    }
+
+    #[test]
+    fn undefined_gauges_are_absent_and_booleans_are_0_or_1() {
+        let t = Telemetry::new();
+        t.set_pool_gauges("p", &full());
+        assert_eq!(t.pool_gauge("p", PoolGauge::WindowPeriodSeconds), Some(345_600.0));
+        assert_eq!(t.pool_gauge("p", PoolGauge::TRotBoundSeconds), Some(4620.0));
+        assert_eq!(t.pool_gauge("p", PoolGauge::WindowActive), Some(1.0));
+        let undefined = PoolGauges { policy_conflict: true, ..PoolGauges::default() };
+        t.set_pool_gauges("p", &undefined);
+        for g in [
+            PoolGauge::WindowPeriodSeconds,
+            PoolGauge::AgeThresholdSeconds,
+            PoolGauge::RotationChances,
+            PoolGauge::ThroughputCapacity,
+            PoolGauge::TRotEstimateSeconds,
+            PoolGauge::TRotBoundSeconds,
+        ] {
+            assert_eq!(t.pool_gauge("p", g), None, "{g:?}");
+        }
+        assert_eq!(t.pool_gauge("p", PoolGauge::PolicyConflict), Some(1.0));
+        assert_eq!(t.pool_gauge("p", PoolGauge::WindowActive), Some(0.0));
+        assert_eq!(t.pool_gauge("p", PoolGauge::FreezeUntilTimestamp), Some(0.0));
+        let negative = PoolGauges { age_threshold: Some(-Duration::hours(1)), ..full() };
+        t.set_pool_gauges("p", &negative);
+        assert_eq!(t.pool_gauge("p", PoolGauge::AgeThresholdSeconds), Some(-3600.0));
+    }
+
+    #[test]
+    fn forget_pool_removes_every_series_of_that_pool_only() {
+        let t = Telemetry::new();
+        for pool in ["gone", "kept"] {
+            t.set_pool_gauges(pool, &full());
+            for o in Outcome::ALL {
+                t.completed(pool, o);
+            }
+            t.forceful_fallback(pool);
+            t.window_missed(pool);
+            for ph in Phase::ALL {
+                t.duration(pool, ph, 60.0);
+            }
+        }
+        t.forget_pool("gone");
+        let text = t.render();
+        assert!(!text.contains("nodepool=\"gone\""), "{text}");
+        assert!(text.contains("nodepool=\"kept\""));
+        assert_eq!(t.pools(), ["kept"]);
+        assert_eq!(t.completed_count("kept", Outcome::Expired), 1);
+        // Forgetting twice, or an unknown pool, is harmless.
+        t.forget_pool("gone");
+        t.forget_pool("never");
+    }
+
+    #[test]
+    fn registries_are_independent() {
+        let a = Telemetry::new();
+        let b = Telemetry::new();
+        a.completed("p", Outcome::Success);
+        assert_eq!(b.completed_count("p", Outcome::Success), 0);
+        assert!(prometheus::gather().iter().all(|f| !f.name().starts_with("noderotation_")));
+    }
+
+    #[test]
+    fn histogram_buckets_span_minutes_to_hours() {
+        let t = Telemetry::new();
+        t.duration("p", Phase::Drain, 3600.0);
+        let text = t.render();
+        for le in ["30", "300", "900", "3600", "14400", "86400", "+Inf"] {
+            assert!(
+                text.contains(&format!(
+                    "noderotation_duration_seconds_bucket{{nodepool=\"p\",phase=\"drain\",le=\"{le}\"}}"
+                )),
+                "le={le}\n{text}"
+            );
+        }
+        assert!(DURATION_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn latch_fires_on_entry_and_detail_change_then_after_clear() {
+        let mut latch: WarningLatch = WarningLatch::new();
+        let key = ("NodePool general".to_string(), "InsufficientHeadroom".to_string());
+        assert!(latch.should_fire(key.clone(), "cpu 4/2/100"));
+        assert!(!latch.should_fire(key.clone(), "cpu 4/2/100"), "still latched");
+        assert!(latch.should_fire(key.clone(), "memory 16Gi/1Gi/400Gi"), "new tuple");
+        assert!(!latch.should_fire(key.clone(), "memory 16Gi/1Gi/400Gi"));
+        latch.clear(&key);
+        assert!(!latch.is_latched(&key));
+        assert!(latch.should_fire(key.clone(), "memory 16Gi/1Gi/400Gi"), "re-entry fires");
+        // Keys are independent.
+        let other = ("NodeClaim x".to_string(), "SurgeUnschedulable".to_string());
+        assert!(latch.should_fire(other.clone(), "Unschedulable: no nodes"));
+        assert_eq!(latch.len(), 2);
+        latch.retain(|(object, _)| object != "NodeClaim x");
+        assert!(!latch.is_latched(&other) && latch.is_latched(&key));
+        // Clearing an unknown key is harmless.
+        latch.clear(&("a".into(), "b".into()));
+        assert_eq!(latch.len(), 1);
+    }
+}
