@@ -246,7 +246,12 @@ impl<'c> PassHost<'c> {
                 "NodeClaim {claim} was force-expired by Karpenter before the rotation finished"
             ),
             Reason::SurgeUnschedulable => {
-                format!("the placeholder for {claim} cannot be scheduled")
+                let why = self
+                    .snap
+                    .placeholder_for(&claim)
+                    .and_then(placeholder::unschedulable_reason)
+                    .unwrap_or_default();
+                format!("the placeholder for {claim} cannot be scheduled: {why}")
             }
             Reason::SurgeClamped => {
                 format!("placeholder requests for {claim} were clamped to the node's allocatable")
