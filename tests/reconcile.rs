@@ -592,7 +592,7 @@ fn conflicting_writes_are_retried_and_announced_exactly_once() {
     let mut n = 0u32;
     fx.client.set_faults(move |call: &noderotation::cluster::memory::Call<'_>| {
         n += 1;
-        if call.verb.is_write() && call.precondition && n % 3 == 0 {
+        if call.verb.is_write() && call.precondition && n.is_multiple_of(3) {
             noderotation::cluster::memory::Fault::Conflict
         } else {
             noderotation::cluster::memory::Fault::Proceed
@@ -625,7 +625,7 @@ fn obj(kind: noderotation::cluster::ObjectKind, name: &str) -> noderotation::clu
     noderotation::cluster::ObjectRef::cluster(kind, name)
 }
 
-use noderotation::cluster::ObjectKind::{NodeClaim as ClaimKind, RotationPolicy as PolicyKind};
+use noderotation::cluster::ObjectKind::RotationPolicy as PolicyKind;
 
 #[test]
 fn tied_policies_are_a_conflict_warned_once_and_rotate_nothing() {
@@ -941,4 +941,46 @@ fn a_draining_mirror_stripped_by_a_gitops_sync_is_reasserted_and_the_rotation_su
     fx.pass();
     assert_eq!(fx.announced("emit:success"), 1);
     assert_eq!(fx.announced("emit:expired"), 0);
+}
+
+#[test]
+fn gauges_describe_the_pool_and_are_removed_when_it_loses_its_policy() {
+    use noderotation::telemetry::PoolGauge;
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10)).claim("c2", Duration::days(10));
+    fx.pass();
+    let t = fx.ctl.telemetry();
+    assert_eq!(t.pool_gauge(POOL, PoolGauge::InProgress), Some(1.0));
+    assert_eq!(t.pool_gauge(POOL, PoolGauge::Candidates), Some(1.0), "c2 left");
+    assert_eq!(t.pool_gauge(POOL, PoolGauge::WindowActive), Some(1.0));
+    assert_eq!(t.pool_gauge(POOL, PoolGauge::TRotBoundSeconds), Some(77.0 * 60.0));
+    assert!(t.render().contains("noderotation_in_progress{nodepool=\"pool-a\"} 1"));
+    fx.world.delete_now(&obj(PolicyKind, "rotate-a"));
+    fx.pass();
+    assert_eq!(fx.ctl.telemetry().pool_gauge(POOL, PoolGauge::InProgress), None, "series removed");
+}
+
+#[test]
+fn feasibility_warnings_and_short_lead_claims_are_warned_once() {
+    let windows = r#"[{timezone: UTC, days: [Wed, Sat], start: "02:00", end: "06:00"}]"#;
+    let yaml = format!(
+        r#"
+apiVersion: noderotation.io/v1alpha1
+kind: RotationPolicy
+metadata: {{name: rotate-a, uid: policy-uid, generation: 1}}
+spec:
+  nodePoolSelector: {{matchLabels: {{team: a}}}}
+  minRotationChances: 1
+  maintenanceWindows: {windows}
+"#
+    );
+    let policy: noderotation::policy::crd::RotationPolicy =
+        serde_yaml::from_str(&yaml).expect("policy");
+    let mut fx = Fx::with(policy, pool_yaml(""));
+    fx.claim("c1", Duration::days(1));
+    fx.world.update_claim("c1", |c| c.spec.expire_after = Some("48h".into())).expect("claim");
+    fx.pass();
+    fx.pass();
+    assert_eq!(fx.events("KBelowTwo"), 1, "K = 1 warned once: {:?}", fx.world.events());
+    assert_eq!(fx.events("ShortLead"), 1, "a 48h claim cannot get K chances of a 4-day period");
 }

@@ -94,10 +94,7 @@ fn the_spec_catalogue_is_in_the_rules_and_in_the_docs() {
         std::fs::read_to_string(docs.join("transitions.md")).expect("docs/transitions.md");
     for (from, event, to) in SPEC_ROWS {
         let line = format!("| `{from}` | {event} | `{to}` |");
-        assert!(
-            transitions.contains(&line),
-            "docs/transitions.md lacks spec row {line}"
-        );
+        assert!(transitions.contains(&line), "docs/transitions.md lacks spec row {line}");
     }
     // Every rule a spec row names exists, and every row id appears in the docs.
     for (_, row) in book.rows() {

@@ -100,8 +100,8 @@ pub struct Controller {
     /// Policy views by policy name, keyed by (uid, generation, day) so the 53-week window
     /// horizon moves on daily.
     policies: HashMap<String, (String, Result<Arc<PolicyView>, String>)>,
-    /// Fatal feasibility by pool, keyed by what it depends on.
-    fatal: HashMap<String, (String, bool)>,
+    /// Feasibility by pool, keyed by what it depends on.
+    assessments: HashMap<String, (String, Arc<feasibility::Assessment>)>,
     swept: bool,
 }
 
@@ -126,7 +126,7 @@ impl Controller {
             clock,
             engine,
             policies: HashMap::new(),
-            fatal: HashMap::new(),
+            assessments: HashMap::new(),
             swept: false,
         }
     }
@@ -165,10 +165,10 @@ impl Controller {
             policy.metadata.generation.unwrap_or(0),
             now.date_naive()
         );
-        if let Some((k, v)) = self.policies.get(&name) {
-            if *k == key {
-                return v.clone();
-            }
+        if let Some((k, v)) = self.policies.get(&name)
+            && *k == key
+        {
+            return v.clone();
         }
         let view = Effective::from_spec(&policy.spec)
             .map(|settings| {
@@ -211,13 +211,13 @@ impl Controller {
         }
     }
 
-    fn fatal(
+    fn assessment(
         &mut self,
         pool: &NodePool,
         policy: &PolicyView,
         claims: usize,
         now: DateTime<Utc>,
-    ) -> bool {
+    ) -> Arc<feasibility::Assessment> {
         let name = pool.metadata.name.clone().unwrap_or_default();
         let key = format!(
             "{}/{:?}/{}/{claims}/{:?}/{:?}",
@@ -227,10 +227,10 @@ impl Controller {
             pool.exhausted_limits(),
             pool.spec.replicas
         );
-        if let Some((k, v)) = self.fatal.get(&name) {
-            if *k == key {
-                return *v;
-            }
+        if let Some((k, v)) = self.assessments.get(&name)
+            && *k == key
+        {
+            return v.clone();
         }
         let facts = feasibility::PoolFacts {
             expire_after: pool
@@ -241,9 +241,9 @@ impl Controller {
             exhausted_limits: pool.exhausted_limits(),
             static_pool: pool.is_static(),
         };
-        let fatal = feasibility::assess(&policy.settings, &facts, now).has_fatal();
-        self.fatal.insert(name, (key, fatal));
-        fatal
+        let assessment = Arc::new(feasibility::assess(&policy.settings, &facts, now));
+        self.assessments.insert(name, (key, assessment.clone()));
+        assessment
     }
 
     fn snapshot(&mut self, cache: Arc<CacheView>, pool: NodePool, now: DateTime<Utc>) -> Snapshot {
@@ -257,13 +257,16 @@ impl Controller {
             nodes: BTreeMap::new(),
             governance,
             fatal: false,
+            assessment: None,
             pick: None,
             census: 0,
             sweep: None,
         };
         if let (Some(policy), Some(pool)) = (snap.policy().cloned(), snap.pool.clone()) {
             let claims = snap.pool_claims().count();
-            snap.fatal = self.fatal(&pool, &policy, claims, now);
+            let assessment = self.assessment(&pool, &policy, claims, now);
+            snap.fatal = assessment.has_fatal();
+            snap.assessment = Some(assessment);
             snap.select_candidates();
         }
         snap
@@ -284,9 +287,13 @@ impl Controller {
         let pass = engine
             .run(&mut host)
             .map_err(|source| ReconcileError::Engine { pool: pool.to_string(), source })?;
-        let gauges = gauges(&host.snap);
+        let mut snap = host.snap;
         if governed {
-            self.ctx.telemetry.set_pool_gauges(pool, &gauges);
+            // Gauges describe the pool after this pass's writes (a started claim is no longer
+            // a candidate).
+            snap.select_candidates();
+            self.ctx.telemetry.set_pool_gauges(pool, &gauges(&snap));
+            self.level_warnings(&snap);
         } else {
             self.ctx.telemetry.forget_pool(pool);
         }
@@ -345,6 +352,7 @@ impl Controller {
                 nodes: BTreeMap::new(),
                 governance: GovernanceView::Ungoverned,
                 fatal: false,
+                assessment: None,
                 pick: None,
                 census: 0,
                 sweep: Some((subject, anchors.clone())),
@@ -372,6 +380,66 @@ impl Controller {
         }
         tracing::info!(?report, "start-up sweep done");
         report
+    }
+
+    /// Level-triggered warnings of the pool's feasibility (layers 1-2) and of its short-lead
+    /// claims (layer 3): an Event on entry into the condition, again only after it cleared
+    /// (§4.3). Observability only: no decision depends on them.
+    fn level_warnings(&mut self, snap: &Snapshot) {
+        use crate::cluster::{EventRecord, ObjectKind, ObjectRef};
+        let pool = snap.pool_name().to_string();
+        let mut raised: BTreeSet<(String, String)> = BTreeSet::new();
+        let mut events = Vec::new();
+        if let Some(a) = &snap.assessment {
+            // Reasons the rules raise themselves (StaticNodePool at step 1a) stay theirs.
+            let warnings = a.findings.iter().filter(|f| {
+                f.severity == feasibility::Severity::Warning
+                    && crate::engine::Reason::from_name(f.reason.event_reason()).is_none()
+            });
+            for f in warnings {
+                let key = (format!("{pool}|feasibility"), f.reason.event_reason().to_string());
+                raised.insert(key.clone());
+                if self.ctx.latch.should_fire(key, &f.message) {
+                    let object = ObjectRef::cluster(ObjectKind::NodePool, pool.clone());
+                    let msg = format!("{} Fix: {}", f.message, f.fix);
+                    events.push((object, f.reason.event_reason().to_string(), msg));
+                }
+            }
+        }
+        if let Some(p) = snap.policy() {
+            let period = p.period.unwrap_or(Duration::minutes(1));
+            for c in snap.pool_claims() {
+                let Some(name) = c.metadata.name.clone() else { continue };
+                let expire =
+                    c.expire_after().unwrap_or(crate::policy::duration::ExpireAfter::Never);
+                let tgp = c.termination_grace_period().ok().flatten();
+                let Some(f) = feasibility::short_lead(&p.settings, expire, tgp, period) else {
+                    continue;
+                };
+                let key = (format!("{pool}|claim/{name}"), "ShortLead".to_string());
+                raised.insert(key.clone());
+                if self.ctx.latch.should_fire(key, &f.message) {
+                    let object = ObjectRef::cluster(ObjectKind::NodeClaim, name);
+                    events.push((
+                        object,
+                        "ShortLead".to_string(),
+                        format!("{} Fix: {}", f.message, f.fix),
+                    ));
+                }
+            }
+        }
+        let feasibility_key = format!("{pool}|feasibility");
+        let claim_prefix = format!("{pool}|claim/");
+        self.ctx.latch.retain(|k| {
+            let ours = k.0 == feasibility_key || k.0.starts_with(&claim_prefix);
+            !ours || raised.contains(k)
+        });
+        for (object, reason, message) in events {
+            let event = EventRecord { object, reason, message, warning: true, time: snap.now };
+            if let Err(e) = self.ctx.cluster.record_event(&event) {
+                tracing::warn!(error = %e, "event not recorded");
+            }
+        }
     }
 
     /// The RotationPolicy status view (§5.4); a conflict is a silent requeue.
@@ -428,6 +496,46 @@ impl Controller {
 }
 
 /// Per-pool gauges after a pass (§4.2).
-fn gauges(_snap: &Snapshot) -> crate::telemetry::PoolGauges {
-    crate::telemetry::PoolGauges::default()
+fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
+    let now = snap.now;
+    let mut g = crate::telemetry::PoolGauges {
+        candidates: snap.census.max(0) as u64,
+        in_progress: u64::from(snap.anchored_claim().is_some()),
+        policy_conflict: matches!(snap.governance, GovernanceView::Conflict(_)),
+        infeasible: snap.fatal,
+        ..Default::default()
+    };
+    if let Some(p) = snap.policy() {
+        g.window_active = p.settings.schedule.in_window(now);
+        g.window_period = p.period;
+        let period = p.period.unwrap_or(Duration::minutes(1));
+        let short = |c: &&crate::karpenter::NodeClaim| {
+            let expire = c.expire_after().unwrap_or(crate::policy::duration::ExpireAfter::Never);
+            let tgp = c.termination_grace_period().ok().flatten();
+            feasibility::short_lead(&p.settings, expire, tgp, period).is_some()
+        };
+        g.short_lead_nodes = snap.pool_claims().filter(short).count() as u64;
+    }
+    if let Some(a) = &snap.assessment {
+        g.age_threshold = a.derived.age_threshold;
+        g.rotation_chances = a.derived.chances;
+        g.throughput_capacity = a.derived.starts_per_occurrence;
+        g.t_rot_estimate = Some(a.derived.t_rot_est);
+        g.t_rot_bound = Some(a.derived.t_rot);
+    }
+    if let Some(pool) = &snap.pool {
+        g.freeze_until = annotation(&pool.metadata, Key::Freeze)
+            .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+            .map(|t| t.with_timezone(&Utc))
+            .filter(|t| *t > now);
+    }
+    if let Some(cand) = snap.anchored_claim().and_then(|n| snap.claim(n)) {
+        g.retry_count =
+            annotation(&cand.metadata, Key::RetryCount).and_then(|v| v.parse().ok()).unwrap_or(0);
+        let tgp = cand.termination_grace_period().ok().flatten().unwrap_or(DEFAULT_TGP);
+        let deleted =
+            cand.metadata.deletion_timestamp.as_ref().and_then(crate::cluster::chrono_time);
+        g.drain_stuck = u64::from(deleted.is_some_and(|t| now - t > tgp + BUFFER));
+    }
+    g
 }

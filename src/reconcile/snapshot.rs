@@ -83,6 +83,8 @@ pub struct Snapshot {
     pub governance: GovernanceView,
     /// Whether feasibility has a fatal finding for this pool (step 1b).
     pub fatal: bool,
+    /// The pool's feasibility (governed pools).
+    pub assessment: Option<Arc<crate::policy::feasibility::Assessment>>,
     /// pick_earliest_deadline_eligible and the census (§3.2, §4.2), at `now`.
     pub pick: Option<String>,
     pub census: i64,

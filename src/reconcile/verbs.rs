@@ -33,9 +33,9 @@ pub struct PassHost<'c> {
 
 /// A fresh read of one object.
 enum Fresh {
-    Pool(NodePool),
-    Claim(NodeClaim),
-    Node(Node),
+    Pool(Box<NodePool>),
+    Claim(Box<NodeClaim>),
+    Node(Box<Node>),
 }
 
 impl Fresh {
@@ -92,9 +92,11 @@ impl<'c> PassHost<'c> {
     fn fresh(&self, obj: &ObjRef) -> Result<Option<Fresh>, ApiError> {
         let cluster = &self.ctx.cluster;
         Ok(match obj {
-            ObjRef::Pool => cluster.get_pool(self.snap.pool_name())?.map(Fresh::Pool),
-            ObjRef::Claim(n) => cluster.get_claim(n)?.map(Fresh::Claim),
-            ObjRef::Node(n) => cluster.get_node(n)?.map(Fresh::Node),
+            ObjRef::Pool => {
+                cluster.get_pool(self.snap.pool_name())?.map(|x| Fresh::Pool(Box::new(x)))
+            }
+            ObjRef::Claim(n) => cluster.get_claim(n)?.map(|x| Fresh::Claim(Box::new(x))),
+            ObjRef::Node(n) => cluster.get_node(n)?.map(|x| Fresh::Node(Box::new(x))),
             ObjRef::Policy | ObjRef::Pod(..) => None,
         })
     }
@@ -134,10 +136,10 @@ impl<'c> PassHost<'c> {
     fn patch_of(set: &[(Key, Value)], clear: &[Key], meta: &ObjectMeta) -> Patch {
         let mut patch = Patch::default();
         for (k, v) in set {
-            if let Some(s) = v.to_annotation() {
-                if annotation(meta, *k) != Some(s.as_str()) {
-                    patch.set.insert(full(*k), s);
-                }
+            if let Some(s) = v.to_annotation()
+                && annotation(meta, *k) != Some(s.as_str())
+            {
+                patch.set.insert(full(*k), s);
             }
         }
         for k in clear {
@@ -221,9 +223,17 @@ impl<'c> PassHost<'c> {
             Reason::GovernanceLost => format!(
                 "NodePool {pool} lost its governing policy during the rotation of {claim}: rolled back"
             ),
-            Reason::Infeasible => format!(
-                "the governing policy cannot guarantee a rotation before expiry in NodePool {pool}; see `noderotation plan`"
-            ),
+            Reason::Infeasible => {
+                let fatal: Vec<String> = self
+                    .snap
+                    .assessment
+                    .iter()
+                    .flat_map(|a| &a.findings)
+                    .filter(|f| f.severity == crate::policy::feasibility::Severity::Fatal)
+                    .map(|f| format!("{}: {} Fix: {}", f.reason, f.message, f.fix))
+                    .collect();
+                format!("no rotation starts in NodePool {pool}: {}", fatal.join("; "))
+            }
             Reason::InvalidFreeze => {
                 "noderotation.io/freeze is not an RFC3339 time: treated as frozen".into()
             }
@@ -334,17 +344,17 @@ impl<'c> PassHost<'c> {
             if !from.is_empty() && !from.contains(&state_of(meta)) {
                 return Decide::Skip(Outcome::Raced);
             }
-            if let Some(k) = absent {
-                if annotation(meta, k).is_some() {
-                    return Decide::Skip(Outcome::Raced);
-                }
+            if let Some(k) = absent
+                && annotation(meta, k).is_some()
+            {
+                return Decide::Skip(Outcome::Raced);
             }
             let mut patch = Self::patch_of(&set, &clear, meta);
             for (k, v) in &once {
-                if unreadable(meta, *k) {
-                    if let Some(s) = v.to_annotation() {
-                        patch.set.insert(full(*k), s);
-                    }
+                if unreadable(meta, *k)
+                    && let Some(s) = v.to_annotation()
+                {
+                    patch.set.insert(full(*k), s);
                 }
             }
             if patch.is_empty() {
@@ -392,7 +402,7 @@ impl<'c> PassHost<'c> {
             if drained {
                 set.push((Key::LastRotationAt, Value::Time(now)));
             }
-            verified = Some(pool.clone());
+            verified = Some(pool.as_ref().clone());
             Decide::Write(
                 Self::anchor_patch(meta, &set),
                 if drained { Outcome::Rotated } else { Outcome::Expired },
@@ -667,25 +677,20 @@ impl<'c> PassHost<'c> {
         else {
             return Ok(Outcome::Gone);
         };
-        // The recorded surge claim; else re-resolve from a live placeholder; else the pool's
-        // claim created after started-at that has no registered node (§3.8).
+        // The recorded surge claim; else re-resolve from a live placeholder, else the pool's
+        // one claim created after started-at with no registered node (§3.8; ambiguous: none).
         let recorded = annotation(&claim.metadata, Key::SurgeClaim).map(str::to_string);
-        let from_placeholder = self
-            .snap
-            .placeholder_host(&name)
-            .and_then(|h| self.snap.claim_on_node(h))
-            .and_then(|c| c.metadata.name.clone());
-        let unregistered = self
-            .snap
-            .pool_claims()
-            .filter(|c| {
-                c.created().is_some_and(|t| t >= started) && self.snap.claim_node(c).is_none()
-            })
-            .filter_map(|c| c.metadata.name.clone())
-            .next();
-        let Some(surge_name) = recorded.or(from_placeholder).or(unregistered) else {
-            return Ok(Outcome::Gone);
-        };
+        let placeholder_pod = self.snap.placeholder_for(&name);
+        let host = self.snap.placeholder_host(&name).and_then(|h| self.snap.node(h));
+        let resolved = placeholder::induced_claim(
+            placeholder_pod,
+            host,
+            self.snap.pool_claims(),
+            self.snap.pool_name(),
+            started,
+        )
+        .map(|c| c.name);
+        let Some(surge_name) = recorded.or(resolved) else { return Ok(Outcome::Gone) };
         if surge_name == name {
             return Ok(Outcome::Gone);
         }
