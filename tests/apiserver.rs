@@ -132,17 +132,16 @@ fn expected_field(text: &str) -> Option<String> {
 }
 
 fn yaml_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
+    let mut files: Vec<_> =
+        std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
     files.retain(|p| p.extension().is_some_and(|e| e == "yaml"));
     files.sort();
     files
 }
 
 #[tokio::test]
-async fn kubectl_applies_every_example_and_rejects_every_invalid_one_naming_the_field()
--> TestResult {
+async fn kubectl_applies_every_example_and_rejects_every_invalid_one_naming_the_field() -> TestResult
+{
     let env = harness!();
     let examples = Path::new(REPO).join("deploy/examples");
     let valid = yaml_files(&examples);
@@ -173,11 +172,19 @@ async fn kubectl_applies_every_example_and_rejects_every_invalid_one_naming_the_
         }
         match expected_field(&text) {
             Some(field) if stderr.contains(&field) => {}
-            Some(field) => failures.push(format!("{name}: message does not name {field}: {stderr}")),
+            Some(field) => {
+                failures.push(format!("{name}: message does not name {field}: {stderr}"))
+            }
             None => failures.push(format!("{name}: no `# Schema:` header naming the field")),
         }
     }
-    assert!(failures.is_empty(), "{} of {}:\n{}", failures.len(), invalid.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {}:\n{}",
+        failures.len(),
+        invalid.len(),
+        failures.join("\n")
+    );
     eprintln!("{} examples applied, {} invalid examples rejected", valid.len(), invalid.len());
     Ok(())
 }
@@ -291,7 +298,10 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
         c.patch(&claim_ref, &remove, None)?;
         let after = c.get_claim(claim)?.ok_or("claim missing")?;
         assert_eq!(after.annotations().get("noderotation.io/state"), None);
-        assert_eq!(after.annotations().get("noderotation.io/keep").map(String::as_str), Some("yes"));
+        assert_eq!(
+            after.annotations().get("noderotation.io/keep").map(String::as_str),
+            Some("yes")
+        );
         assert_eq!(
             c.patch(&ObjectRef::cluster(ObjectKind::NodeClaim, "no-such-claim"), &set, None),
             Err(ApiError::NotFound)
@@ -311,7 +321,10 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
         // uid-preconditioned delete: a wrong uid is a conflict; the right one leaves the claim
         // terminating behind its finalizer.
         let uid = after.uid().ok_or("no uid")?;
-        assert_eq!(c.delete(&claim_ref, Some("00000000-0000-0000-0000-000000000000")), Err(ApiError::Conflict));
+        assert_eq!(
+            c.delete(&claim_ref, Some("00000000-0000-0000-0000-000000000000")),
+            Err(ApiError::Conflict)
+        );
         c.delete(&claim_ref, Some(&uid))?;
         let deleting = c.get_claim(claim)?.ok_or("a finalized claim must stay")?;
         assert!(deleting.is_deleting());
@@ -351,7 +364,8 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
         }
     })
     .await?;
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), "default");
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(admin.clone(), "default");
     let listed = events.list(&Default::default()).await?;
     assert!(listed.items.iter().any(|e| e.reason.as_deref() == Some("KubeClusterTest")));
 
@@ -364,7 +378,8 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
     })
     .await?;
     let c = cluster.clone();
-    let gone = blocking(move || c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None)).await?;
+    let gone =
+        blocking(move || c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None)).await?;
     assert_eq!(gone, Err(ApiError::NotFound));
 
     // Policy status through the subresource, with a resourceVersion precondition.
@@ -383,9 +398,13 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
     let rv = created.resource_version().ok_or("no rv")?;
     let c = cluster.clone();
     blocking(move || -> Result<(), Error> {
-        let status = RotationPolicyStatus { matched_node_pools: 3, ..RotationPolicyStatus::default() };
+        let status =
+            RotationPolicyStatus { matched_node_pools: 3, ..RotationPolicyStatus::default() };
         c.update_policy_status(policy_name, &status, Some(&rv))?;
-        assert_eq!(c.update_policy_status(policy_name, &status, Some(&rv)), Err(ApiError::Conflict));
+        assert_eq!(
+            c.update_policy_status(policy_name, &status, Some(&rv)),
+            Err(ApiError::Conflict)
+        );
         let cleared = RotationPolicyStatus::default();
         c.update_policy_status(policy_name, &cleared, None)?;
         Ok(())
@@ -513,8 +532,10 @@ async fn rbac_allows_the_controller_writes_and_denies_creating_nodeclaims() -> T
     .await?;
     assert!(matches!(denied, Err(ApiError::Forbidden(_))), "{denied:?}");
     let c = cluster.clone();
-    tokio::task::spawn_blocking(move || c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None))
-        .await??;
+    tokio::task::spawn_blocking(move || {
+        c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None)
+    })
+    .await??;
     remove_finalizers(&admin, "NodeClaim", claim).await?;
     Ok(())
 }
@@ -539,14 +560,17 @@ fn helm_chart_crd_is_the_generated_crd() -> TestResult {
 fn helm_values_are_covered_by_the_schema() -> TestResult {
     let dir = Path::new(REPO).join("deploy/helm/noderotation");
     let values: Value = serde_yaml::from_str(&std::fs::read_to_string(dir.join("values.yaml"))?)?;
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("values.schema.json"))?)?;
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("values.schema.json"))?)?;
     fn check(values: &Value, schema: &Value, path: &str, out: &mut Vec<String>) {
         let Some(obj) = values.as_object() else { return };
         let props = schema["properties"].as_object();
         for (k, v) in obj {
             match props.and_then(|p| p.get(k)) {
                 Some(s) => check(v, s, &format!("{path}.{k}"), out),
-                None if schema["additionalProperties"] == json!(false) => out.push(format!("{path}.{k}")),
+                None if schema["additionalProperties"] == json!(false) => {
+                    out.push(format!("{path}.{k}"))
+                }
                 None => {}
             }
         }
@@ -554,7 +578,10 @@ fn helm_values_are_covered_by_the_schema() -> TestResult {
     let mut missing = Vec::new();
     check(&values, &schema, "", &mut missing);
     assert!(missing.is_empty(), "values without a schema entry: {missing:?}");
-    assert!(schema["properties"]["placeholder"]["properties"]["priorityClass"]["properties"]["value"]["maximum"] == json!(-1));
+    assert!(
+        schema["properties"]["placeholder"]["properties"]["priorityClass"]["properties"]["value"]["maximum"]
+            == json!(-1)
+    );
     Ok(())
 }
 
@@ -587,6 +614,428 @@ fn expected_field_reads_the_schema_header() {
         expected_field("# x\n# Schema: spec.maintenanceWindows[].end pattern\n").as_deref(),
         Some("end")
     );
-    assert_eq!(expected_field("# Schema: spec required:nodePoolSelector").as_deref(), Some("nodePoolSelector"));
-    assert_eq!(expected_field("# Schema: spec.maintenanceWindows[].days[] enum").as_deref(), Some("days"));
+    assert_eq!(
+        expected_field("# Schema: spec required:nodePoolSelector").as_deref(),
+        Some("nodePoolSelector")
+    );
+    assert_eq!(
+        expected_field("# Schema: spec.maintenanceWindows[].days[] enum").as_deref(),
+        Some("days")
+    );
+}
+
+// ---- (e) rotations: `noderotation run` + the Karpenter/kubelet actor --------------------------
+
+/// One controller at a time: every controller process watches every pool and policy.
+static ROTATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const SUITE_LABEL: &str = "noderotation.io/suite";
+const ANN: &str = "noderotation.io/";
+
+/// A governed pool with one Ready candidate claim (and node, and a workload pod on it).
+struct Rotation {
+    env: Env,
+    admin: kube::Client,
+    pool: String,
+    candidate: String,
+    node: String,
+    dir: std::path::PathBuf,
+}
+
+impl Rotation {
+    async fn new(env: &Env, test: &str, surge: Value) -> Result<Rotation, Error> {
+        let admin = env.admin().await?;
+        // Policies of earlier rotation tests would govern their pools under this controller.
+        env.kubectl_ok(
+            &["delete", "rotationpolicies", "-l", &format!("{SUITE_LABEL}=rotation")],
+            None,
+        )?;
+        let pool = format!("{test}-{}", std::process::id());
+        let candidate = format!("{pool}-c1");
+        let node = format!("{candidate}-node");
+        create(&admin, &nodepool_json(&pool, &pool)).await?;
+        ready_claim_and_node(&admin, &candidate, &node, &pool).await?;
+        running_pod(&admin, "default", &format!("{pool}-app"), &node, "500m").await?;
+        let policy = json!({
+            "apiVersion": "noderotation.io/v1alpha1", "kind": "RotationPolicy",
+            "metadata": {"name": pool, "labels": {SUITE_LABEL: "rotation"}},
+            "spec": {
+                "nodePoolSelector": {"matchLabels": {TEST_LABEL: pool}},
+                "ageThreshold": "1s",
+                "maintenanceWindows": [{"timezone": "UTC",
+                    "days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
+                    "start": "00:00", "end": "00:00"}],
+                "surge": surge
+            }
+        });
+        env.kubectl_ok(&["apply", "-f", "-"], Some(&policy.to_string()))?;
+        Ok(Rotation { env: env.clone(), admin, dir: scratch(test), pool, candidate, node })
+    }
+
+    fn controller(&self, name: &str) -> Result<ControllerProcess, Error> {
+        // As the harness's controller user, bound to exactly the RBAC of deploy/ (setup()); the
+        // Role there names the Lease "noderotation".
+        ControllerProcess::start(
+            &self.env.controller_kubeconfig,
+            name,
+            "noderotation",
+            &self.dir.join(format!("{name}.log")),
+        )
+    }
+
+    async fn annotations(
+        &self,
+        kind: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, Error> {
+        Ok(dyn_api(&self.admin, kind).get_opt(name).await?.map(|o| o.annotations().clone()))
+    }
+
+    async fn ann(&self, kind: &str, name: &str, key: &str) -> Option<String> {
+        self.annotations(kind, name).await.ok()??.get(&format!("{ANN}{key}")).cloned()
+    }
+
+    async fn wait_claim_state(&self, state: &str, timeout: Duration) -> Result<(), Error> {
+        eventually(&format!("claim {} state {state}", self.candidate), timeout, || async {
+            (self.ann("NodeClaim", &self.candidate, "state").await.as_deref() == Some(state))
+                .then_some(())
+        })
+        .await
+    }
+
+    async fn placeholders(&self) -> Result<Vec<Pod>, Error> {
+        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), CONTROLLER_NS);
+        let list = pods
+            .list(
+                &kube::api::ListParams::default()
+                    .labels("app.kubernetes.io/managed-by=noderotation"),
+            )
+            .await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_selector.as_ref())
+                    .and_then(|s| s.get(NODEPOOL_LABEL))
+                    .is_some_and(|v| *v == self.pool)
+            })
+            .collect())
+    }
+
+    /// The rotation finished: `last-rotation-at` or `last-failure-at` set, no anchor.
+    async fn wait_settled(&self, key: &str, timeout: Duration) -> Result<(), Error> {
+        eventually(&format!("pool {} {key} and no anchor", self.pool), timeout, || async {
+            let ann = self.annotations("NodePool", &self.pool).await.ok()??;
+            (ann.contains_key(&format!("{ANN}{key}"))
+                && !ann.contains_key(&format!("{ANN}active-rotation")))
+            .then_some(())
+        })
+        .await
+    }
+
+    /// No placeholder, no owned marker on any node of the pool, no anchor.
+    async fn assert_clean(&self) -> TestResult {
+        let ph = self.placeholders().await?;
+        let live: Vec<_> = ph
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(|p| p.name_any())
+            .collect();
+        assert!(live.is_empty(), "placeholders left: {live:?}");
+        let nodes = dyn_api(&self.admin, "Node")
+            .list(
+                &kube::api::ListParams::default()
+                    .labels(&format!("{NODEPOOL_LABEL}={}", self.pool)),
+            )
+            .await?;
+        for n in nodes.items {
+            let a = n.annotations();
+            for key in ["surge-for", "do-not-disrupt-owned", "cordoned"] {
+                assert!(
+                    !a.contains_key(&format!("{ANN}{key}")),
+                    "node {} keeps {key}: {a:?}",
+                    n.name_any()
+                );
+            }
+            assert!(
+                !a.contains_key("karpenter.sh/do-not-disrupt"),
+                "node {} keeps do-not-disrupt",
+                n.name_any()
+            );
+        }
+        let pool = self.annotations("NodePool", &self.pool).await?.unwrap_or_default();
+        for key in ["active-rotation", "active-rotation-state"] {
+            assert!(!pool.contains_key(&format!("{ANN}{key}")), "pool keeps {key}: {pool:?}");
+        }
+        Ok(())
+    }
+
+    async fn cleanup(&self) {
+        let _ = self.env.kubectl(&["delete", "rotationpolicy", &self.pool, "--wait=false"]);
+    }
+}
+
+use std::collections::BTreeMap;
+
+fn completed(metrics: &str, pool: &str, outcome: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("noderotation_completed_total{"))
+        .filter(|l| {
+            l.contains(&format!("nodepool=\"{pool}\""))
+                && l.contains(&format!("outcome=\"{outcome}\""))
+        })
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+fn surge(ready_timeout: &str) -> Value {
+    json!({"readyTimeout": ready_timeout, "cooldownAfter": "10m", "retryBackoff": "30m"})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_full_surge_completes_once_and_counts_one_success() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let fx = Rotation::new(&env, "rot-full", surge("2m")).await?;
+    let actor = actor::Actor::start(
+        fx.admin.clone(),
+        &fx.pool,
+        actor::Mode::Ready,
+        Duration::from_secs(3),
+        Duration::from_secs(3),
+    );
+    let ctl = fx.controller("full-a")?;
+    let result = async {
+        // Anchor + pending: frozen, cordoned, placeholder, no delete before capacity is ready.
+        fx.wait_claim_state("pending", Duration::from_secs(60)).await?;
+        assert_eq!(
+            fx.ann("NodePool", &fx.pool, "active-rotation").await.as_deref(),
+            Some(fx.candidate.as_str())
+        );
+        // The pending pass writes the claim state first, then freezes, cordons and creates the
+        // placeholder; the actor's provision delay keeps the rotation pending meanwhile.
+        eventually(
+            "candidate frozen and cordoned, one placeholder",
+            Duration::from_secs(20),
+            || async {
+                let node = dyn_api(&fx.admin, "Node").get(&fx.node).await.ok()?;
+                let frozen =
+                    node.annotations().get(&format!("{ANN}surge-for")) == Some(&fx.candidate);
+                let cordoned = node.data["spec"]["unschedulable"] == json!(true);
+                let one = fx.placeholders().await.ok()?.len() == 1;
+                (frozen && cordoned && one).then_some(())
+            },
+        )
+        .await?;
+        let state = fx.ann("NodeClaim", &fx.candidate, "state").await;
+        assert_eq!(state.as_deref(), Some("pending"), "no delete before surge capacity is ready");
+        // Surge ready -> draining: the old claim is deleted and waits on its finalizer.
+        fx.wait_claim_state("draining", Duration::from_secs(60)).await?;
+        // The actor finalizes it; the pass after records the completion.
+        fx.wait_settled("last-rotation-at", Duration::from_secs(60)).await?;
+        assert!(dyn_api(&fx.admin, "NodeClaim").get_opt(&fx.candidate).await?.is_none());
+        fx.assert_clean().await?;
+        assert_eq!(actor.surge_claims().len(), 1, "one surge claim");
+        let metrics = eventually("the success in /metrics", Duration::from_secs(10), || async {
+            let m = ctl.metrics().await.ok()?;
+            (completed(&m, &fx.pool, "success") == Some(1.0)).then_some(m)
+        })
+        .await?;
+        assert!(metrics.contains("noderotation_leader 1"));
+        Ok::<(), Error>(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("controller log:\n{}", ctl.log_text());
+    }
+    actor.stop().await;
+    fx.cleanup().await;
+    result
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_ready_timeout_rolls_back_and_reaps_the_surge_claim() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let fx = Rotation::new(&env, "rot-timeout", surge("15s")).await?;
+    let actor = actor::Actor::start(
+        fx.admin.clone(),
+        &fx.pool,
+        actor::Mode::NeverReady,
+        Duration::from_secs(1),
+        Duration::from_secs(1),
+    );
+    let ctl = fx.controller("timeout-a")?;
+    let result = async {
+        fx.wait_claim_state("pending", Duration::from_secs(60)).await?;
+        let surge = eventually("a surge claim", Duration::from_secs(30), || async {
+            actor.surge_claims().first().cloned()
+        })
+        .await?;
+        fx.wait_claim_state("failed", Duration::from_secs(90)).await?;
+        fx.wait_settled("last-failure-at", Duration::from_secs(30)).await?;
+        assert_eq!(fx.ann("NodeClaim", &fx.candidate, "retry-count").await.as_deref(), Some("1"));
+        eventually("the surge claim reaped", Duration::from_secs(30), || async {
+            dyn_api(&fx.admin, "NodeClaim").get_opt(&surge).await.ok()?.is_none().then_some(())
+        })
+        .await?;
+        let node = dyn_api(&fx.admin, "Node").get(&fx.node).await?;
+        assert_ne!(node.data["spec"]["unschedulable"], json!(true), "our cordon lifted");
+        fx.assert_clean().await?;
+        eventually("the failure in /metrics", Duration::from_secs(10), || async {
+            let m = ctl.metrics().await.ok()?;
+            (completed(&m, &fx.pool, "failure") == Some(1.0)).then_some(())
+        })
+        .await?;
+        Ok::<(), Error>(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("controller log:\n{}", ctl.log_text());
+    }
+    actor.stop().await;
+    fx.cleanup().await;
+    result
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_force_expiry_while_pending_records_expired() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let fx = Rotation::new(&env, "rot-expired", surge("2m")).await?;
+    let actor = actor::Actor::start(
+        fx.admin.clone(),
+        &fx.pool,
+        actor::Mode::Off,
+        Duration::from_secs(1),
+        Duration::from_secs(2),
+    );
+    let ctl = fx.controller("expired-a")?;
+    let result = async {
+        fx.wait_claim_state("pending", Duration::from_secs(60)).await?;
+        // Karpenter's forced expiry: it deletes the claim itself; the actor finalizes it.
+        dyn_api(&fx.admin, "NodeClaim").delete(&fx.candidate, &DeleteParams::default()).await?;
+        eventually("expired in /metrics", Duration::from_secs(60), || async {
+            let m = ctl.metrics().await.ok()?;
+            (completed(&m, &fx.pool, "expired") == Some(1.0)).then_some(())
+        })
+        .await?;
+        eventually("no anchor", Duration::from_secs(30), || async {
+            fx.ann("NodePool", &fx.pool, "active-rotation").await.is_none().then_some(())
+        })
+        .await?;
+        fx.assert_clean().await?;
+        Ok::<(), Error>(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("controller log:\n{}", ctl.log_text());
+    }
+    actor.stop().await;
+    fx.cleanup().await;
+    result
+}
+
+/// SIGKILL of `noderotation run` at `state`, then a new process: the rotation completes and
+/// nothing is left behind.
+async fn killed_in(test: &str, state: &str) -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let fx = Rotation::new(&env, test, surge("2m")).await?;
+    let actor = actor::Actor::start(
+        fx.admin.clone(),
+        &fx.pool,
+        actor::Mode::Ready,
+        Duration::from_secs(5),
+        Duration::from_secs(5),
+    );
+    let mut first = fx.controller(&format!("{test}-a"))?;
+    let result = async {
+        fx.wait_claim_state(state, Duration::from_secs(60)).await?;
+        first.kill();
+        eprintln!("SIGKILLed the controller in {state}");
+        let second = fx.controller(&format!("{test}-b"))?;
+        let done = fx.wait_settled("last-rotation-at", Duration::from_secs(90)).await;
+        if done.is_err() {
+            eprintln!("second controller log:\n{}", second.log_text());
+        }
+        done?;
+        fx.assert_clean().await?;
+        assert_eq!(actor.surge_claims().len(), 1, "one surge claim across the restart");
+        Ok::<(), Error>(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("first controller log:\n{}", first.log_text());
+    }
+    actor.stop().await;
+    fx.cleanup().await;
+    result
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_survives_sigkill_in_pending() -> TestResult {
+    killed_in("rot-kill-pending", "pending").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_survives_sigkill_in_draining() -> TestResult {
+    killed_in("rot-kill-draining", "draining").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_two_controllers_one_reconciles_and_the_standby_takes_over() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let fx = Rotation::new(&env, "rot-leader", surge("2m")).await?;
+    // The policy exists before either controller: hold provisioning long enough to kill the
+    // leader mid-rotation.
+    let actor = actor::Actor::start(
+        fx.admin.clone(),
+        &fx.pool,
+        actor::Mode::Ready,
+        Duration::from_secs(6),
+        Duration::from_secs(3),
+    );
+    let mut a = fx.controller("leader-a")?;
+    let result = async {
+        eventually("a to lead", Duration::from_secs(30), || async {
+            a.metrics().await.ok()?.contains("noderotation_leader 1").then_some(())
+        })
+        .await?;
+        let b = fx.controller("leader-b")?;
+        eventually("b serving", Duration::from_secs(30), || async {
+            b.metrics().await.ok()?.contains("noderotation_leader 0").then_some(())
+        })
+        .await?;
+        fx.wait_claim_state("pending", Duration::from_secs(60)).await?;
+        assert!(b.metrics().await?.contains("noderotation_leader 0"), "b must stand by");
+        assert!(
+            !b.log_text().contains("\"reconciling\""),
+            "the standby reconciled:\n{}",
+            b.log_text()
+        );
+        a.kill();
+        eprintln!("SIGKILLed the leader in pending");
+        let done = fx.wait_settled("last-rotation-at", Duration::from_secs(90)).await;
+        if done.is_err() {
+            eprintln!("b log:\n{}", b.log_text());
+        }
+        done?;
+        assert!(b.log_text().contains("became leader"), "b never led");
+        fx.assert_clean().await?;
+        assert_eq!(actor.surge_claims().len(), 1, "no second rotation in the pool");
+        // The surge claim is not a new candidate yet (cooldown): still one anchor ever.
+        assert!(fx.ann("NodePool", &fx.pool, "active-rotation").await.is_none());
+        Ok::<(), Error>(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("a log:\n{}", a.log_text());
+    }
+    actor.stop().await;
+    fx.cleanup().await;
+    result
 }

@@ -78,7 +78,7 @@ pub struct RunArgs {
     pub pause_image: String,
 }
 
-/// The runtime's own metrics (the controller's are appended, see [`controller_metrics_hook`]).
+/// The runtime's own metrics (the controller's are appended, see [`controller_metrics`]).
 struct RuntimeMetrics {
     registry: Registry,
     leader: IntGauge,
@@ -106,12 +106,12 @@ impl RuntimeMetrics {
 
 type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
 
-/// HOOK(controller-telemetry): the controller's Prometheus registry (§4.2 metrics), rendered on
-/// each scrape. `Controller::telemetry()` (a type with `render() -> String`) is being added by
-/// the reconciler work; until then this serves nothing and `/metrics` shows only the runtime's
-/// own series. Wire it as: `let t = controller.telemetry().clone(); Arc::new(move || t.render())`.
-fn controller_metrics_hook(_controller: &Controller) -> MetricsSource {
-    Arc::new(String::new)
+/// The controller's Prometheus registry (the §4.2 metrics), rendered on each scrape after the
+/// runtime's own series. `Telemetry` is a shared handle (its metrics are reference counted), so
+/// the clone taken here sees every update the worker thread makes.
+fn controller_metrics(controller: &Controller) -> MetricsSource {
+    let telemetry = controller.telemetry().clone();
+    Arc::new(move || telemetry.render())
 }
 
 struct State {
@@ -243,7 +243,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
     };
     let engine = Arc::new(Engine::embedded().clone());
     let controller = Controller::new(cluster.clone(), Arc::new(SystemClock), engine, config);
-    let _ = state.controller_metrics.set(controller_metrics_hook(&controller));
+    let _ = state.controller_metrics.set(controller_metrics(&controller));
     let mut controller = Some(controller);
 
     let manager = LeaseManagerBuilder::new(client.clone(), &args.leader_election_id)

@@ -128,13 +128,15 @@ pub fn setup(env: &Env) -> Result<(), Error> {
 fn setup_once(env: &Env) -> Result<(), Error> {
     for crd in ["nodepools.karpenter.sh", "nodeclaims.karpenter.sh"] {
         if !env.kubectl(&["get", "crd", crd]).status.success() {
-            return Err(format!(
-                "CRD {crd} is missing: start the harness with --karpenter-crds"
-            )
-            .into());
+            return Err(
+                format!("CRD {crd} is missing: start the harness with --karpenter-crds").into()
+            );
         }
     }
-    env.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", "crds/rotationpolicy.yaml"], None)?;
+    env.kubectl_ok(
+        &["apply", "--server-side", "--force-conflicts", "-f", "crds/rotationpolicy.yaml"],
+        None,
+    )?;
     env.kubectl_ok(
         &[
             "wait",
@@ -282,7 +284,12 @@ pub async fn create(client: &Client, obj: &Value) -> Result<DynamicObject, Error
     Ok(api.create(&PostParams::default(), &dynobj).await?)
 }
 
-pub async fn patch_status(client: &Client, kind: &str, name: &str, status: Value) -> Result<(), Error> {
+pub async fn patch_status(
+    client: &Client,
+    kind: &str,
+    name: &str,
+    status: Value,
+) -> Result<(), Error> {
     let api = dyn_api(client, kind);
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
         .await?;
@@ -295,7 +302,12 @@ pub fn ready_condition() -> Value {
 }
 
 /// A claim + node pair as Karpenter leaves them once Ready.
-pub async fn ready_claim_and_node(client: &Client, claim: &str, node: &str, pool: &str) -> Result<(), Error> {
+pub async fn ready_claim_and_node(
+    client: &Client,
+    claim: &str,
+    node: &str,
+    pool: &str,
+) -> Result<(), Error> {
     create(client, &nodeclaim_json(claim, pool)).await?;
     create(client, &node_json(node, pool)).await?;
     patch_status(
@@ -333,7 +345,13 @@ pub async fn ready_claim_and_node(client: &Client, claim: &str, node: &str, pool
 }
 
 /// A bare pod bound to `node` (no scheduler runs in this tier), Running.
-pub async fn running_pod(client: &Client, ns: &str, name: &str, node: &str, cpu: &str) -> Result<(), Error> {
+pub async fn running_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    cpu: &str,
+) -> Result<(), Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -358,8 +376,12 @@ pub async fn running_pod(client: &Client, ns: &str, name: &str, node: &str, cpu:
 /// Removes every finalizer of a cluster-scoped object (what Karpenter's termination does last).
 pub async fn remove_finalizers(client: &Client, kind: &str, name: &str) -> Result<(), Error> {
     let api = dyn_api(client, kind);
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"finalizers": null}})))
-        .await?;
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+    )
+    .await?;
     Ok(())
 }
 
@@ -382,7 +404,12 @@ pub fn binary() -> &'static str {
 }
 
 impl ControllerProcess {
-    pub fn start(kubeconfig: &Path, identity: &str, lease: &str, log: &Path) -> Result<Self, Error> {
+    pub fn start(
+        kubeconfig: &Path,
+        identity: &str,
+        lease: &str,
+        log: &Path,
+    ) -> Result<Self, Error> {
         let port = free_port()?;
         let file = std::fs::File::create(log)?;
         let child = Command::new(binary())
