@@ -984,3 +984,24 @@ spec:
     assert_eq!(fx.events("KBelowTwo"), 1, "K = 1 warned once: {:?}", fx.world.events());
     assert_eq!(fx.events("ShortLead"), 1, "a 48h claim cannot get K chances of a 4-day period");
 }
+
+#[test]
+fn policy_status_reports_matched_rotating_and_ready() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.ctl.update_policy_status();
+    let status =
+        fx.world.policy("rotate-a").and_then(|p| p.status.clone()).expect("status written");
+    assert_eq!(status.matched_node_pools, 1);
+    assert_eq!(status.rotating_node_pools, 1);
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Accepted"));
+    let mut twin = policy_yaml("", None);
+    twin.metadata.name = Some("rotate-a-twin".into());
+    fx.world.apply_policy(twin).expect("twin");
+    fx.client.flush_cache();
+    fx.ctl.update_policy_status();
+    let status = fx.world.policy("rotate-a").and_then(|p| p.status.clone()).expect("status");
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
+    assert_eq!(ready.reason, "Conflict");
+}
