@@ -4,8 +4,8 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
-pub mod cluster;
 pub mod clock;
+pub mod cluster;
 pub mod engine;
 pub mod karpenter;
 pub mod placeholder;
