@@ -805,6 +805,31 @@ impl<'c> PassHost<'c> {
     }
 }
 
+impl PassHost<'_> {
+    /// One INFO line per claim state transition, after the write that made it won (§4.3).
+    fn log_transition(&self, a: &Action<'_>, outcome: Outcome) {
+        let wrote_state = match a.verb {
+            Verb::MarkExpired => outcome == Outcome::Claimed,
+            Verb::Annotate | Verb::AnnotateIf => {
+                outcome == Outcome::Won && a.set.iter().any(|(k, _)| *k == Key::State)
+            }
+            _ => false,
+        };
+        if !wrote_state {
+            return;
+        }
+        let Some(ObjRef::Claim(claim)) = a.target_obj() else { return };
+        let state = self.snap.claim(claim).and_then(|c| annotation(&c.metadata, Key::State));
+        tracing::info!(
+            nodepool = %self.snap.pool_name(),
+            nodeclaim = %claim,
+            state = state.unwrap_or("none"),
+            rule = a.row,
+            "rotation state"
+        );
+    }
+}
+
 impl Facts for PassHost<'_> {
     fn root(&self, root: Root) -> Value {
         self.snap.root(root)
@@ -880,6 +905,7 @@ impl Host for PassHost<'_> {
                 Ok(Outcome::Won)
             }
         }?;
+        self.log_transition(a, outcome);
         Ok(outcome)
     }
 
