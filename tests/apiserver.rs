@@ -1039,3 +1039,29 @@ async fn rotation_two_controllers_one_reconciles_and_the_standby_takes_over() ->
     fx.cleanup().await;
     result
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_the_lease_and_exits_zero() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let dir = scratch("sigterm");
+    let mut ctl = ControllerProcess::start(
+        &env.controller_kubeconfig,
+        "sigterm-a",
+        "noderotation",
+        &dir.join("sigterm-a.log"),
+    )?;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(env.admin().await?, CONTROLLER_NS);
+    let holder = || async {
+        leases.get_opt("noderotation").await.ok()?.and_then(|l| l.spec?.holder_identity)
+    };
+    eventually("sigterm-a to hold the Lease", Duration::from_secs(30), || async {
+        (holder().await.as_deref() == Some("sigterm-a")).then_some(())
+    })
+    .await?;
+    let status = ctl.terminate().ok_or("did not exit within 15 s of SIGTERM")?;
+    assert_eq!(status.code(), Some(0), "{}", ctl.log_text());
+    assert_eq!(holder().await, None, "the Lease is still held:\n{}", ctl.log_text());
+    Ok(())
+}
