@@ -29,6 +29,8 @@ pub struct PassHost<'c> {
     pub observed: Vec<(String, bool)>,
     /// The pool copy the completion write verified (its durations feed `emit(success)`).
     released: Option<NodePool>,
+    /// Whether the verb being performed wrote (a satisfied precondition may need no write).
+    wrote: bool,
 }
 
 /// A fresh read of one object.
@@ -76,7 +78,7 @@ fn unreadable(meta: &ObjectMeta, key: Key) -> bool {
 
 impl<'c> PassHost<'c> {
     pub fn new(snap: Snapshot, ctx: &'c mut Ctx) -> Self {
-        PassHost { snap, ctx, observed: Vec::new(), released: None }
+        PassHost { snap, ctx, observed: Vec::new(), released: None, wrote: false }
     }
 
     fn cluster_ref(&self, obj: &ObjRef) -> Option<ObjectRef> {
@@ -120,6 +122,7 @@ impl<'c> PassHost<'c> {
                     match self.ctx.cluster.patch(&target, &patch, rv.as_deref()) {
                         Ok(()) => {
                             self.ctx.writes += 1;
+                            self.wrote = true;
                             self.snap.apply(obj, &patch);
                             return Ok(outcome);
                         }
@@ -317,6 +320,7 @@ impl<'c> PassHost<'c> {
             return match self.ctx.cluster.patch(&target, &patch, None) {
                 Ok(()) => {
                     self.ctx.writes += 1;
+                    self.wrote = true;
                     self.snap.apply(&obj, &patch);
                     Ok(Outcome::Won)
                 }
@@ -483,6 +487,7 @@ impl<'c> PassHost<'c> {
             {
                 Ok(()) => {
                     self.ctx.writes += 1;
+                    self.wrote = true;
                     self.snap.apply(&ObjRef::Pool, &patch);
                     return Ok(Outcome::Won);
                 }
@@ -635,6 +640,7 @@ impl<'c> PassHost<'c> {
         match self.ctx.cluster.create_pod(&built.pod) {
             Ok(()) => {
                 self.ctx.writes += 1;
+                self.wrote = true;
                 Ok(Outcome::Won)
             }
             Err(ApiError::AlreadyExists) => Ok(Outcome::Raced),
@@ -651,6 +657,7 @@ impl<'c> PassHost<'c> {
         match self.ctx.cluster.delete(&target, uid.as_deref()) {
             Ok(()) => {
                 self.ctx.writes += 1;
+                self.wrote = true;
                 Ok(Outcome::Won)
             }
             // Gone, or a new object took the name: not ours to delete.
@@ -815,7 +822,7 @@ impl PassHost<'_> {
             }
             _ => false,
         };
-        if !wrote_state {
+        if !wrote_state || !self.wrote {
             return;
         }
         let Some(ObjRef::Claim(claim)) = a.target_obj() else { return };
@@ -847,6 +854,7 @@ impl Facts for PassHost<'_> {
 
 impl Host for PassHost<'_> {
     fn perform(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        self.wrote = false;
         let outcome = match a.verb {
             Verb::Annotate => self.annotate(a),
             Verb::AnnotateIf => self.annotate_if(a),
