@@ -639,6 +639,8 @@ fn tied_policies_are_a_conflict_warned_once_and_rotate_nothing() {
     fx.pass();
     assert!(fx.pool_ann(Key::ActiveRotation).is_none());
     assert_eq!(fx.events("PolicyConflict"), 1);
+    let conflict = noderotation::telemetry::PoolGauge::PolicyConflict;
+    assert_eq!(fx.ctl.telemetry().pool_gauge(POOL, conflict), Some(1.0));
 }
 
 #[test]

@@ -281,7 +281,10 @@ impl Controller {
             return Ok(Duration::zero());
         };
         let snap = self.snapshot(cache, np, now);
-        let governed = snap.policy().is_some();
+        // Governed pools, and pools whose policies tie (their conflict gauge is 1), report
+        // gauges; the series of ungoverned or invalid pools are removed (§4.2).
+        let governed =
+            snap.policy().is_some() || matches!(snap.governance, GovernanceView::Conflict(_));
         let engine = self.engine.clone();
         let mut host = PassHost::new(snap, &mut self.ctx);
         let pass = engine

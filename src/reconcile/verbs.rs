@@ -471,6 +471,12 @@ impl<'c> PassHost<'c> {
             if self.verdict_on(fresh.meta()) != Some(want) {
                 return Ok(Outcome::Raced);
             }
+            // ... for the same stamp (§5.2): a close judges the occurrence this pass saw.
+            let seen =
+                self.snap.pool.as_ref().and_then(|p| annotation(&p.metadata, Key::WindowOpenedAt));
+            if stamp.is_none() && annotation(fresh.meta(), Key::WindowOpenedAt) != seen {
+                return Ok(Outcome::Raced);
+            }
             let mut patch = Patch::default();
             match stamp {
                 Some(t) => {
