@@ -13,4 +13,5 @@ pub mod policy;
 pub mod reconcile;
 pub mod rulebook;
 pub mod runtime;
+pub mod sim;
 pub mod telemetry;

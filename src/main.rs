@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use noderotation::{cli, policy, runtime};
+use noderotation::{cli, policy, runtime, sim};
 
 #[derive(Debug, Parser)]
 #[command(name = "noderotation", version, about, long_about = None)]
@@ -26,6 +26,8 @@ enum Command {
     Plan(policy::plan::PlanArgs),
     /// Run the operator: preflight, leader election, watches, reconcile (needs a cluster).
     Run(runtime::RunArgs),
+    /// Simulate a fleet over weeks of virtual time, next to Karpenter alone (no cluster needed).
+    Simulate(sim::cli::SimulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
         Command::Crd(args) => policy::crd::run(args),
         Command::Plan(args) => policy::plan::run(args),
         Command::Run(args) => runtime::run(args),
+        Command::Simulate(args) => sim::cli::simulate(args),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -1,0 +1,1084 @@
+//! The actors that play the rest of the cluster, each a small state machine on the virtual
+//! clock (`/work/shared/guides/simulation.md`):
+//!
+//! - **Karpenter**: provisions claims for unschedulable pods of a pool (placeholders and evicted
+//!   workload) after a provisioning delay, or never (shortage), within `spec.limits`; static pools
+//!   keep `replicas`; forced expiry at `creation + expireAfter`; on any claim deletion taints and
+//!   drains the node (workload pods evicted and recreated Pending by their ReplicaSet) for a drain
+//!   delay cut off at tGP, then deletes the Node and removes the `karpenter.sh/termination`
+//!   finalizer; deletes claims that never register (15m) and nodes that stay NotReady (30m).
+//! - **kubelet/scheduler**: nodes turn Ready after registration; Pending pods bind to Ready,
+//!   uncordoned, untainted nodes of their pool with free capacity (requests against allocatable),
+//!   Running at once; workload pods preempt placeholders (negative priority), placeholders
+//!   preempt nothing; the placeholder's required node affinity is honoured.
+//! - **operator**: the scenario's script.
+//! - **faults**: the world side of `--faults`.
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, SecondsFormat, Utc};
+use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, Taint};
+use kube::ResourceExt;
+
+use super::scenario::{ActionKind, NodePick, Resources};
+use super::world::{
+    ARCH_LABEL, BUFFER, CAPACITY_TYPE_LABEL, DISRUPTED_TAINT, Ev, Injected, PodKey,
+    REGISTRATION_TTL, REPAIR_AFTER, TERMINATION_FINALIZER, TERMINATION_TIMESTAMP, World,
+    ZONE_LABEL, add, fits, pod_requests, sub,
+};
+use crate::cluster::{ObjectKind, ObjectRef};
+use crate::karpenter::NODEPOOL_LABEL;
+use crate::policy::duration::format_human;
+use crate::policy::resolve::to_time;
+
+pub const FREEZE_ANNOTATION: &str = "noderotation.io/freeze";
+pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+pub const SURGE_FOR: &str = "noderotation.io/surge-for";
+pub const ACTIVE_ROTATION: &str = "noderotation.io/active-rotation";
+pub const CLAIM_STATE: &str = "noderotation.io/state";
+pub const STARTED_AT: &str = "noderotation.io/started-at";
+pub const OWNED_MARKER: &str = "noderotation.io/do-not-disrupt-owned";
+pub const CORDONED_MARKER: &str = "noderotation.io/cordoned";
+
+/// Who acted, for the trace.
+pub const KARPENTER: &str = "karpenter";
+pub const KUBELET: &str = "kubelet";
+pub const SCHEDULER: &str = "scheduler";
+pub const OPERATOR: &str = "operator";
+pub const FAULTS: &str = "faults";
+
+pub fn annotation<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+fn claim_ref(name: &str) -> ObjectRef {
+    ObjectRef::cluster(ObjectKind::NodeClaim, name)
+}
+
+pub fn placeholder_node(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
+}
+
+pub fn pod_running(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+fn node_unschedulable(node: &Node) -> bool {
+    node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+}
+
+/// Required node affinity (terms ORed, expressions ANDed) and nodeSelector against `labels`.
+pub fn affinity_admits(pod: &Pod, labels: &BTreeMap<String, String>) -> bool {
+    let Some(spec) = &pod.spec else { return true };
+    if let Some(sel) = &spec.node_selector
+        && !sel.iter().all(|(k, v)| labels.get(k) == Some(v))
+    {
+        return false;
+    }
+    let terms = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    if terms.is_empty() {
+        return true;
+    }
+    terms.iter().any(|term| {
+        term.match_fields.is_none()
+            && term.match_expressions.iter().flatten().all(|e| {
+                let value = labels.get(&e.key);
+                let values = e.values.as_deref().unwrap_or_default();
+                let num = |v: &str| v.parse::<i64>().ok();
+                match e.operator.as_str() {
+                    "In" => value.is_some_and(|v| values.contains(v)),
+                    "NotIn" => !value.is_some_and(|v| values.contains(v)),
+                    "Exists" => value.is_some(),
+                    "DoesNotExist" => value.is_none(),
+                    "Gt" => matches!((value.and_then(|v| num(v)), values.first().and_then(|v| num(v))), (Some(a), Some(b)) if a > b),
+                    "Lt" => matches!((value.and_then(|v| num(v)), values.first().and_then(|v| num(v))), (Some(a), Some(b)) if a < b),
+                    _ => false,
+                }
+            })
+    })
+}
+
+/// Every NoSchedule/NoExecute taint of the node is tolerated by the pod.
+pub fn tolerates(pod: &Pod, taints: &[Taint]) -> bool {
+    let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or_default();
+    taints.iter().filter(|t| t.effect != "PreferNoSchedule").all(|t| {
+        tolerations.iter().any(|tol| {
+            let key_ok = match tol.operator.as_deref() {
+                Some("Exists") => tol.key.as_deref().is_none_or(|k| k == t.key),
+                _ => {
+                    tol.key.as_deref() == Some(t.key.as_str())
+                        && tol.value.as_deref() == t.value.as_deref()
+                }
+            };
+            key_ok && tol.effect.as_deref().is_none_or(|e| e == t.effect)
+        })
+    })
+}
+
+impl World {
+    /// Runs one world event; returns who acted.
+    pub fn handle(&mut self, ev: Ev) -> &'static str {
+        let now = self.now();
+        match ev {
+            Ev::Launch(name) => {
+                let live = self.claims.get(&name).is_some_and(|c| c.deleting.is_none());
+                if live {
+                    self.launch(&name, now);
+                    let d = self.draw(self.plan.registration);
+                    self.at(now + d, Ev::Register(name));
+                }
+                KARPENTER
+            }
+            Ev::Register(name) => {
+                let Some(c) = self.claims.get(&name) else { return KUBELET };
+                if c.deleting.is_some() {
+                    return KUBELET;
+                }
+                let never_ready = c.never_ready;
+                self.register(&name, now);
+                if never_ready {
+                    self.note(format!("{name}: node will never turn Ready"));
+                    self.at(now + REPAIR_AFTER, Ev::RepairCheck(name));
+                } else {
+                    let d = self.draw(self.plan.ready);
+                    self.at(now + d, Ev::Ready(name));
+                }
+                KUBELET
+            }
+            Ev::Ready(name) => {
+                let Some(c) = self.claims.get(&name) else { return KUBELET };
+                if c.deleting.is_some() {
+                    return KUBELET;
+                }
+                let pool = c.pool;
+                self.make_ready(&name, now);
+                self.wakes.insert(pool);
+                self.request_scheduling();
+                KUBELET
+            }
+            Ev::RegistrationTtl(name) => {
+                let stale = self.claims.get(&name).is_some_and(|c| {
+                    c.deleting.is_none() && c.phase < super::world::Phase::Registered
+                });
+                if stale {
+                    self.note(format!(
+                        "{name}: not registered after {}",
+                        format_human(REGISTRATION_TTL)
+                    ));
+                    self.delete_claim(&name);
+                }
+                KARPENTER
+            }
+            Ev::RepairCheck(name) => {
+                let stale = self.claims.get(&name).is_some_and(|c| {
+                    c.deleting.is_none() && c.phase == super::world::Phase::Registered
+                });
+                if stale {
+                    self.note(format!(
+                        "{name}: node NotReady for {}: repair",
+                        format_human(REPAIR_AFTER)
+                    ));
+                    self.delete_claim(&name);
+                }
+                KARPENTER
+            }
+            Ev::Expire(name) => {
+                self.force_expire(&name, "forced expiry (creationTimestamp + expireAfter)");
+                KARPENTER
+            }
+            Ev::Terminate(name) => {
+                self.begin_termination(&name, false);
+                KARPENTER
+            }
+            Ev::DrainDone(name) => {
+                self.finalize(&name);
+                KARPENTER
+            }
+            Ev::Provision(pool) => {
+                self.provisioning_done(pool);
+                self.provision(pool);
+                KARPENTER
+            }
+            Ev::Schedule => {
+                self.scheduling_done();
+                self.schedule_pass();
+                SCHEDULER
+            }
+            Ev::Operator(i) => {
+                self.operate(i);
+                OPERATOR
+            }
+            Ev::EmptyCheck(node) => {
+                self.consolidate_if_empty(&node);
+                KARPENTER
+            }
+            Ev::Inject(x) => {
+                self.inject(x);
+                FAULTS
+            }
+        }
+    }
+
+    // -- Karpenter -----------------------------------------------------------------------------
+
+    /// A deletion by the world (Karpenter, operator): the API server sets the deletionTimestamp
+    /// and the termination controller picks it up.
+    pub fn delete_claim(&mut self, name: &str) {
+        if self.cluster.delete_object(&claim_ref(name)) {
+            let now = self.now();
+            self.at(now, Ev::Terminate(name.to_string()));
+        }
+    }
+
+    fn force_expire(&mut self, name: &str, why: &str) {
+        let now = self.now();
+        let Some(c) = self.claims.get_mut(name) else { return };
+        if c.deleting.is_some() {
+            return; // already terminating: the tGP countdown runs
+        }
+        let due = c.deadline.is_none_or(|d| d <= now);
+        if !due && why.starts_with("forced expiry (") {
+            return;
+        }
+        c.expired = true;
+        let pool = c.pool;
+        self.metrics.forced_expiries.push((now, pool, name.to_string()));
+        if let Some(l) = self.metrics.lifetimes.get_mut(name) {
+            l.expired_at = Some(now);
+        }
+        self.note(format!("{name}: {why}"));
+        self.delete_claim(name);
+    }
+
+    /// The termination controller starts on a claim with a deletionTimestamp.
+    pub fn begin_termination(&mut self, name: &str, immediate: bool) {
+        let now = self.now();
+        let plan = Arc::clone(&self.plan);
+        let Some(c) = self.claims.get_mut(name) else { return };
+        if c.deleting.is_some() {
+            return;
+        }
+        c.deleting = Some(now);
+        let pool = c.pool;
+        let registered = c.phase >= super::world::Phase::Registered;
+        let node = c.node.clone();
+        let had_nominations = !std::mem::take(&mut c.nominated).is_empty();
+        let p = &plan.pools[pool];
+        self.wakes.insert(pool);
+        if had_nominations || p.replicas.is_some() {
+            self.request_provisioning(pool);
+        }
+        if !registered {
+            self.finalize(name);
+            return;
+        }
+        let tgp = p.tgp;
+        self.cluster.update_node(&node, |n| {
+            let taints = n.spec.get_or_insert_default().taints.get_or_insert_default();
+            if !taints.iter().any(|t| t.key == DISRUPTED_TAINT) {
+                taints.push(Taint {
+                    key: DISRUPTED_TAINT.into(),
+                    effect: "NoSchedule".into(),
+                    value: None,
+                    time_added: None,
+                });
+            }
+        });
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.disrupted = true;
+        }
+        if let Some(tgp) = tgp {
+            let at = (now + tgp).to_rfc3339_opts(SecondsFormat::Secs, true);
+            self.cluster.update_claim(name, |cl| {
+                cl.metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert(TERMINATION_TIMESTAMP.into(), at);
+            });
+        }
+        let evicted = self.evict_node(&node);
+        let mut d = self.draw(plan.drain);
+        if let Some(tgp) = tgp {
+            d = d.min(tgp);
+        }
+        let stuck_p = plan.failures.stuck_drain;
+        let stuck = self.rng.chance(stuck_p) | self.fault(|r| r.stuck_drain);
+        if stuck {
+            d = tgp.unwrap_or(Duration::hours(1))
+                + BUFFER
+                + self.draw((Duration::minutes(1), Duration::minutes(20)));
+            self.note(format!("{name}: drain stuck (volume detach) for {}", format_human(d)));
+        }
+        if immediate {
+            d = Duration::zero();
+        }
+        self.note(format!(
+            "{name}: draining {node}: evicted {evicted} pods, done in {}",
+            format_human(d)
+        ));
+        self.at(now + d, Ev::DrainDone(name.to_string()));
+        self.request_scheduling();
+    }
+
+    /// Evicts the workload (recreated Pending by its ReplicaSet) and placeholders of a node.
+    fn evict_node(&mut self, node: &str) -> usize {
+        let keys: Vec<PodKey> = self.node_pods.get(node).into_iter().flatten().cloned().collect();
+        let mut n = 0;
+        for key in keys {
+            let Some(p) = self.pods.get(&key) else { continue };
+            if p.daemonset {
+                continue;
+            }
+            let pool = p.pool;
+            self.remove_pod(&key);
+            self.create_workload_pod(pool);
+            self.metrics.evictions += 1;
+            n += 1;
+        }
+        let placeholders: Vec<String> = self
+            .snap
+            .placeholders
+            .iter()
+            .filter(|(_, p)| placeholder_node(p) == Some(node))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in placeholders {
+            let ns = super::world::CONTROLLER_NS;
+            if self.cluster.delete_object(&ObjectRef::pod(ns, &name)) {
+                self.note(format!("evicted placeholder {name} from {node}"));
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Drain done (or nothing to drain): the Node goes, the finalizer comes off, the claim is
+    /// gone.
+    pub fn finalize(&mut self, name: &str) {
+        let now = self.now();
+        let Some(c) = self.claims.get(name) else { return };
+        let pool = c.pool;
+        let launched = c.phase >= super::world::Phase::Launched;
+        let registered = c.phase >= super::world::Phase::Registered;
+        let node = c.node.clone();
+        if registered {
+            let keys: Vec<PodKey> =
+                self.node_pods.get(&node).into_iter().flatten().cloned().collect();
+            for key in keys {
+                let workload = self.pods.get(&key).is_some_and(|p| !p.daemonset);
+                self.remove_pod(&key);
+                if workload {
+                    self.create_workload_pod(pool);
+                    self.metrics.evictions += 1;
+                }
+            }
+            let placeholders: Vec<String> = self
+                .snap
+                .placeholders
+                .iter()
+                .filter(|(_, p)| placeholder_node(p) == Some(node.as_str()))
+                .map(|(n, _)| n.clone())
+                .collect();
+            for ph in placeholders {
+                self.cluster.delete_now(&ObjectRef::pod(super::world::CONTROLLER_NS, &ph));
+            }
+            self.cluster.delete_now(&ObjectRef::cluster(ObjectKind::Node, &node));
+            self.nodes.remove(&node);
+        }
+        // A claim deleted before anything else touched it still needs its deletionTimestamp.
+        self.cluster.delete_object(&claim_ref(name));
+        self.cluster.remove_finalizer(&claim_ref(name), TERMINATION_FINALIZER);
+        self.close_lifetime(name, now);
+        self.claims.remove(name);
+        if launched {
+            self.bill(pool, -1);
+        }
+        self.update_pool_status(pool);
+        self.wakes.insert(pool);
+        // Capacity went away, and with it room under spec.limits: pending pods (and pending
+        // placeholders) may get a claim now.
+        if self.pending.iter().any(|k| self.pods.get(k).is_some_and(|p| p.pool == pool)) {
+            self.request_scheduling();
+        }
+        self.request_provisioning(pool);
+    }
+
+    /// Emptiness consolidation: a Ready node running only DaemonSet pods, without
+    /// `karpenter.sh/do-not-disrupt: "true"`, is deleted (a voluntary disruption, so the
+    /// annotation blocks it).
+    fn consolidate_if_empty(&mut self, node: &str) {
+        let Some(n) = self.nodes.get(node) else { return };
+        if !n.ready || n.disrupted {
+            return;
+        }
+        let claim = n.claim.clone();
+        let busy = self
+            .node_pods
+            .get(node)
+            .into_iter()
+            .flatten()
+            .any(|k| self.pods.get(k).is_some_and(|p| !p.daemonset));
+        let placeholder =
+            self.snap.placeholders.values().any(|p| placeholder_node(p) == Some(node));
+        let protected = self
+            .snap
+            .nodes
+            .get(node)
+            .is_some_and(|x| annotation(&x.metadata, DO_NOT_DISRUPT) == Some("true"));
+        let deleting = self.claims.get(&claim).is_none_or(|c| c.deleting.is_some());
+        if busy || placeholder || deleting {
+            return;
+        }
+        if protected {
+            self.note(format!("{node} is empty but do-not-disrupt: not consolidated"));
+            self.watch_empty(node);
+            return;
+        }
+        self.note(format!("{claim}: node {node} empty: consolidated"));
+        self.delete_claim(&claim);
+    }
+
+    fn in_shortage(&self, pool: usize, now: DateTime<Utc>) -> bool {
+        let name = self.pool_name(pool);
+        self.plan.shortages.iter().any(|(p, from, until)| p == name && *from <= now && now < *until)
+    }
+
+    /// Zones of the pool a pending pod could land in.
+    fn admissible_zones(&self, pool: usize, pod: Option<&Pod>) -> Vec<String> {
+        let p = &self.plan.pools[pool];
+        p.zones
+            .iter()
+            .filter(|z| match pod {
+                None => true,
+                Some(pod) => {
+                    let labels = BTreeMap::from([
+                        (NODEPOOL_LABEL.to_string(), p.name.clone()),
+                        (ZONE_LABEL.to_string(), (*z).clone()),
+                        (ARCH_LABEL.to_string(), "amd64".to_string()),
+                        (CAPACITY_TYPE_LABEL.to_string(), "on-demand".to_string()),
+                    ]);
+                    affinity_admits(pod, &labels)
+                }
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn placeholder_requests(&mut self, pod: &Pod) -> Arc<Resources> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if let Some(r) = self.placeholder_requests.get(&uid) {
+            return Arc::clone(r);
+        }
+        let r = Arc::new(pod_requests(pod));
+        if self.placeholder_requests.len() > 256 {
+            self.placeholder_requests.clear();
+        }
+        self.placeholder_requests.insert(uid, Arc::clone(&r));
+        r
+    }
+
+    /// Karpenter's provisioner for one pool: new claims for its unschedulable pods.
+    fn provision(&mut self, pool: usize) {
+        let now = self.now();
+        let plan = Arc::clone(&self.plan);
+        let p = &plan.pools[pool];
+        let live: Vec<String> = self
+            .claims
+            .iter()
+            .filter(|(_, c)| c.pool == pool && c.deleting.is_none())
+            .map(|(n, _)| n.clone())
+            .collect();
+        let nominated: BTreeSet<PodKey> = live
+            .iter()
+            .filter_map(|n| self.claims.get(n))
+            .flat_map(|c| c.nominated.iter().cloned())
+            .collect();
+        // (pod, requests, admissible zones)
+        let mut want: Vec<(PodKey, Arc<Resources>, Vec<String>)> = Vec::new();
+        let placeholders: Vec<Arc<Pod>> = self.snap.placeholders.values().cloned().collect();
+        for ph in placeholders {
+            let key = (super::world::CONTROLLER_NS.to_string(), ph.name_any());
+            let unschedulable = ph
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .any(|c| c.type_ == "PodScheduled" && c.status == "False");
+            let for_pool = ph
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_selector.as_ref())
+                .and_then(|s| s.get(NODEPOOL_LABEL))
+                .is_some_and(|n| *n == p.name);
+            if for_pool
+                && unschedulable
+                && placeholder_node(&ph).is_none()
+                && ph.metadata.deletion_timestamp.is_none()
+                && !nominated.contains(&key)
+            {
+                let zones = self.admissible_zones(pool, Some(&ph));
+                let req = self.placeholder_requests(&ph);
+                want.push((key, req, zones));
+            }
+        }
+        let zones_all = self.admissible_zones(pool, None);
+        for key in &self.pending {
+            let Some(pod) = self.pods.get(key) else { continue };
+            if pod.pool == pool && pod.marked_unschedulable && !nominated.contains(key) {
+                want.push((key.clone(), Arc::clone(&pod.requests), zones_all.clone()));
+            }
+        }
+        let mut node_free = p.allocatable.clone();
+        sub(&mut node_free, &p.daemonset);
+        // Static pools: keep `replicas`, whatever is pending.
+        let mut bins: Vec<(String, Resources, Vec<PodKey>)> = Vec::new();
+        if let Some(replicas) = p.replicas {
+            let missing = usize::try_from(replicas).unwrap_or(0).saturating_sub(live.len());
+            for i in 0..missing {
+                let zone = p.zones[(live.len() + i) % p.zones.len()].clone();
+                bins.push((zone, node_free.clone(), Vec::new()));
+            }
+            for (key, req, zones) in want {
+                if let Some(bin) =
+                    bins.iter_mut().find(|b| zones.contains(&b.0) && fits(&b.1, &req))
+                {
+                    sub(&mut bin.1, &req);
+                    bin.2.push(key);
+                }
+            }
+        } else {
+            for (key, req, zones) in want {
+                if let Some(bin) =
+                    bins.iter_mut().find(|b| zones.contains(&b.0) && fits(&b.1, &req))
+                {
+                    sub(&mut bin.1, &req);
+                    bin.2.push(key);
+                    continue;
+                }
+                if zones.is_empty() {
+                    self.note(format!(
+                        "{}: no zone of pool {} satisfies its requirements",
+                        key.1, p.name
+                    ));
+                    continue;
+                }
+                if !fits(&node_free, &req) {
+                    self.note(format!("{}: larger than any node of pool {}", key.1, p.name));
+                    continue;
+                }
+                let zone = self.rng.pick(&zones).cloned().unwrap_or_default();
+                let mut free = node_free.clone();
+                sub(&mut free, &req);
+                bins.push((zone, free, vec![key]));
+            }
+        }
+        for (zone, _, pods) in bins {
+            if let Some(resource) = self.limit_reached(pool) {
+                self.note(format!(
+                    "pool {}: limits.{resource} reached; {} pods wait",
+                    p.name,
+                    pods.len()
+                ));
+                break;
+            }
+            let shortage = self.in_shortage(pool, now);
+            let never_launch = self.rng.chance(plan.failures.provisioning_never_completes)
+                | self.fault(|r| r.provisioning_never_completes)
+                | shortage;
+            let never_ready = self.rng.chance(plan.failures.node_never_ready)
+                | self.fault(|r| r.node_never_ready);
+            let name = self.new_claim(pool, zone, now, never_launch, never_ready);
+            let count = pods.len();
+            if let Some(c) = self.claims.get_mut(&name) {
+                c.nominated = pods.into_iter().collect();
+            }
+            if never_launch {
+                let why = if shortage { "capacity shortage" } else { "launch fails" };
+                self.note(format!("{name}: created for {count} pods; {why}: never launches"));
+            } else {
+                let d = self.draw(plan.provisioning);
+                self.at(now + d, Ev::Launch(name.clone()));
+                self.note(format!("{name}: created for {count} pods"));
+            }
+            self.at(now + REGISTRATION_TTL, Ev::RegistrationTtl(name));
+        }
+        self.update_pool_status(pool);
+    }
+
+    /// The first `spec.limits` resource another node would exceed.
+    fn limit_reached(&self, pool: usize) -> Option<String> {
+        let p = &self.plan.pools[pool];
+        let used = self.pool_usage(pool);
+        for (resource, limit) in &p.limits {
+            let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(limit.clone());
+            let Some(limit) = crate::karpenter::quantity_millis(&q) else { continue };
+            let add = if resource == "nodes" {
+                1000
+            } else {
+                p.allocatable.get(resource).copied().unwrap_or(0)
+            };
+            if used.get(resource).copied().unwrap_or(0) + add > limit {
+                return Some(resource.clone());
+            }
+        }
+        None
+    }
+
+    // -- kubelet / scheduler ---------------------------------------------------------------------
+
+    /// Nodes a pod of `pool` may land on, with their free capacity.
+    fn usable_nodes(&mut self) -> BTreeMap<String, (usize, Resources)> {
+        let mut out = BTreeMap::new();
+        let snap = Arc::clone(&self.snap);
+        for (name, n) in &self.nodes {
+            if !n.ready || n.disrupted {
+                continue;
+            }
+            let Some(node) = snap.nodes.get(name) else { continue };
+            if node_unschedulable(node) || node.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let mut free = self.plan.pools[n.pool].allocatable.clone();
+            for key in self.node_pods.get(name).into_iter().flatten() {
+                if let Some(p) = self.pods.get(key) {
+                    sub(&mut free, &p.requests);
+                }
+            }
+            out.insert(name.clone(), (n.pool, free));
+        }
+        let bound: Vec<(String, Arc<Pod>)> = snap
+            .placeholders
+            .values()
+            .filter_map(|p| Some((placeholder_node(p)?.to_string(), Arc::clone(p))))
+            .collect();
+        for (node, ph) in bound {
+            let req = self.placeholder_requests(&ph);
+            if let Some((_, free)) = out.get_mut(&node) {
+                sub(free, &req);
+            }
+        }
+        out
+    }
+
+    fn schedule_pass(&mut self) {
+        let now = self.now();
+        let snap = Arc::clone(&self.snap);
+        let pending_placeholders: Vec<Arc<Pod>> = snap
+            .placeholders
+            .values()
+            .filter(|p| placeholder_node(p).is_none() && p.metadata.deletion_timestamp.is_none())
+            .cloned()
+            .collect();
+        if self.pending.is_empty() && pending_placeholders.is_empty() {
+            return;
+        }
+        let mut nodes = self.usable_nodes();
+        let best = |nodes: &BTreeMap<String, (usize, Resources)>,
+                    ok: &dyn Fn(&str, usize) -> bool,
+                    req: &Resources| {
+            nodes
+                .iter()
+                .filter(|(name, (pool, free))| ok(name, *pool) && fits(free, req))
+                .max_by_key(|(name, (_, free))| {
+                    (free.get("cpu").copied().unwrap_or(0), std::cmp::Reverse((*name).clone()))
+                })
+                .map(|(name, _)| name.clone())
+        };
+        // Workload first: it has the higher priority and may preempt placeholders.
+        let pending: Vec<PodKey> = self.pending.iter().cloned().collect();
+        for key in pending {
+            let Some(pod) = self.pods.get(&key) else { continue };
+            let pool = pod.pool;
+            let req = Arc::clone(&pod.requests);
+            let same_pool = |_: &str, p: usize| p == pool;
+            let mut target = best(&nodes, &same_pool, &req);
+            if target.is_none() {
+                target = self.preempt_for(&mut nodes, pool, &req);
+            }
+            match target {
+                Some(node) => {
+                    if let Some((_, free)) = nodes.get_mut(&node) {
+                        sub(free, &req);
+                    }
+                    self.bind_pod(&key, &node, now);
+                }
+                None => {
+                    if let Some(p) = self.pods.get_mut(&key)
+                        && !p.marked_unschedulable
+                    {
+                        p.marked_unschedulable = true;
+                        self.cluster.update_pod(&key.0, &key.1, |pod| {
+                            pod.status.get_or_insert_default().conditions =
+                                Some(vec![unschedulable(now)]);
+                        });
+                    }
+                    // Karpenter looks at every pending pod on each batch, not only new ones.
+                    self.request_provisioning(pool);
+                }
+            }
+        }
+        let mut bound = 0;
+        for ph in pending_placeholders {
+            let name = ph.name_any();
+            let Some(pool_name) = ph
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_selector.as_ref())
+                .and_then(|s| s.get(NODEPOOL_LABEL))
+                .cloned()
+            else {
+                continue;
+            };
+            let Some(pool) = self.pool_index(&pool_name) else { continue };
+            let req = self.placeholder_requests(&ph);
+            let admits = |node: &str, p: usize| {
+                p == pool
+                    && snap.nodes.get(node).is_some_and(|n| {
+                        affinity_admits(&ph, n.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+                            && tolerates(
+                                &ph,
+                                n.spec
+                                    .as_ref()
+                                    .and_then(|s| s.taints.as_deref())
+                                    .unwrap_or_default(),
+                            )
+                    })
+            };
+            match best(&nodes, &admits, &req) {
+                Some(node) => {
+                    if let Some((_, free)) = nodes.get_mut(&node) {
+                        sub(free, &req);
+                    }
+                    let ns = super::world::CONTROLLER_NS;
+                    let target = node.clone();
+                    self.cluster.update_pod(ns, &name, |pod| {
+                        pod.spec.get_or_insert_default().node_name = Some(target);
+                        let st = pod.status.get_or_insert_default();
+                        st.phase = Some("Running".into());
+                        st.conditions = Some(vec![PodCondition {
+                            type_: "PodScheduled".into(),
+                            status: "True".into(),
+                            last_transition_time: Some(to_time(now)),
+                            ..PodCondition::default()
+                        }]);
+                    });
+                    self.note(format!("placeholder {name} bound to {node}, Running"));
+                    self.wakes.insert(pool);
+                    bound += 1;
+                }
+                None => {
+                    let marked = ph
+                        .status
+                        .iter()
+                        .flat_map(|s| s.conditions.iter().flatten())
+                        .any(|c| c.type_ == "PodScheduled" && c.status == "False");
+                    if !marked {
+                        let ns = super::world::CONTROLLER_NS;
+                        self.cluster.update_pod(ns, &name, |pod| {
+                            pod.status.get_or_insert_default().conditions =
+                                Some(vec![unschedulable(now)]);
+                        });
+                        self.note(format!("placeholder {name}: Unschedulable"));
+                    }
+                    self.request_provisioning(pool);
+                }
+            }
+        }
+        let _ = bound;
+    }
+
+    /// Scheduler preemption: a workload pod evicts placeholders (negative priority) from the
+    /// node where that frees enough, fewest victims first.
+    fn preempt_for(
+        &mut self,
+        nodes: &mut BTreeMap<String, (usize, Resources)>,
+        pool: usize,
+        req: &Resources,
+    ) -> Option<String> {
+        let snap = Arc::clone(&self.snap);
+        let mut choice: Option<(usize, String, Vec<Arc<Pod>>)> = None;
+        for (name, (p, free)) in nodes.iter() {
+            if *p != pool {
+                continue;
+            }
+            let victims: Vec<Arc<Pod>> = snap
+                .placeholders
+                .values()
+                .filter(|ph| placeholder_node(ph) == Some(name.as_str()))
+                .cloned()
+                .collect();
+            if victims.is_empty() {
+                continue;
+            }
+            let mut freed = free.clone();
+            for v in &victims {
+                add(&mut freed, &pod_requests(v));
+            }
+            if fits(&freed, req) && choice.as_ref().is_none_or(|c| victims.len() < c.0) {
+                choice = Some((victims.len(), name.clone(), victims));
+            }
+        }
+        let (_, node, victims) = choice?;
+        for v in victims {
+            let name = v.name_any();
+            let ns = super::world::CONTROLLER_NS;
+            // Only live placeholders are in the snapshot; a deleted one is already gone.
+            if self.cluster.delete_object(&ObjectRef::pod(ns, &name)) {
+                let req = pod_requests(&v);
+                if let Some((_, free)) = nodes.get_mut(&node) {
+                    add(free, &req);
+                }
+                self.metrics.preemptions += 1;
+                self.note(format!("preempted placeholder {name} on {node}"));
+            }
+        }
+        Some(node)
+    }
+
+    // -- operator ------------------------------------------------------------------------------
+
+    fn pick_claim(&mut self, pool: usize, pick: NodePick) -> Option<String> {
+        let mut live: Vec<(DateTime<Utc>, String)> = self
+            .claims
+            .iter()
+            .filter(|(_, c)| {
+                c.pool == pool && c.deleting.is_none() && c.phase == super::world::Phase::Ready
+            })
+            .map(|(n, c)| (c.created, n.clone()))
+            .collect();
+        live.sort();
+        match pick {
+            NodePick::Oldest => live.first().map(|x| x.1.clone()),
+            NodePick::Newest => live.last().map(|x| x.1.clone()),
+            NodePick::Random => self.rng.pick(&live).map(|x| x.1.clone()),
+            NodePick::Anchored => {
+                let anchored = self
+                    .snap
+                    .pools
+                    .get(self.pool_name(pool))
+                    .and_then(|p| annotation(&p.metadata, ACTIVE_ROTATION).map(str::to_string));
+                anchored
+                    .filter(|a| self.claims.get(a).is_some_and(|c| c.deleting.is_none()))
+                    .or_else(|| live.first().map(|x| x.1.clone()))
+            }
+        }
+    }
+
+    fn operate(&mut self, i: usize) {
+        let now = self.now();
+        let plan = Arc::clone(&self.plan);
+        let Some(step) = plan.script.get(i) else { return };
+        let pool = step.pool.as_deref().and_then(|p| self.pool_index(p));
+        let pool_name = step.pool.clone().unwrap_or_default();
+        match step.action {
+            ActionKind::Freeze => {
+                let until = step.until.unwrap_or(now).to_rfc3339_opts(SecondsFormat::Secs, true);
+                self.cluster.update_pool(&pool_name, |p| {
+                    p.metadata
+                        .annotations
+                        .get_or_insert_default()
+                        .insert(FREEZE_ANNOTATION.into(), until);
+                });
+            }
+            ActionKind::Unfreeze => {
+                self.cluster.update_pool(&pool_name, |p| {
+                    if let Some(a) = p.metadata.annotations.as_mut() {
+                        a.remove(FREEZE_ANNOTATION);
+                    }
+                });
+            }
+            ActionKind::ApplyPolicy => {
+                if let Some(policy) = &step.policy
+                    && let Err(e) = self.cluster.apply_policy(policy.clone())
+                {
+                    self.note(format!("apply policy failed: {e}"));
+                }
+            }
+            ActionKind::DeletePolicy => {
+                let name = step.name.clone().unwrap_or_default();
+                self.cluster.delete_now(&ObjectRef::cluster(ObjectKind::RotationPolicy, &name));
+            }
+            ActionKind::Cordon | ActionKind::DoNotDisrupt | ActionKind::DeleteClaim => {
+                let Some(pool) = pool else { return };
+                let Some(claim) = self.pick_claim(pool, step.node) else {
+                    self.note("no node to act on");
+                    return;
+                };
+                let node = self.claims.get(&claim).map(|c| c.node.clone()).unwrap_or_default();
+                match step.action {
+                    ActionKind::Cordon => {
+                        let already =
+                            self.snap.nodes.get(&node).is_some_and(|n| node_unschedulable(n));
+                        if !already {
+                            self.cluster.update_node(&node, |n| {
+                                n.spec.get_or_insert_default().unschedulable = Some(true);
+                            });
+                            self.operator_cordons.insert(node.clone());
+                            self.note(format!("cordoned {node} ({claim})"));
+                        }
+                    }
+                    ActionKind::DoNotDisrupt => {
+                        self.cluster.update_node(&node, |n| {
+                            n.metadata
+                                .annotations
+                                .get_or_insert_default()
+                                .insert(DO_NOT_DISRUPT.into(), "true".into());
+                        });
+                        self.operator_protected.insert(node.clone());
+                        self.note(format!("do-not-disrupt on {node} ({claim})"));
+                    }
+                    _ => {
+                        self.note(format!("kubectl delete nodeclaim {claim}"));
+                        self.delete_claim(&claim);
+                    }
+                }
+            }
+            ActionKind::Uncordon | ActionKind::AllowDisrupt => {
+                let Some(pool) = pool else { return };
+                let set = if step.action == ActionKind::Uncordon {
+                    &self.operator_cordons
+                } else {
+                    &self.operator_protected
+                };
+                let node = set
+                    .iter()
+                    .find(|n| self.nodes.get(*n).is_some_and(|x| x.pool == pool))
+                    .cloned();
+                let Some(node) = node else { return };
+                if step.action == ActionKind::Uncordon {
+                    self.operator_cordons.remove(&node);
+                    self.cluster.update_node(&node, |n| {
+                        n.spec.get_or_insert_default().unschedulable = None;
+                    });
+                } else {
+                    self.operator_protected.remove(&node);
+                    self.cluster.update_node(&node, |n| {
+                        if let Some(a) = n.metadata.annotations.as_mut() {
+                            a.remove(DO_NOT_DISRUPT);
+                        }
+                    });
+                }
+            }
+        }
+        match pool {
+            Some(p) => {
+                self.operator_touched.insert(Some(p), now);
+                self.wakes.insert(p);
+            }
+            None => {
+                self.operator_touched.insert(None, now);
+                for p in 0..plan.pools.len() {
+                    self.wakes.insert(p);
+                }
+            }
+        }
+        self.request_scheduling();
+    }
+
+    // -- faults --------------------------------------------------------------------------------
+
+    fn inject(&mut self, x: Injected) {
+        match x {
+            Injected::ExpireNow(claim) => {
+                self.force_expire(&claim, "forced expiry while pending (injected)")
+            }
+            Injected::FinalizeNow(claim) => {
+                if self.claims.get(&claim).is_some_and(|c| c.deleting.is_none()) {
+                    self.note(format!("{claim}: interrupted and finalized at once (injected)"));
+                    self.cluster.delete_object(&claim_ref(&claim));
+                    self.begin_termination(&claim, true);
+                }
+            }
+            Injected::Preempt(ph) => {
+                let ns = super::world::CONTROLLER_NS;
+                if self.cluster.delete_object(&ObjectRef::pod(ns, &ph)) {
+                    self.metrics.preemptions += 1;
+                    self.note(format!("placeholder {ph} preempted (injected)"));
+                    self.request_scheduling();
+                }
+            }
+            Injected::DeleteHost(claim) => {
+                if self.claims.get(&claim).is_some_and(|c| c.deleting.is_none()) {
+                    self.note(format!("{claim}: instance interrupted (injected)"));
+                    self.delete_claim(&claim);
+                }
+            }
+        }
+    }
+
+    /// After a controller pass on `pool`: world faults aimed at the rotation in flight.
+    pub fn inject_around(&mut self, pool: usize, ready_timeout: Option<Duration>) {
+        if self.faults.is_none() {
+            return;
+        }
+        let now = self.now();
+        let snap = Arc::clone(&self.snap);
+        let Some(np) = snap.pools.get(self.pool_name(pool)) else { return };
+        let Some(anchor) = annotation(&np.metadata, ACTIVE_ROTATION) else { return };
+        let Some(cand) = snap.claims.get(anchor) else { return };
+        if cand.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        let state = annotation(&cand.metadata, CLAIM_STATE);
+        if state == Some("pending") {
+            if self.fault(|r| r.expire_pending) {
+                self.at(now, Ev::Inject(Injected::ExpireNow(anchor.to_string())));
+            }
+            let started = annotation(&cand.metadata, STARTED_AT)
+                .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+                .map(|t| t.with_timezone(&Utc));
+            if let (Some(started), Some(rt)) = (started, ready_timeout) {
+                let elapsed = now - started;
+                // Past readyTimeout with the claim still pending: the rollback was cut short.
+                let p = if elapsed > rt {
+                    1.0
+                } else if elapsed > rt - Duration::minutes(1) {
+                    0.25
+                } else {
+                    0.0
+                };
+                if p > 0.0 && self.fault(|r| r.finalize_in_rollback * p) {
+                    self.at(now, Ev::Inject(Injected::FinalizeNow(anchor.to_string())));
+                }
+            }
+        }
+        let ph = snap
+            .placeholders
+            .iter()
+            .find(|(_, p)| annotation(&p.metadata, SURGE_FOR) == Some(anchor))
+            .map(|(n, p)| (n.clone(), Arc::clone(p)));
+        if let Some((name, ph)) = ph
+            && pod_running(&ph)
+        {
+            if self.fault(|r| r.preempt_placeholder) {
+                self.at(now, Ev::Inject(Injected::Preempt(name)));
+            } else if self.fault(|r| r.delete_host)
+                && let Some(host) = placeholder_node(&ph)
+                && let Some(n) = self.nodes.get(host)
+            {
+                let claim = n.claim.clone();
+                self.at(now, Ev::Inject(Injected::DeleteHost(claim)));
+            }
+        }
+    }
+}
+
+fn unschedulable(now: DateTime<Utc>) -> PodCondition {
+    PodCondition {
+        type_: "PodScheduled".into(),
+        status: "False".into(),
+        reason: Some("Unschedulable".into()),
+        message: Some("0/N nodes are available: insufficient cpu".into()),
+        last_transition_time: Some(to_time(now)),
+        ..PodCondition::default()
+    }
+}

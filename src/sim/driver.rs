@@ -1,0 +1,541 @@
+//! Drives the real [`Controller`] the way `noderotation run` does, on the virtual clock: one
+//! leader on its own cache (`connect_controller(lag)`), the start-up sweep before its first
+//! pass, a queue of pool due times fed by the requeues it returns, watch-triggered wake-ups,
+//! and the 1-minute tick over every pool. Nothing sleeps: the simulation jumps to the next due
+//! instant.
+//!
+//! With `--faults` it also crashes the controller between two effects (the fault hook fails
+//! every call of a dead process; a new instance re-lists and sweeps), hands leadership to the
+//! second instance with its own cache (the deposed one may still run one pass), injects
+//! Conflict and transient errors that did or did not apply, lags the caches, and delivers
+//! wake-ups late, twice or not at all.
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::scenario::FaultRates;
+use crate::clock::Clock;
+use crate::cluster::Cluster;
+use crate::cluster::memory::{ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, Rng};
+use crate::engine::Engine;
+use crate::reconcile::{Announcement, Controller, ControllerConfig};
+
+/// One controller call, as the hook saw it.
+#[derive(Debug, Clone)]
+pub struct CallRecord {
+    pub client: usize,
+    pub verb: ApiVerb,
+    pub target: String,
+    pub fault: Fault,
+}
+
+/// State shared with the fault hook installed in the cluster.
+#[derive(Debug)]
+pub struct HookState {
+    pub faults_on: bool,
+    rng: Rng,
+    crash: f64,
+    conflict: f64,
+    transient: f64,
+    apply_then_transient: f64,
+    /// Clients whose process is dead: every call fails.
+    dead: BTreeSet<usize>,
+    /// A crash happened during the current step (the client).
+    pub crashed: Option<usize>,
+    /// Faults injected during the current step.
+    pub injected: u32,
+    /// Write calls of the current step (kept for the trace).
+    pub calls: Vec<CallRecord>,
+}
+
+impl HookState {
+    pub fn begin_step(&mut self) {
+        self.crashed = None;
+        self.injected = 0;
+        self.calls.clear();
+    }
+}
+
+/// The [`Faults`] hook: crashes, API errors, and a log of the writes.
+pub struct Hook(pub Arc<Mutex<HookState>>);
+
+fn lock(state: &Mutex<HookState>) -> MutexGuard<'_, HookState> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Faults for Hook {
+    fn decide(&mut self, call: &Call<'_>) -> Fault {
+        let mut st = lock(&self.0);
+        let fault = if st.dead.contains(&call.client) {
+            Fault::Transient
+        } else if !st.faults_on {
+            Fault::Proceed
+        } else if call.verb.is_write() && {
+            let p = st.crash;
+            st.rng.chance(p)
+        } {
+            // The process dies around this write: before it applies, or after.
+            st.dead.insert(call.client);
+            st.crashed = Some(call.client);
+            if st.rng.chance(0.5) { Fault::ApplyThenTransient } else { Fault::Transient }
+        } else {
+            let u = st.rng.next_f64();
+            let conflict =
+                if call.verb.is_write() && call.precondition { st.conflict } else { 0.0 };
+            if u < conflict {
+                Fault::Conflict
+            } else if u < conflict + st.transient {
+                Fault::Transient
+            } else if u < conflict + st.transient + st.apply_then_transient {
+                if call.verb.is_write() { Fault::ApplyThenTransient } else { Fault::Transient }
+            } else {
+                Fault::Proceed
+            }
+        };
+        if (fault != Fault::Proceed && !st.dead.contains(&call.client))
+            || st.crashed == Some(call.client)
+        {
+            st.injected += 1;
+        }
+        if call.verb.is_write() {
+            st.calls.push(CallRecord {
+                client: call.client,
+                verb: call.verb,
+                target: call.target.to_string(),
+                fault,
+            });
+        }
+        fault
+    }
+}
+
+/// Driver-side timed events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DrvEv {
+    /// A controller instance starts (after a crash or a leader change): relist, sweep.
+    Start,
+    /// A late or duplicated wake-up for a pool.
+    Wake(usize),
+    /// The deposed leader runs one more pass.
+    Zombie,
+}
+
+/// What a driver step did.
+#[derive(Debug, Clone)]
+pub struct DriverStep {
+    /// `controller#3`.
+    pub actor: String,
+    /// The pool reconciled, if a pass ran.
+    pub pool: Option<usize>,
+    /// The pass (or sweep) returned without error.
+    pub ok: bool,
+    pub what: String,
+    /// The step touched the cluster through the controller.
+    pub controller: bool,
+    /// The step was the deposed leader's pass.
+    pub zombie: bool,
+}
+
+pub struct Driver {
+    engine: Arc<Engine>,
+    clock: Arc<dyn Clock>,
+    handles: [MemoryCluster; 2],
+    leader: usize,
+    ctl: Option<Controller>,
+    /// Announcements of the current leader already handed out.
+    seen: usize,
+    /// Announcements not yet handed out (from crashed or deposed instances too).
+    stash: Vec<Announcement>,
+    /// Rule rows fired by any instance so far.
+    pub coverage: BTreeSet<String>,
+    incarnation: u32,
+    label: String,
+    zombie: Option<(Controller, String, usize, usize)>,
+    pools: Vec<String>,
+    due: BTreeMap<usize, DateTime<Utc>>,
+    order: BTreeSet<(DateTime<Utc>, usize)>,
+    events: BTreeMap<(DateTime<Utc>, u64), DrvEv>,
+    seq: u64,
+    next_tick: DateTime<Utc>,
+    next_housekeeping: DateTime<Utc>,
+    pub hook: Arc<Mutex<HookState>>,
+    rng: Rng,
+    rates: Option<FaultRates>,
+    lag: Duration,
+    pub passes: u64,
+    pub restarts: u64,
+    pub leader_changes: u64,
+    pub zombie_passes: u64,
+}
+
+fn ceil_minute(t: DateTime<Utc>) -> DateTime<Utc> {
+    let secs = t.timestamp();
+    let rem = secs.rem_euclid(60);
+    let base = DateTime::from_timestamp(secs - rem, 0).unwrap_or(t);
+    if base == t { t } else { base + Duration::minutes(1) }
+}
+
+/// How a [`Driver`] is set up.
+pub struct Setup {
+    pub engine: Arc<Engine>,
+    pub clock: Arc<dyn Clock>,
+    pub pools: Vec<String>,
+    pub seed: u64,
+    /// `Some` with `--faults`.
+    pub rates: Option<FaultRates>,
+    /// Cache lag bound (with faults).
+    pub lag: Duration,
+    /// Install the hook (and log write calls) even without faults (`--trace`).
+    pub hook_always: bool,
+}
+
+impl Driver {
+    /// A driver for the pools on `world` (the world's handle); the first leader starts at once.
+    pub fn new(world: &MemoryCluster, setup: Setup) -> Driver {
+        let Setup { engine, clock, pools, seed, rates, lag, hook_always } = setup;
+        let mut rng = Rng::new(seed ^ 0x5eed_d21e);
+        let lag_mode = |rng: &mut Rng| match rates {
+            Some(_) if lag > Duration::zero() => CacheLag::UpTo { max: lag, seed: rng.next_u64() },
+            _ => CacheLag::None,
+        };
+        let a = world.connect_controller(lag_mode(&mut rng));
+        let b = world.connect_controller(lag_mode(&mut rng));
+        let now = clock.now();
+        let r = rates.clone().unwrap_or_default();
+        let hook = Arc::new(Mutex::new(HookState {
+            faults_on: rates.is_some(),
+            rng: rng.fork(),
+            crash: r.crash,
+            conflict: r.conflict,
+            transient: r.transient,
+            apply_then_transient: r.apply_then_transient,
+            dead: BTreeSet::new(),
+            crashed: None,
+            injected: 0,
+            calls: Vec::new(),
+        }));
+        if rates.is_some() || hook_always {
+            world.set_faults(Hook(Arc::clone(&hook)));
+        }
+        let mut d = Driver {
+            engine,
+            clock,
+            handles: [a, b],
+            leader: 0,
+            ctl: None,
+            seen: 0,
+            stash: Vec::new(),
+            coverage: BTreeSet::new(),
+            incarnation: 0,
+            label: "controller#0".into(),
+            zombie: None,
+            pools,
+            due: BTreeMap::new(),
+            order: BTreeSet::new(),
+            events: BTreeMap::new(),
+            seq: 0,
+            next_tick: ceil_minute(now),
+            next_housekeeping: now + Duration::hours(1),
+            hook,
+            rng,
+            rates,
+            lag,
+            passes: 0,
+            restarts: 0,
+            leader_changes: 0,
+            zombie_passes: 0,
+        };
+        d.at(now, DrvEv::Start);
+        d
+    }
+
+    /// Turns every fault off and removes the cache lag (the quiescence phase).
+    pub fn calm(&mut self) {
+        self.rates = None;
+        lock(&self.hook).faults_on = false;
+        for h in &self.handles {
+            h.set_cache_lag(CacheLag::None);
+            h.flush_cache();
+        }
+    }
+
+    /// Announcements made since the last call, by any instance.
+    pub fn take_announcements(&mut self) -> Vec<Announcement> {
+        if let Some(ctl) = &self.ctl {
+            let new = ctl.announcements().get(self.seen..).unwrap_or_default();
+            self.stash.extend(new.iter().cloned());
+            self.seen = ctl.announcements().len();
+        }
+        std::mem::take(&mut self.stash)
+    }
+
+    /// Keeps what a dying instance announced and fired.
+    fn retire(&mut self, ctl: &Controller, seen: usize) {
+        self.stash.extend(ctl.announcements().get(seen..).unwrap_or_default().iter().cloned());
+        self.coverage.extend(ctl.coverage().iter().cloned());
+    }
+
+    /// Rule rows fired by any instance, the live one included.
+    pub fn all_coverage(&self) -> BTreeSet<String> {
+        let mut out = self.coverage.clone();
+        if let Some(ctl) = &self.ctl {
+            out.extend(ctl.coverage().iter().cloned());
+        }
+        out
+    }
+
+    /// Clears the hook's per-step record (before a step).
+    pub fn hook_begin(&self) {
+        lock(&self.hook).begin_step();
+    }
+
+    /// Whether a fault was injected during the step, and its write calls.
+    pub fn hook_take(&self) -> (bool, Vec<CallRecord>) {
+        let mut st = lock(&self.hook);
+        (st.injected > 0 || st.crashed.is_some(), std::mem::take(&mut st.calls))
+    }
+
+    pub fn faults_on(&self) -> bool {
+        self.rates.is_some()
+    }
+
+    fn at(&mut self, t: DateTime<Utc>, ev: DrvEv) {
+        self.seq += 1;
+        self.events.insert((t, self.seq), ev);
+    }
+
+    fn set_due(&mut self, pool: usize, t: DateTime<Utc>, min: bool) {
+        if let Some(old) = self.due.get(&pool).copied() {
+            if min && old <= t {
+                return;
+            }
+            self.order.remove(&(old, pool));
+        }
+        self.due.insert(pool, t);
+        self.order.insert((t, pool));
+    }
+
+    /// A watch event that wakes `pool` at once (subject to `--faults`).
+    pub fn wake(&mut self, pool: usize, now: DateTime<Utc>) {
+        if let Some(r) = self.rates.clone() {
+            let lag_ms = u64::try_from(self.lag.num_milliseconds()).unwrap_or(0);
+            let late = |rng: &mut Rng| {
+                Duration::milliseconds(i64::try_from(rng.below(lag_ms + 1)).unwrap_or(0))
+            };
+            let u = self.rng.next_f64();
+            if u < r.wake_drop {
+                return;
+            } else if u < r.wake_drop + r.wake_late {
+                let t = now + late(&mut self.rng);
+                self.at(t, DrvEv::Wake(pool));
+                return;
+            } else if u < r.wake_drop + r.wake_late + r.wake_duplicate {
+                let t = now + late(&mut self.rng);
+                self.at(t, DrvEv::Wake(pool));
+            }
+        }
+        self.set_due(pool, now, true);
+    }
+
+    /// When the driver next has something to do.
+    pub fn next_time(&self) -> Option<DateTime<Utc>> {
+        let ev = self.events.keys().next().map(|(t, _)| *t);
+        if self.ctl.is_none() {
+            return ev;
+        }
+        let pass = self.order.iter().next().map(|(t, _)| *t);
+        [ev, pass, Some(self.next_tick), Some(self.next_housekeeping)].into_iter().flatten().min()
+    }
+
+    fn new_controller(&self, handle: usize) -> Controller {
+        let cluster: Arc<dyn Cluster> = Arc::new(self.handles[handle].clone());
+        Controller::new(
+            cluster,
+            Arc::clone(&self.clock),
+            Arc::clone(&self.engine),
+            ControllerConfig::default(),
+        )
+    }
+
+    fn crashed(&self) -> Option<usize> {
+        lock(&self.hook).crashed
+    }
+
+    /// Runs the next driver step at `now` (the caller set the clock).
+    pub fn step(&mut self, now: DateTime<Utc>) -> DriverStep {
+        let ev_due = self.events.keys().next().is_some_and(|(t, _)| *t <= now);
+        if ev_due && let Some((_, ev)) = self.events.pop_first() {
+            return match ev {
+                DrvEv::Start => self.start(now),
+                DrvEv::Wake(pool) => {
+                    self.set_due(pool, now, true);
+                    self.quiet("late wake-up delivered")
+                }
+                DrvEv::Zombie => self.zombie_pass(),
+            };
+        }
+        if self.next_housekeeping <= now {
+            self.next_housekeeping = now + Duration::hours(1);
+            // Standby caches would hold every event since they last led: drop them.
+            for (i, h) in self.handles.iter().enumerate() {
+                let zombie_here = self.zombie.as_ref().is_some_and(|z| z.2 == i);
+                if i != self.leader && !zombie_here {
+                    h.resync_cache();
+                }
+            }
+            return self.quiet("housekeeping");
+        }
+        if self.ctl.is_none() {
+            return self.quiet("no leader");
+        }
+        let pass_due = self.order.iter().next().copied().filter(|(t, _)| *t <= now);
+        if self.next_tick <= now && pass_due.is_none_or(|(t, _)| t >= self.next_tick) {
+            let tick = self.next_tick;
+            self.next_tick = tick + Duration::minutes(1);
+            for pool in 0..self.pools.len() {
+                self.set_due(pool, tick, true);
+            }
+            if let Some(ctl) = self.ctl.as_mut() {
+                ctl.update_policy_status();
+            }
+            return self.after_controller(None, true, "tick: status".into());
+        }
+        let Some((t, pool)) = pass_due else { return self.quiet("idle") };
+        self.order.remove(&(t, pool));
+        self.due.remove(&pool);
+        // Leader change before the pass: the lease moves to the other instance.
+        if let Some(r) = self.rates.clone()
+            && self.rng.chance(r.leader_change)
+        {
+            self.leader_changes += 1;
+            let old = self.ctl.take();
+            let old_handle = self.leader;
+            self.leader = 1 - self.leader;
+            if let Some(old) = old {
+                if self.rng.chance(r.zombie_pass) {
+                    let t = now + Duration::seconds(i64::try_from(self.rng.below(20)).unwrap_or(0));
+                    self.zombie = Some((old, self.label.clone(), old_handle, self.seen));
+                    self.at(t, DrvEv::Zombie);
+                } else {
+                    self.retire(&old, self.seen);
+                }
+            }
+            self.seen = 0;
+            let t = now + Duration::seconds(2 + i64::try_from(self.rng.below(14)).unwrap_or(0));
+            self.at(t, DrvEv::Start);
+            self.set_due(pool, now, true);
+            return self.quiet("leader lost: lease moves to the other instance");
+        }
+        self.passes += 1;
+        let name = self.pools[pool].clone();
+        let result = match self.ctl.as_mut() {
+            Some(ctl) => ctl.reconcile_pool(&name),
+            None => return self.quiet("no leader"),
+        };
+        let (ok, what) = match &result {
+            Ok(d) if d.is_zero() => (true, "pass: pool gone".to_string()),
+            Ok(d) => {
+                let d = *d;
+                self.set_due(pool, now + d, false);
+                (true, format!("pass {name}: requeue {}", crate::policy::duration::format_human(d)))
+            }
+            Err(e) => {
+                self.set_due(pool, now + Duration::seconds(10), false);
+                (false, format!("pass {name}: error: {e}"))
+            }
+        };
+        self.after_controller(Some(pool), ok, what)
+    }
+
+    fn quiet(&self, what: &str) -> DriverStep {
+        DriverStep {
+            actor: self.label.clone(),
+            pool: None,
+            ok: true,
+            what: what.to_string(),
+            controller: false,
+            zombie: false,
+        }
+    }
+
+    /// Handles a crash during the step that just ran.
+    fn after_controller(&mut self, pool: Option<usize>, ok: bool, what: String) -> DriverStep {
+        let actor = self.label.clone();
+        let mut what = what;
+        if let Some(client) = self.crashed()
+            && client == self.handles[self.leader].client_id()
+            && self.ctl.is_some()
+        {
+            if let Some(old) = self.ctl.take() {
+                self.retire(&old, self.seen);
+            }
+            self.seen = 0;
+            self.restarts += 1;
+            let now = self.clock.now();
+            let t = now + Duration::seconds(5 + i64::try_from(self.rng.below(25)).unwrap_or(0));
+            self.at(t, DrvEv::Start);
+            what.push_str(" -- CRASH: process died around a write");
+        }
+        DriverStep { actor, pool, ok, what, controller: true, zombie: false }
+    }
+
+    fn start(&mut self, now: DateTime<Utc>) -> DriverStep {
+        if self.ctl.is_some() {
+            return self.quiet("already leading");
+        }
+        self.incarnation += 1;
+        self.label = format!("controller#{}", self.incarnation);
+        let handle = self.leader;
+        self.handles[handle].resync_cache();
+        let client = self.handles[handle].client_id();
+        lock(&self.hook).dead.remove(&client);
+        let mut ctl = self.new_controller(handle);
+        let report = ctl.startup_sweep();
+        self.ctl = Some(ctl);
+        self.seen = 0;
+        for pool in 0..self.pools.len() {
+            self.set_due(pool, now, true);
+        }
+        let what = format!(
+            "start (cache {}), sweep: {} placeholders deleted, {} nodes released, {} claims failed, {} pools cleaned{}",
+            if handle == 0 { "A" } else { "B" },
+            report.placeholders_deleted.len(),
+            report.nodes_released.len(),
+            report.claims_failed.len(),
+            report.pools_cleaned.len(),
+            if report.errors.is_empty() {
+                String::new()
+            } else {
+                format!(", {} errors", report.errors.len())
+            },
+        );
+        let ok = report.errors.is_empty();
+        self.after_controller(None, ok, what)
+    }
+
+    fn zombie_pass(&mut self) -> DriverStep {
+        let Some((mut ctl, label, handle, seen)) = self.zombie.take() else {
+            return self.quiet("no zombie");
+        };
+        self.zombie_passes += 1;
+        let pool = usize::try_from(self.rng.below(self.pools.len() as u64)).unwrap_or(0);
+        let name = self.pools[pool].clone();
+        let result = ctl.reconcile_pool(&name);
+        self.retire(&ctl, seen);
+        drop(ctl);
+        let _ = handle;
+        let what = match result {
+            Ok(_) => format!("deposed leader's last pass over {name}"),
+            Err(e) => format!("deposed leader's last pass over {name}: error: {e}"),
+        };
+        DriverStep {
+            actor: format!("{label}(old)"),
+            pool: Some(pool),
+            ok: true,
+            what,
+            controller: true,
+            zombie: true,
+        }
+    }
+}

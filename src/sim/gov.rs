@@ -1,0 +1,92 @@
+//! Which policy governs a pool in a store snapshot, with its effective settings (memoized per
+//! policy resourceVersion: compiling a window schedule is not free).
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+
+use crate::cluster::CacheView;
+use crate::karpenter::NodePool;
+use crate::policy::derive;
+use crate::policy::feasibility::{self, PoolFacts};
+use crate::policy::resolve::{self, Governance, PolicySelector};
+use crate::policy::settings::Effective;
+
+/// How resolution ended for a pool.
+#[derive(Debug, Clone)]
+pub enum Governed {
+    Policy { name: String, settings: Arc<Effective> },
+    Invalid(String),
+    Conflict(Vec<String>),
+    Ungoverned,
+}
+
+impl Governed {
+    pub fn settings(&self) -> Option<&Arc<Effective>> {
+        match self {
+            Governed::Policy { settings, .. } => Some(settings),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Gov {
+    memo: BTreeMap<(String, String), Result<Arc<Effective>, String>>,
+}
+
+impl Gov {
+    pub fn of(&mut self, view: &CacheView, pool: &NodePool) -> Governed {
+        let labels = pool.metadata.labels.clone().unwrap_or_default();
+        let selectors: Vec<PolicySelector<'_>> = view
+            .policies
+            .iter()
+            .map(|(name, p)| PolicySelector { name, selector: &p.spec.node_pool_selector })
+            .collect();
+        match resolve::resolve(&selectors, &labels) {
+            Governance::Ungoverned => Governed::Ungoverned,
+            Governance::Conflict { policies, .. } => Governed::Conflict(policies),
+            Governance::Governed { policy, .. } => {
+                let Some(p) = view.policies.get(&policy) else { return Governed::Ungoverned };
+                let rv = p.metadata.resource_version.clone().unwrap_or_default();
+                let key = (policy.clone(), rv);
+                let settings = self
+                    .memo
+                    .entry(key)
+                    .or_insert_with(|| {
+                        Effective::from_spec(&p.spec).map(Arc::new).map_err(|e| e.to_string())
+                    })
+                    .clone();
+                match settings {
+                    Ok(settings) => Governed::Policy { name: policy, settings },
+                    Err(e) => Governed::Invalid(e),
+                }
+            }
+        }
+    }
+}
+
+/// The pool facts feasibility reads, from the NodePool object.
+pub fn pool_facts(pool: &NodePool) -> PoolFacts {
+    PoolFacts {
+        expire_after: pool
+            .expire_after()
+            .unwrap_or(crate::policy::duration::ExpireAfter::KARPENTER_DEFAULT),
+        termination_grace_period: pool.termination_grace_period().ok().flatten(),
+        nodes: pool.node_count(),
+        exhausted_limits: pool.exhausted_limits(),
+        static_pool: pool.is_static(),
+    }
+}
+
+/// A layer-1 fatal finding for the pool under `settings` at `now`.
+pub fn fatal(settings: &Effective, pool: &NodePool, now: DateTime<Utc>) -> bool {
+    feasibility::assess(settings, &pool_facts(pool), now).has_fatal()
+}
+
+/// `leadTime = K*P + t_rot` of the pool's template, `None` without windows.
+pub fn lead_time(settings: &Effective, pool: &NodePool, now: DateTime<Utc>) -> Option<Duration> {
+    let p = settings.schedule.period(now)?;
+    let tgp = pool.termination_grace_period().ok().flatten();
+    Some(derive::lead_time(settings.min_rotation_chances, p, settings.t_rot(tgp)))
+}

@@ -1,0 +1,709 @@
+//! Invariants 1–8 of `/work/shared/guides/simulation.md`, each a named check over one step:
+//! the store before and after it, what the controller announced during it, and what the world
+//! knows (which pods run where, which claims ever existed). Safety checks run after every step;
+//! the quiescence and liveness checks run where their premise holds (no faults, or the calm
+//! phase after the faults are switched off).
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::actors::{
+    ACTIVE_ROTATION, CLAIM_STATE, CORDONED_MARKER, DO_NOT_DISRUPT, FREEZE_ANNOTATION, OWNED_MARKER,
+    STARTED_AT, SURGE_FOR, annotation, placeholder_node,
+};
+use super::gov::{self, Gov, Governed};
+use super::observe::{Diff, unschedulable};
+use super::scenario::Compiled;
+use super::trace::Entry;
+use super::world::{BUFFER, World};
+use crate::cluster::CacheView;
+use crate::karpenter::NodePool;
+
+pub const I1: &str = "I1 one-anchor-per-pool";
+pub const I2: &str = "I2 start-gates";
+pub const I3: &str = "I3 delete-only-the-anchored-candidate";
+pub const I4: &str = "I4 announce-at-most-once";
+pub const I5: &str = "I5 foreign-protection-untouched";
+pub const I6: &str = "I6 reap-guard";
+pub const I7: &str = "I7 quiescence";
+pub const I8: &str = "I8 liveness";
+
+const LAST_ROTATION_AT: &str = "noderotation.io/last-rotation-at";
+const LAST_FAILURE_AT: &str = "noderotation.io/last-failure-at";
+const ROTATION_STATE: &str = "noderotation.io/active-rotation-state";
+
+/// A broken invariant.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub invariant: &'static str,
+    pub time: DateTime<Utc>,
+    pub detail: String,
+    /// The trace around it (filled by the runner).
+    pub trace: Vec<Entry>,
+    /// Object names to pull from the trace.
+    pub about: Vec<String>,
+}
+
+/// A completion outcome the controller announced (log line + metric, or its Event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announced {
+    pub pool: String,
+    pub claim: Option<String>,
+    /// `success`, `failure` or `expired`.
+    pub what: &'static str,
+    pub source: String,
+    /// `emit` (metric + log line) or `event`: each is held to at most once per transition.
+    pub kind: &'static str,
+}
+
+/// What the step was.
+#[derive(Debug, Clone, Copy)]
+pub struct StepInfo<'a> {
+    pub now: DateTime<Utc>,
+    pub actor: &'a str,
+    /// A controller pass, sweep or status write (not a world actor).
+    pub controller: bool,
+    pub pool: Option<usize>,
+    /// The pass returned without error.
+    pub ok: bool,
+    /// A fault was injected during the step.
+    pub faulted: bool,
+    /// The controller's cache equals the store (no lag) and no fault is active.
+    pub exact: bool,
+}
+
+pub struct Checker {
+    plan: Arc<Compiled>,
+    /// Invariant 8 applies.
+    pub liveness: bool,
+    /// Invariant 7 is checked after every clean controller step (no faults in the run).
+    pub continuous_quiescence: bool,
+    /// The calm phase: faults off, quiescence checked after every step.
+    pub calm_since: Option<DateTime<Utc>>,
+    calm_checked: bool,
+    /// Operator edits closer than this are not held against the start gates (the controller
+    /// may not have seen them yet).
+    pub tolerance: Duration,
+    claim_pool: BTreeMap<String, String>,
+    reached_draining: BTreeSet<String>,
+    transitions: BTreeMap<(String, &'static str), u64>,
+    announced: BTreeMap<(String, &'static str, &'static str), u64>,
+    anchor_since: BTreeMap<String, (String, DateTime<Utc>, Option<Duration>)>,
+    flagged: BTreeSet<(String, String)>,
+    expiries_seen: usize,
+    /// leadTime per pool at the start, for invariant 8.
+    lead: BTreeMap<String, Option<Duration>>,
+    gov: Gov,
+    pub violations: Vec<Violation>,
+}
+
+fn parse_time(s: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
+}
+
+fn anchor_of(np: &NodePool) -> Option<&str> {
+    annotation(&np.metadata, ACTIVE_ROTATION)
+}
+
+fn state_of(c: &crate::karpenter::NodeClaim) -> Option<&str> {
+    annotation(&c.metadata, CLAIM_STATE)
+}
+
+impl Checker {
+    pub fn new(plan: Arc<Compiled>, faults: bool, lag: Duration, start: &CacheView) -> Checker {
+        let mut gov = Gov::default();
+        let mut lead = BTreeMap::new();
+        for (name, np) in &start.pools {
+            let l = gov.of(start, np).settings().and_then(|s| gov::lead_time(s, np, plan.start));
+            lead.insert(name.clone(), l);
+        }
+        let mut claim_pool = BTreeMap::new();
+        for (name, c) in &start.claims {
+            if let Some(p) = c.node_pool() {
+                claim_pool.insert(name.clone(), p.to_string());
+            }
+        }
+        Checker {
+            liveness: plan.expect.liveness && !faults,
+            continuous_quiescence: !faults,
+            calm_since: None,
+            calm_checked: false,
+            tolerance: lag + Duration::minutes(1),
+            plan,
+            claim_pool,
+            reached_draining: BTreeSet::new(),
+            transitions: BTreeMap::new(),
+            announced: BTreeMap::new(),
+            anchor_since: BTreeMap::new(),
+            flagged: BTreeSet::new(),
+            expiries_seen: 0,
+            lead,
+            gov,
+            violations: Vec::new(),
+        }
+    }
+
+    fn fail(
+        &mut self,
+        invariant: &'static str,
+        now: DateTime<Utc>,
+        detail: String,
+        about: Vec<String>,
+    ) {
+        self.violations.push(Violation { invariant, time: now, detail, trace: Vec::new(), about });
+    }
+
+    /// Checks one step.
+    pub fn check(
+        &mut self,
+        prev: &CacheView,
+        post: &CacheView,
+        d: &Diff,
+        step: &StepInfo<'_>,
+        announced: &[Announced],
+        world: &World,
+    ) {
+        let now = step.now;
+        for (name, _, b) in &d.claims {
+            if let Some(p) = b.as_ref().and_then(|c| c.node_pool()) {
+                self.claim_pool.entry(name.clone()).or_insert_with(|| p.to_string());
+            }
+        }
+        self.anchors(post, now);
+        if step.controller {
+            self.starts(prev, d, step, world);
+            self.deletions(prev, post, d, step, world);
+            self.protections(d, now);
+        }
+        self.announcements(prev, post, d, announced, now);
+        // The calm phase starts checking once a restart scheduled before it has run.
+        let calm = self.calm_since.is_some_and(|c| now - c >= Duration::minutes(2));
+        // Debris can only appear when the store changed (or when the calm phase begins).
+        let fresh_calm = self.calm_since.is_some() && !self.calm_checked;
+        if ((self.continuous_quiescence && step.controller && step.ok && !step.faulted) || calm)
+            && (!d.is_empty() || fresh_calm)
+        {
+            if calm {
+                self.calm_checked = true;
+            }
+            self.quiescence(post, now, world);
+        }
+        if step.controller && step.ok && !step.faulted && step.exact {
+            self.gone_anchor(prev, post, step);
+        }
+        if self.liveness || calm {
+            self.durations(post, now);
+        }
+        if self.liveness {
+            self.expiries(post, world, now);
+        }
+    }
+
+    /// I1: the anchor names a claim of its own pool.
+    fn anchors(&mut self, post: &CacheView, now: DateTime<Utc>) {
+        let mut bad = Vec::new();
+        let mut named: BTreeMap<&str, &str> = BTreeMap::new();
+        for (pool, np) in &post.pools {
+            let Some(a) = anchor_of(np) else { continue };
+            match self.claim_pool.get(a) {
+                Some(p) if p == pool => {}
+                Some(p) => bad.push((
+                    format!("pool {pool} is anchored on {a}, a claim of pool {p}"),
+                    a.to_string(),
+                )),
+                None => bad.push((
+                    format!("pool {pool} is anchored on {a}, which never was a claim"),
+                    a.to_string(),
+                )),
+            }
+            if let Some(other) = named.insert(a, pool) {
+                bad.push((
+                    format!("claim {a} is anchored by pools {other} and {pool}"),
+                    a.to_string(),
+                ));
+            }
+        }
+        for (detail, claim) in bad {
+            self.fail(I1, now, detail, vec![claim]);
+        }
+    }
+
+    /// Why a start at `now` in `pool` (judged on the store before the step) breaks a gate.
+    fn gate_broken(
+        &mut self,
+        prev: &CacheView,
+        pool: &str,
+        now: DateTime<Utc>,
+        world: &World,
+    ) -> Option<String> {
+        let np = prev.pools.get(pool)?;
+        let recent = |key: Option<usize>| {
+            world.operator_touched.get(&key).is_some_and(|t| now - *t <= self.tolerance)
+        };
+        let operator_recent = recent(world.pool_index(pool)) || recent(None);
+        let governed = self.gov.of(prev, np);
+        let settings = match governed {
+            Governed::Policy { settings, .. } => settings,
+            other if !operator_recent => {
+                return Some(format!(
+                    "the pool is not governed by exactly one valid policy ({other:?})"
+                ));
+            }
+            _ => return None,
+        };
+        if np.spec.replicas.is_some() {
+            return Some("static pool (spec.replicas)".into());
+        }
+        if !operator_recent {
+            if gov::fatal(&settings, np, now) {
+                return Some("a layer-1 fatal finding holds".into());
+            }
+            if !settings.schedule.in_window(now) {
+                return Some("outside every window occurrence".into());
+            }
+            if let Some(f) = annotation(&np.metadata, FREEZE_ANNOTATION) {
+                match parse_time(f) {
+                    Some(until) if now < until => return Some(format!("frozen until {f}")),
+                    None => return Some(format!("frozen (unreadable freeze {f:?})")),
+                    _ => {}
+                }
+            }
+        }
+        if let Some(t) = annotation(&np.metadata, LAST_ROTATION_AT) {
+            let since = parse_time(t).map_or(Duration::zero(), |t| now - t);
+            if since < settings.cooldown_after {
+                return Some(format!(
+                    "{} after the last success (cooldownAfter {})",
+                    fmt(since),
+                    fmt(settings.cooldown_after)
+                ));
+            }
+        }
+        if let Some(t) = annotation(&np.metadata, LAST_FAILURE_AT) {
+            let since = parse_time(t).map_or(Duration::zero(), |t| now - t);
+            if since < settings.failure_pause {
+                return Some(format!(
+                    "{} after the last failure (failurePause {})",
+                    fmt(since),
+                    fmt(settings.failure_pause)
+                ));
+            }
+        }
+        None
+    }
+
+    /// I2: no rotation (or retry) starts while a gate is closed.
+    fn starts(&mut self, prev: &CacheView, d: &Diff, step: &StepInfo<'_>, world: &World) {
+        let now = step.now;
+        let mut started: Vec<(String, String, &'static str)> = Vec::new();
+        for (pool, a, b) in &d.pools {
+            let pa = a.as_deref().and_then(anchor_of);
+            let qa = b.as_deref().and_then(anchor_of);
+            if let Some(y) = qa
+                && pa != qa
+            {
+                started.push((pool.clone(), y.to_string(), "anchored"));
+            }
+        }
+        for (claim, a, b) in &d.claims {
+            let was = a.as_deref().and_then(state_of);
+            let is = b.as_deref().and_then(state_of);
+            if was == Some("failed")
+                && is == Some("pending")
+                && let Some(pool) = self.claim_pool.get(claim)
+            {
+                started.push((pool.clone(), claim.clone(), "retried (failed -> pending)"));
+            }
+        }
+        for (pool, claim, how) in started {
+            if let Some(why) = self.gate_broken(prev, &pool, now, world) {
+                self.fail(
+                    I2,
+                    now,
+                    format!("{} {how} {claim} in pool {pool} although {why}", step.actor),
+                    vec![claim, pool],
+                );
+            }
+        }
+    }
+
+    /// I3 and I6: the controller deletes only its anchored candidate, or reaps a surge claim it
+    /// induced that hosts nothing but the placeholder and DaemonSet pods.
+    fn deletions(
+        &mut self,
+        prev: &CacheView,
+        post: &CacheView,
+        d: &Diff,
+        step: &StepInfo<'_>,
+        world: &World,
+    ) {
+        let now = step.now;
+        for (name, a, b) in &d.claims {
+            let Some(a) = a else { continue };
+            let deleted = !a.is_deleting() && b.as_ref().is_none_or(|b| b.is_deleting());
+            if !deleted {
+                continue;
+            }
+            let pool = self.claim_pool.get(name).cloned().unwrap_or_default();
+            let anchor_pre = prev.pools.get(&pool).and_then(|p| anchor_of(p).map(str::to_string));
+            let anchor_post = post.pools.get(&pool).and_then(|p| anchor_of(p).map(str::to_string));
+            if anchor_pre.as_deref() == Some(name.as_str())
+                || anchor_post.as_deref() == Some(name.as_str())
+            {
+                continue;
+            }
+            // Not the candidate: only a §3.8 reap may delete it.
+            let Some(cand) = anchor_pre.clone() else {
+                self.fail(
+                    I3,
+                    now,
+                    format!(
+                        "{} deleted claim {name} of pool {pool}, which has no anchored rotation",
+                        step.actor
+                    ),
+                    vec![name.clone()],
+                );
+                continue;
+            };
+            let started = prev
+                .claims
+                .get(&cand)
+                .and_then(|c| annotation(&c.metadata, STARTED_AT))
+                .and_then(parse_time);
+            let created = a.created();
+            let fresh = matches!((created, started), (Some(c), Some(s)) if c >= s);
+            let node = world.claims.get(name).map(|c| c.node.clone()).unwrap_or_default();
+            let mut foreign: Vec<String> = world
+                .node_pods
+                .get(&node)
+                .into_iter()
+                .flatten()
+                .filter(|k| world.pods.get(*k).is_some_and(|p| !p.daemonset))
+                .map(|k| k.1.clone())
+                .collect();
+            foreign.extend(
+                prev.placeholders
+                    .iter()
+                    .filter(|(_, p)| placeholder_node(p) == Some(node.as_str()))
+                    .filter(|(_, p)| annotation(&p.metadata, SURGE_FOR) != Some(cand.as_str()))
+                    .map(|(n, _)| n.clone()),
+            );
+            if !fresh {
+                self.fail(
+                    I6,
+                    now,
+                    format!(
+                        "{} reaped claim {name} (created {}) for the rotation of {cand} (started-at {}): not created after started-at",
+                        step.actor,
+                        created.map_or("?".into(), |t| t.to_rfc3339()),
+                        started.map_or("absent".into(), |t| t.to_rfc3339()),
+                    ),
+                    vec![name.clone(), cand.clone()],
+                );
+            } else if !foreign.is_empty() {
+                self.fail(
+                    I6,
+                    now,
+                    format!(
+                        "{} reaped claim {name} for the rotation of {cand} while its node {node} hosts {}",
+                        step.actor,
+                        foreign.join(", ")
+                    ),
+                    vec![name.clone(), cand.clone()],
+                );
+            }
+        }
+    }
+
+    /// I5: never remove (or adopt) a cordon or do-not-disrupt the controller did not set.
+    fn protections(&mut self, d: &Diff, now: DateTime<Utc>) {
+        let mut bad = Vec::new();
+        for (name, a, b) in &d.nodes {
+            let (Some(a), Some(b)) = (a, b) else { continue };
+            let marker = |n: &k8s_openapi::api::core::v1::Node, k: &str| {
+                annotation(&n.metadata, k) == Some("true")
+            };
+            if unschedulable(a) && !unschedulable(b) && !marker(a, CORDONED_MARKER) {
+                bad.push(format!("uncordoned node {name}, whose cordon it did not set"));
+            }
+            let dnd = |n: &k8s_openapi::api::core::v1::Node| {
+                annotation(&n.metadata, DO_NOT_DISRUPT) == Some("true")
+            };
+            if dnd(a) && !dnd(b) && !marker(a, OWNED_MARKER) {
+                bad.push(format!("removed the operator's do-not-disrupt from node {name}"));
+            }
+            if unschedulable(a) && !marker(a, CORDONED_MARKER) && marker(b, CORDONED_MARKER) {
+                bad.push(format!("adopted a foreign cordon on node {name}"));
+            }
+            if dnd(a) && !marker(a, OWNED_MARKER) && marker(b, OWNED_MARKER) {
+                bad.push(format!("adopted the operator's do-not-disrupt on node {name}"));
+            }
+        }
+        for detail in bad {
+            let node = detail.split_whitespace().last().unwrap_or("").to_string();
+            self.fail(I5, now, detail, vec![node]);
+        }
+    }
+
+    /// I4: each completion outcome is announced at most once per transition that wrote it, and
+    /// success only for a rotation that reached draining.
+    fn announcements(
+        &mut self,
+        prev: &CacheView,
+        post: &CacheView,
+        d: &Diff,
+        announced: &[Announced],
+        now: DateTime<Utc>,
+    ) {
+        let mut released: BTreeMap<String, String> = BTreeMap::new();
+        for (pool, a, b) in &d.pools {
+            let pa = a.as_deref().and_then(anchor_of).map(str::to_string);
+            let qa = b.as_deref().and_then(anchor_of).map(str::to_string);
+            if let Some(b) = b
+                && annotation(&b.metadata, ROTATION_STATE) == Some("draining")
+                && let Some(q) = &qa
+            {
+                self.reached_draining.insert(q.clone());
+            }
+            let Some(x) = pa else { continue };
+            if qa.as_deref() == Some(x.as_str()) {
+                continue;
+            }
+            released.insert(pool.clone(), x.clone());
+            let last = |p: &Option<Arc<NodePool>>| {
+                p.as_ref()
+                    .and_then(|p| annotation(&p.metadata, LAST_ROTATION_AT).map(str::to_string))
+            };
+            let key = if last(a) != last(b) && last(b).is_some() {
+                Some("success")
+            } else if !post.claims.contains_key(&x) {
+                Some("expired")
+            } else {
+                None
+            };
+            if let Some(k) = key {
+                *self.transitions.entry((pool.clone(), k)).or_insert(0) += 1;
+            }
+        }
+        for (claim, a, b) in &d.claims {
+            let was = a.as_deref().and_then(state_of);
+            let is = b.as_deref().and_then(state_of);
+            if is == Some("draining") {
+                self.reached_draining.insert(claim.clone());
+            }
+            if was != is
+                && let Some(k) = match is {
+                    Some("failed") => Some("failure"),
+                    Some("expired") => Some("expired"),
+                    _ => None,
+                }
+                && let Some(pool) = self.claim_pool.get(claim).cloned()
+            {
+                *self.transitions.entry((pool, k)).or_insert(0) += 1;
+            }
+        }
+        let _ = prev;
+        for a in announced {
+            let key = (a.pool.clone(), a.what);
+            let n = {
+                let e = self.announced.entry((a.pool.clone(), a.what, a.kind)).or_insert(0);
+                *e += 1;
+                *e
+            };
+            let allowed = self.transitions.get(&key).copied().unwrap_or(0);
+            if n > allowed {
+                self.fail(
+                    I4,
+                    now,
+                    format!(
+                        "{} announced {} #{n} in pool {} but only {allowed} such transition(s) were written{}",
+                        a.source,
+                        a.what,
+                        a.pool,
+                        a.claim.as_ref().map_or(String::new(), |c| format!(" (claim {c})"))
+                    ),
+                    vec![a.pool.clone()],
+                );
+            }
+            if a.what == "success" {
+                let claim = a.claim.clone().or_else(|| released.get(&a.pool).cloned());
+                match claim {
+                    Some(c) if self.reached_draining.contains(&c) => {}
+                    Some(c) => self.fail(
+                        I4,
+                        now,
+                        format!(
+                            "{} announced success for {c} in pool {}, which never reached draining",
+                            a.source, a.pool
+                        ),
+                        vec![c],
+                    ),
+                    None => self.fail(
+                        I4,
+                        now,
+                        format!(
+                            "{} announced success in pool {} while no rotation was released",
+                            a.source, a.pool
+                        ),
+                        vec![a.pool.clone()],
+                    ),
+                }
+            }
+        }
+    }
+
+    /// I7: no placeholder, `surge-for`, owned do-not-disrupt or owned cordon without the anchor
+    /// that references it.
+    fn quiescence(&mut self, post: &CacheView, now: DateTime<Utc>, world: &World) {
+        let anchor = |pool: &str| post.pools.get(pool).and_then(|p| anchor_of(p));
+        let mut bad = Vec::new();
+        for (name, ph) in &post.placeholders {
+            let target = annotation(&ph.metadata, SURGE_FOR);
+            let pool = target.and_then(|c| self.claim_pool.get(c));
+            let ok = matches!((target, pool), (Some(c), Some(p)) if anchor(p) == Some(c));
+            if !ok {
+                bad.push((
+                    format!(
+                        "placeholder {name} (surge-for {target:?}) without the anchor it serves"
+                    ),
+                    name.clone(),
+                ));
+            }
+        }
+        for (name, node) in &post.nodes {
+            let pool =
+                node.metadata.labels.as_ref().and_then(|l| l.get(crate::karpenter::NODEPOOL_LABEL));
+            let a = pool.and_then(|p| anchor(p));
+            let surge_for = annotation(&node.metadata, SURGE_FOR);
+            if let Some(s) = surge_for
+                && a != Some(s)
+            {
+                bad.push((
+                    format!("node {name} frozen for {s} (surge-for) without that anchor"),
+                    name.clone(),
+                ));
+            }
+            if annotation(&node.metadata, OWNED_MARKER) == Some("true") && surge_for.is_none() {
+                bad.push((
+                    format!("node {name} keeps our do-not-disrupt without surge-for"),
+                    name.clone(),
+                ));
+            }
+            if annotation(&node.metadata, CORDONED_MARKER) == Some("true") {
+                let claim = world.nodes.get(name).map(|n| n.claim.as_str());
+                if a.is_none() || (a != claim && a != surge_for) {
+                    bad.push((
+                        format!("node {name} keeps our cordon without an anchor referencing it"),
+                        name.clone(),
+                    ));
+                }
+            }
+        }
+        for (detail, obj) in bad {
+            self.fail(I7, now, detail, vec![obj]);
+        }
+    }
+
+    /// I7: an anchor whose claim is gone is released by the next clean pass.
+    fn gone_anchor(&mut self, prev: &CacheView, post: &CacheView, step: &StepInfo<'_>) {
+        let Some(pool) = step.pool else { return };
+        let Some(name) = self.plan.pools.get(pool).map(|p| p.name.clone()) else { return };
+        let pa = prev.pools.get(&name).and_then(|p| anchor_of(p).map(str::to_string));
+        let qa = post.pools.get(&name).and_then(|p| anchor_of(p).map(str::to_string));
+        if let Some(x) = pa
+            && !prev.claims.contains_key(&x)
+            && qa.as_deref() == Some(x.as_str())
+        {
+            self.fail(
+                I7,
+                step.now,
+                format!("pool {name} still anchored on {x}, gone before this clean pass"),
+                vec![x],
+            );
+        }
+    }
+
+    /// I8: every rotation finishes within readyTimeout + tGP + buffer (and slack for requeues).
+    fn durations(&mut self, post: &CacheView, now: DateTime<Utc>) {
+        let mut bad = Vec::new();
+        for (pool, np) in &post.pools {
+            let Some(a) = anchor_of(np) else {
+                self.anchor_since.remove(pool);
+                continue;
+            };
+            let known = self.anchor_since.get(pool).is_some_and(|(c, _, _)| c == a);
+            if !known {
+                let bound = self.gov.of(post, np).settings().map(|s| {
+                    let tgp = np.termination_grace_period().ok().flatten();
+                    s.ready_timeout
+                        + tgp.unwrap_or(Duration::hours(1))
+                        + BUFFER
+                        + Duration::minutes(5)
+                });
+                self.anchor_since.insert(pool.clone(), (a.to_string(), now, bound));
+            }
+            let Some((_, since, Some(bound))) = self.anchor_since.get(pool).cloned() else {
+                continue;
+            };
+            let since = self.calm_since.map_or(since, |c| since.max(c));
+            if now - since > bound && self.flagged.insert((pool.clone(), a.to_string())) {
+                let calm = if self.calm_since.is_some() { " after the faults stopped" } else { "" };
+                bad.push((
+                    format!(
+                        "rotation of {a} in pool {pool} has not finished {}{calm} (bound readyTimeout + tGP + buffer + 5m = {})",
+                        fmt(now - since),
+                        fmt(bound)
+                    ),
+                    a.to_string(),
+                ));
+            }
+        }
+        for (detail, claim) in bad {
+            self.fail(I8, now, detail, vec![claim]);
+        }
+    }
+
+    /// I8: no forced expiry of a claim that had its chances.
+    fn expiries(&mut self, post: &CacheView, world: &World, now: DateTime<Utc>) {
+        let fresh: Vec<(DateTime<Utc>, usize, String)> =
+            world.metrics.forced_expiries.iter().skip(self.expiries_seen).cloned().collect();
+        self.expiries_seen = world.metrics.forced_expiries.len();
+        for (t, pool, claim) in fresh {
+            let name = world.pool_name(pool).to_string();
+            let Some(np) = post.pools.get(&name) else { continue };
+            let Some(settings) = self.gov.of(post, np).settings().cloned() else { continue };
+            if np.spec.replicas.is_some() || gov::fatal(&settings, np, t) {
+                continue;
+            }
+            let protected = world
+                .metrics
+                .lifetimes
+                .get(&claim)
+                .is_some_and(|_| world.operator_protected.iter().any(|n| n.contains(&claim)));
+            let node_protected = world
+                .claims
+                .get(&claim)
+                .is_some_and(|c| world.operator_protected.contains(&c.node));
+            if protected || node_protected {
+                continue;
+            }
+            let deadline = world.metrics.lifetimes.get(&claim).and_then(|l| l.deadline);
+            let lead = self.lead.get(&name).copied().flatten();
+            let had_chances =
+                matches!((deadline, lead), (Some(dl), Some(l)) if dl - self.plan.start >= l);
+            if had_chances {
+                self.fail(
+                    I8,
+                    now,
+                    format!("claim {claim} of pool {name} was force-expired although it had its window chances"),
+                    vec![claim],
+                );
+            }
+        }
+    }
+}
+
+fn fmt(d: Duration) -> String {
+    crate::policy::duration::format_human(d)
+}

@@ -1,0 +1,313 @@
+//! The outcome figures of a run (guide: "Outcome figures the simulation should print"), taken
+//! from what actually happened in the store, not from what the controller says about itself:
+//! a rotation is the life of one `active-rotation` anchor, its outcome is read from the write
+//! that cleared it.
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::actors::{ACTIVE_ROTATION, CLAIM_STATE, annotation};
+use super::gov::Gov;
+use super::observe::Diff;
+use super::world::World;
+use crate::cluster::CacheView;
+use crate::policy::duration::format_human;
+
+const LAST_ROTATION_AT: &str = "noderotation.io/last-rotation-at";
+const ROTATION_STATE: &str = "noderotation.io/active-rotation-state";
+const SURGE_PATH: &str = "noderotation.io/surge-path";
+const ROTATION_MODE: &str = "noderotation.io/rotation-mode";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    /// Still anchored when the run ended.
+    Open,
+    Success,
+    Failure,
+    Expired,
+    /// Anchor cleared without an outcome (governance lost).
+    Aborted,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Open => "in flight",
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+            Outcome::Expired => "expired",
+            Outcome::Aborted => "aborted",
+        }
+    }
+}
+
+/// One rotation attempt (one anchor).
+#[derive(Debug, Clone)]
+pub struct Rotation {
+    pub pool: usize,
+    pub claim: String,
+    pub start: DateTime<Utc>,
+    pub draining_at: Option<DateTime<Utc>>,
+    pub end: Option<DateTime<Utc>>,
+    pub outcome: Outcome,
+    /// `provisioned` / `absorbed`; `None` for forceful fallback or unresolved.
+    pub path: Option<String>,
+    pub forceful: bool,
+    pub deadline: Option<DateTime<Utc>>,
+    /// Started inside a window occurrence of the governing policy.
+    pub in_window: bool,
+}
+
+/// Follows anchors through the store.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    pub rotations: Vec<Rotation>,
+    open: BTreeMap<String, usize>,
+}
+
+impl Recorder {
+    pub fn observe(
+        &mut self,
+        d: &Diff,
+        post: &CacheView,
+        now: DateTime<Utc>,
+        world: &World,
+        gov: &mut Gov,
+    ) {
+        for (name, a, b) in &d.pools {
+            let anchor = |p: &Option<Arc<crate::karpenter::NodePool>>| {
+                p.as_ref()
+                    .and_then(|p| annotation(&p.metadata, ACTIVE_ROTATION).map(str::to_string))
+            };
+            let (pa, qa) = (anchor(a), anchor(b));
+            let Some(pool) = world.pool_index(name) else { continue };
+            if pa != qa {
+                if let (Some(x), Some(i)) = (&pa, self.open.remove(name)) {
+                    let last = |p: &Option<Arc<crate::karpenter::NodePool>>| {
+                        p.as_ref().and_then(|p| {
+                            annotation(&p.metadata, LAST_ROTATION_AT).map(str::to_string)
+                        })
+                    };
+                    let stamped = last(a) != last(b) && last(b).is_some();
+                    let state =
+                        post.claims.get(x).and_then(|c| annotation(&c.metadata, CLAIM_STATE));
+                    let outcome = if stamped {
+                        Outcome::Success
+                    } else {
+                        match state {
+                            Some("failed") => Outcome::Failure,
+                            Some("expired") => Outcome::Expired,
+                            _ if !post.claims.contains_key(x) => Outcome::Expired,
+                            _ => Outcome::Aborted,
+                        }
+                    };
+                    if let Some(r) = self.rotations.get_mut(i) {
+                        r.outcome = outcome;
+                        r.end = Some(now);
+                    }
+                }
+                if let (Some(y), Some(np)) = (&qa, b) {
+                    let in_window =
+                        gov.of(post, np).settings().is_some_and(|s| s.schedule.in_window(now));
+                    let deadline = world.metrics.lifetimes.get(y).and_then(|l| l.deadline);
+                    self.open.insert(name.clone(), self.rotations.len());
+                    self.rotations.push(Rotation {
+                        pool,
+                        claim: y.clone(),
+                        start: now,
+                        draining_at: None,
+                        end: None,
+                        outcome: Outcome::Open,
+                        path: None,
+                        forceful: false,
+                        deadline,
+                        in_window,
+                    });
+                }
+            }
+            if let (Some(i), Some(np)) = (self.open.get(name), b)
+                && let Some(r) = self.rotations.get_mut(*i)
+            {
+                if r.draining_at.is_none()
+                    && annotation(&np.metadata, ROTATION_STATE) == Some("draining")
+                {
+                    r.draining_at = Some(now);
+                }
+                if let Some(p) = annotation(&np.metadata, SURGE_PATH) {
+                    r.path = Some(p.to_string());
+                }
+                if annotation(&np.metadata, ROTATION_MODE) == Some("forceful-fallback") {
+                    r.forceful = true;
+                }
+            }
+        }
+    }
+}
+
+/// The figures of one run.
+#[derive(Debug, Clone, Default)]
+pub struct Figures {
+    /// Attempts by outcome (forceful fallbacks counted under `forceful`, not `success`).
+    pub outcomes: BTreeMap<&'static str, u64>,
+    /// Successful surge rotations by path.
+    pub paths: BTreeMap<&'static str, u64>,
+    pub attempts: u64,
+    /// Old nodes replaced: successful rotations, forceful fallbacks, forced expiries.
+    pub replacements: u64,
+    pub replacements_in_window: u64,
+    pub forced_expiries: u64,
+    /// Smallest `deadline - time the old claim was deleted` over replacements.
+    pub min_margin: Option<Duration>,
+    pub pending_pod_seconds: f64,
+    pub overlap_node_hours: f64,
+    /// Controller writes the store applied (Events excluded), and Events.
+    pub writes: u64,
+    pub events: u64,
+    pub claims_created: u64,
+    pub evictions: u64,
+}
+
+impl Figures {
+    pub fn collect(
+        world: &World,
+        rotations: &[Rotation],
+        writes: u64,
+        events: u64,
+        gov: &mut Gov,
+    ) -> Figures {
+        let mut f = Figures::default();
+        for r in rotations {
+            f.attempts += 1;
+            let key = match (r.outcome, r.forceful) {
+                (Outcome::Success, true) => "forceful",
+                (o, _) => o.as_str(),
+            };
+            *f.outcomes.entry(key).or_insert(0) += 1;
+            if r.outcome == Outcome::Success {
+                f.replacements += 1;
+                if r.in_window {
+                    f.replacements_in_window += 1;
+                }
+                let path = if r.forceful {
+                    "none"
+                } else {
+                    r.path.as_deref().map_or("unresolved", path_name)
+                };
+                *f.paths.entry(path).or_insert(0) += 1;
+                if let (Some(dl), Some(at)) = (r.deadline, r.draining_at) {
+                    let m = dl - at;
+                    f.min_margin = Some(f.min_margin.map_or(m, |x| x.min(m)));
+                }
+            }
+        }
+        for (t, pool, _) in &world.metrics.forced_expiries {
+            f.forced_expiries += 1;
+            f.replacements += 1;
+            let name = world.pool_name(*pool);
+            let in_window = world
+                .snap
+                .pools
+                .get(name)
+                .map(|np| gov.of(&world.snap, np))
+                .and_then(|g| g.settings().map(|s| s.schedule.in_window(*t)))
+                .unwrap_or(false);
+            if in_window {
+                f.replacements_in_window += 1;
+            }
+            f.min_margin = Some(f.min_margin.map_or(Duration::zero(), |x| x.min(Duration::zero())));
+        }
+        f.pending_pod_seconds = world.metrics.pending_pod_seconds.iter().sum();
+        f.overlap_node_hours = world.metrics.overlap_node_seconds.iter().sum::<f64>() / 3600.0;
+        f.writes = writes;
+        f.events = events;
+        f.claims_created = world.metrics.claims_created;
+        f.evictions = world.metrics.evictions;
+        f
+    }
+
+    pub fn in_window_share(&self) -> Option<f64> {
+        (self.replacements > 0)
+            .then(|| self.replacements_in_window as f64 / self.replacements as f64)
+    }
+
+    pub fn writes_per_rotation(&self) -> Option<f64> {
+        (self.attempts > 0).then(|| self.writes as f64 / self.attempts as f64)
+    }
+}
+
+fn path_name(p: &str) -> &'static str {
+    match p {
+        "provisioned" => "provisioned",
+        "absorbed" => "absorbed",
+        _ => "unresolved",
+    }
+}
+
+/// One row of the summary table: label, ours, Karpenter alone.
+pub fn rows(ours: &Figures, alone: Option<&Figures>) -> Vec<(String, String, String)> {
+    let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0));
+    let dash = || "-".to_string();
+    let alone_or = |g: &dyn Fn(&Figures) -> String| alone.map_or_else(dash, g);
+    let mut out = Vec::new();
+    out.push(("rotations started".into(), ours.attempts.to_string(), dash()));
+    for key in ["success", "forceful", "failure", "expired", "aborted", "in flight"] {
+        let n = ours.outcomes.get(key).copied().unwrap_or(0);
+        if n > 0 || key == "success" || key == "failure" || key == "expired" {
+            out.push((format!("  {key}"), n.to_string(), dash()));
+        }
+    }
+    for key in ["provisioned", "absorbed", "none", "unresolved"] {
+        let n = ours.paths.get(key).copied().unwrap_or(0);
+        if n > 0 || key == "provisioned" || key == "absorbed" {
+            out.push((format!("  surge path {key}"), n.to_string(), dash()));
+        }
+    }
+    out.push((
+        "nodes replaced".into(),
+        ours.replacements.to_string(),
+        alone_or(&|a| a.replacements.to_string()),
+    ));
+    out.push((
+        "replacements inside windows".into(),
+        pct(ours.in_window_share()),
+        alone_or(&|a| pct(a.in_window_share())),
+    ));
+    out.push((
+        "forced expiries".into(),
+        ours.forced_expiries.to_string(),
+        alone_or(&|a| a.forced_expiries.to_string()),
+    ));
+    let margin = |f: &Figures| f.min_margin.map_or("-".to_string(), format_human);
+    out.push(("minimum deadline margin".into(), margin(ours), alone_or(&|a| margin(a))));
+    out.push((
+        "pending-pod-seconds".into(),
+        format!("{:.0}", ours.pending_pod_seconds),
+        alone_or(&|a| format!("{:.0}", a.pending_pod_seconds)),
+    ));
+    out.push((
+        "overlap node-hours".into(),
+        format!("{:.1}", ours.overlap_node_hours),
+        alone_or(&|a| format!("{:.1}", a.overlap_node_hours)),
+    ));
+    out.push((
+        "API writes per rotation".into(),
+        ours.writes_per_rotation().map_or("-".into(), |w| format!("{w:.1}")),
+        dash(),
+    ));
+    out.push(("Events recorded".into(), ours.events.to_string(), dash()));
+    out
+}
+
+/// The summary table as aligned text.
+pub fn table(ours: &Figures, alone: Option<&Figures>) -> String {
+    let rows = rows(ours, alone);
+    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(28);
+    let mut s = String::new();
+    let _ = writeln!(s, "{:<w0$}  {:>14}  {:>16}", "", "noderotation", "Karpenter alone");
+    for (label, a, b) in rows {
+        let _ = writeln!(s, "{label:<w0$}  {a:>14}  {b:>16}");
+    }
+    s
+}

@@ -1,0 +1,645 @@
+//! What a simulation runs: a fleet, its policies, the cluster's delays and failures, and an
+//! operator script, as one YAML document (`deploy/examples/scenarios/*.yaml`).
+//!
+//! Policies are real `RotationPolicy` manifests, so a scenario reads like what an operator would
+//! `kubectl apply`. Durations accept Go syntax plus a `d` (24h) unit (`14d`, `2h12m`, `90s`).
+//! [`Scenario::compile`] parses and checks everything once, so the simulation never re-parses.
+use std::collections::BTreeMap;
+
+use anyhow::{Context, anyhow, bail};
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use k8s_openapi::api::core::v1::Taint;
+use serde::{Deserialize, Serialize};
+
+use crate::karpenter::quantity_millis;
+use crate::policy::crd::RotationPolicy;
+use crate::policy::duration::{self, ExpireAfter};
+use crate::policy::settings::Effective;
+
+/// The fleet `noderotation simulate` runs without `--scenario`.
+pub const DEFAULT_SCENARIO: &str = include_str!("../../deploy/examples/scenarios/default.yaml");
+
+/// Resource name -> thousandths of its unit (as `karpenter::quantity_millis`).
+pub type Resources = BTreeMap<String, i128>;
+
+/// A scenario file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Virtual start instant (RFC 3339). Default: Monday 2026-06-01 00:00 UTC.
+    #[serde(default = "default_start")]
+    pub start: DateTime<Utc>,
+    /// Simulated span when `--weeks` is not given.
+    #[serde(default = "default_weeks")]
+    pub weeks: u32,
+    pub pools: Vec<PoolScenario>,
+    #[serde(default)]
+    pub policies: Vec<RotationPolicy>,
+    #[serde(default)]
+    pub delays: Delays,
+    /// Failures that are part of the scenario (they happen with or without `--faults`).
+    #[serde(default)]
+    pub failures: Failures,
+    /// Intervals in which a pool's provisioning never completes (an instance-type shortage).
+    #[serde(default)]
+    pub shortages: Vec<Shortage>,
+    /// The operator's actions, in any order (sorted by `at`).
+    #[serde(default)]
+    pub script: Vec<ScriptStep>,
+    /// Fault rates used with `--faults` (default: [`FaultRates::default`]).
+    #[serde(default)]
+    pub faults: Option<FaultRates>,
+    #[serde(default)]
+    pub expect: Expect,
+}
+
+fn default_start() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 6, 1, 0, 0, 0).single().unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+fn default_weeks() -> u32 {
+    8
+}
+
+/// One NodePool and the nodes it starts with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolScenario {
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Nodes carrying the workload at the start (the pool's base count).
+    pub nodes: u32,
+    /// Extra nodes without workload at the start (spare capacity a placeholder can be absorbed
+    /// into).
+    #[serde(default)]
+    pub spare_nodes: u32,
+    /// Template `expireAfter`: `Never` or a duration (`14d`, `336h`).
+    pub expire_after: String,
+    /// Template `terminationGracePeriod`; unset means the drain is unbounded.
+    #[serde(default)]
+    pub termination_grace_period: Option<String>,
+    /// `spec.limits` (cpu, memory, nodes).
+    #[serde(default)]
+    pub limits: BTreeMap<String, String>,
+    /// `spec.replicas`: a static pool.
+    #[serde(default)]
+    pub replicas: Option<i64>,
+    #[serde(default = "default_zones")]
+    pub zones: Vec<String>,
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+    /// What one node offers.
+    #[serde(default = "default_node_shape")]
+    pub node: BTreeMap<String, String>,
+    /// Workload pods per loaded node and what each requests.
+    #[serde(default)]
+    pub workload: Workload,
+    /// The one DaemonSet pod every node runs.
+    #[serde(default = "default_daemonset")]
+    pub daemon_set: BTreeMap<String, String>,
+    /// How old the starting nodes are.
+    #[serde(default)]
+    pub age: AgeSpread,
+    /// Karpenter deletes a node that ran nothing but DaemonSet pods this long (`Never`: keep
+    /// empty nodes, e.g. spare capacity).
+    #[serde(default = "default_consolidate_after")]
+    pub consolidate_after: String,
+}
+
+fn default_consolidate_after() -> String {
+    "5m".into()
+}
+
+fn default_zones() -> Vec<String> {
+    vec!["ap-northeast-1a".into(), "ap-northeast-1c".into(), "ap-northeast-1d".into()]
+}
+
+fn default_node_shape() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("cpu".to_string(), "4".to_string()),
+        ("memory".to_string(), "16Gi".to_string()),
+    ])
+}
+
+fn default_daemonset() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("cpu".to_string(), "200m".to_string()),
+        ("memory".to_string(), "256Mi".to_string()),
+    ])
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Workload {
+    pub pods_per_node: u32,
+    pub requests: BTreeMap<String, String>,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Workload {
+            pods_per_node: 6,
+            requests: BTreeMap::from([
+                ("cpu".to_string(), "600m".to_string()),
+                ("memory".to_string(), "2Gi".to_string()),
+            ]),
+        }
+    }
+}
+
+/// Starting ages: uniform in `[min, max]`, or a synchronized batch (every node `batch` old, plus
+/// up to `jitter`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgeSpread {
+    #[serde(default = "zero_str")]
+    pub min: String,
+    #[serde(default = "default_age_max")]
+    pub max: String,
+    #[serde(default)]
+    pub batch: Option<String>,
+    #[serde(default = "zero_str")]
+    pub jitter: String,
+}
+
+fn zero_str() -> String {
+    "0s".into()
+}
+
+fn default_age_max() -> String {
+    "5d".into()
+}
+
+impl Default for AgeSpread {
+    fn default() -> Self {
+        AgeSpread { min: zero_str(), max: default_age_max(), batch: None, jitter: zero_str() }
+    }
+}
+
+/// A duration range: `"90s"` (fixed) or `{min: 40s, max: 2m}` (uniform).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DurRange {
+    Fixed(String),
+    Range { min: String, max: String },
+}
+
+impl DurRange {
+    fn compile(&self, field: &str) -> anyhow::Result<(Duration, Duration)> {
+        let (lo, hi) = match self {
+            DurRange::Fixed(s) => (dur(s, field)?, dur(s, field)?),
+            DurRange::Range { min, max } => (dur(min, field)?, dur(max, field)?),
+        };
+        if lo < Duration::zero() || hi < lo {
+            bail!("{field}: need 0 <= min <= max");
+        }
+        Ok((lo, hi))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Delays {
+    /// Claim created -> instance launched.
+    pub provisioning: DurRange,
+    /// Launched -> Node registered.
+    pub registration: DurRange,
+    /// Registered -> Node Ready.
+    pub ready: DurRange,
+    /// Claim deleted -> drained and finalized (cut off at tGP).
+    pub drain: DurRange,
+}
+
+impl Default for Delays {
+    fn default() -> Self {
+        Delays {
+            provisioning: DurRange::Range { min: "30s".into(), max: "90s".into() },
+            registration: DurRange::Range { min: "20s".into(), max: "40s".into() },
+            ready: DurRange::Range { min: "10s".into(), max: "30s".into() },
+            drain: DurRange::Range { min: "1m".into(), max: "6m".into() },
+        }
+    }
+}
+
+/// Probabilities of the cluster misbehaving, per provisioning or per drain.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Failures {
+    #[serde(default)]
+    pub provisioning_never_completes: f64,
+    #[serde(default)]
+    pub node_never_ready: f64,
+    /// The drain hangs past tGP + buffer (a stuck volume detach).
+    #[serde(default)]
+    pub stuck_drain: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Shortage {
+    pub pool: String,
+    /// Offset from the start.
+    pub from: String,
+    #[serde(rename = "for")]
+    pub duration: String,
+}
+
+/// One operator action at `at` (offset from the start).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScriptStep {
+    pub at: String,
+    pub action: ActionKind,
+    #[serde(default)]
+    pub pool: Option<String>,
+    /// Which node of the pool (cordon, doNotDisrupt, deleteClaim).
+    #[serde(default)]
+    pub node: Option<NodePick>,
+    /// freeze: how long.
+    #[serde(default, rename = "for")]
+    pub duration: Option<String>,
+    /// applyPolicy: the manifest.
+    #[serde(default)]
+    pub policy: Option<Box<RotationPolicy>>,
+    /// deletePolicy: its name.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ActionKind {
+    /// `noderotation.io/freeze` on the pool, until `at + for`.
+    Freeze,
+    Unfreeze,
+    ApplyPolicy,
+    DeletePolicy,
+    /// The operator's own cordon (no `cordoned` marker).
+    Cordon,
+    /// Uncordons a node the operator cordoned.
+    Uncordon,
+    /// The operator's own `karpenter.sh/do-not-disrupt: "true"`.
+    DoNotDisrupt,
+    /// Removes the operator's do-not-disrupt.
+    AllowDisrupt,
+    /// `kubectl delete nodeclaim`.
+    DeleteClaim,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum NodePick {
+    /// The claim with the earliest creation time.
+    #[default]
+    Oldest,
+    Newest,
+    /// A seeded choice.
+    Random,
+    /// The node of the pool's anchored claim (else the oldest).
+    Anchored,
+}
+
+/// Fault rates for `--faults`. Per controller write for crashes and API errors, per pass for
+/// leader changes, per step for the world's injected faults.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FaultRates {
+    /// Crash around a write (half before it applies, half after).
+    pub crash: f64,
+    /// Leader change to the other instance, per pass.
+    pub leader_change: f64,
+    /// The deposed leader still runs one pass after the new one took over.
+    pub zombie_pass: f64,
+    pub conflict: f64,
+    pub transient: f64,
+    pub apply_then_transient: f64,
+    /// Cache lag bound.
+    pub cache_lag: String,
+    /// Wake-ups delivered late (up to the lag bound), duplicated, or lost (coalesced).
+    pub wake_late: f64,
+    pub wake_duplicate: f64,
+    pub wake_drop: f64,
+    pub provisioning_never_completes: f64,
+    pub node_never_ready: f64,
+    pub stuck_drain: f64,
+    /// Per pass over an anchored pending rotation: Karpenter force-expires the candidate.
+    pub expire_pending: f64,
+    /// Per rotation reaching readyTimeout: the claim is finalized as the rollback runs.
+    pub finalize_in_rollback: f64,
+    /// Per pass with a Running placeholder: it is preempted.
+    pub preempt_placeholder: f64,
+    /// Per pass with a bound placeholder: its host node is deleted (interruption).
+    pub delete_host: f64,
+}
+
+impl Default for FaultRates {
+    fn default() -> Self {
+        FaultRates {
+            crash: 0.004,
+            leader_change: 0.0005,
+            zombie_pass: 0.3,
+            conflict: 0.01,
+            transient: 0.01,
+            apply_then_transient: 0.01,
+            cache_lag: "5s".into(),
+            wake_late: 0.1,
+            wake_duplicate: 0.05,
+            wake_drop: 0.05,
+            provisioning_never_completes: 0.05,
+            node_never_ready: 0.03,
+            stuck_drain: 0.05,
+            expire_pending: 0.002,
+            finalize_in_rollback: 0.3,
+            preempt_placeholder: 0.01,
+            delete_host: 0.003,
+        }
+    }
+}
+
+/// What the scenario promises, checked by the invariants.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Expect {
+    /// Invariant 8 applies (no forced expiry, every rotation finishes) when faults are off.
+    pub liveness: bool,
+}
+
+impl Default for Expect {
+    fn default() -> Self {
+        Expect { liveness: true }
+    }
+}
+
+fn dur(s: &str, field: &str) -> anyhow::Result<Duration> {
+    duration::parse_with_days(s).map_err(|e| anyhow!("{field}: {e}"))
+}
+
+fn resources(map: &BTreeMap<String, String>, field: &str) -> anyhow::Result<Resources> {
+    map.iter()
+        .map(|(k, v)| {
+            let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.clone());
+            let m =
+                quantity_millis(&q).ok_or_else(|| anyhow!("{field}.{k}: bad quantity {v:?}"))?;
+            Ok((k.clone(), m))
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compiled form
+
+/// A scenario with every value parsed and checked.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub name: String,
+    pub description: String,
+    pub start: DateTime<Utc>,
+    pub weeks: u32,
+    pub pools: Vec<PoolPlan>,
+    pub policies: Vec<RotationPolicy>,
+    pub provisioning: (Duration, Duration),
+    pub registration: (Duration, Duration),
+    pub ready: (Duration, Duration),
+    pub drain: (Duration, Duration),
+    pub failures: Failures,
+    pub shortages: Vec<(String, DateTime<Utc>, DateTime<Utc>)>,
+    pub script: Vec<Step>,
+    pub faults: FaultPlan,
+    pub expect: Expect,
+    /// The source text (for the report).
+    pub source: Scenario,
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolPlan {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub nodes: u32,
+    pub spare_nodes: u32,
+    pub expire_after: ExpireAfter,
+    /// As written into the template (Go syntax).
+    pub expire_after_go: String,
+    pub tgp: Option<Duration>,
+    pub tgp_go: Option<String>,
+    pub limits: BTreeMap<String, String>,
+    pub replicas: Option<i64>,
+    pub zones: Vec<String>,
+    pub taints: Vec<Taint>,
+    pub allocatable: Resources,
+    pub allocatable_raw: BTreeMap<String, String>,
+    pub pods_per_node: u32,
+    pub pod_requests: Resources,
+    pub pod_requests_raw: BTreeMap<String, String>,
+    pub daemonset: Resources,
+    pub daemonset_raw: BTreeMap<String, String>,
+    pub age_min: Duration,
+    pub age_max: Duration,
+    pub batch: Option<Duration>,
+    pub jitter: Duration,
+    pub consolidate_after: Option<Duration>,
+}
+
+impl PoolPlan {
+    /// Nodes the pool should have when nothing is in flight.
+    pub fn base_count(&self) -> u32 {
+        match self.replicas {
+            Some(r) => u32::try_from(r.max(0)).unwrap_or(0),
+            None => self.nodes + self.spare_nodes,
+        }
+    }
+}
+
+/// A script step, compiled.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub at: DateTime<Utc>,
+    pub action: ActionKind,
+    pub pool: Option<String>,
+    pub node: NodePick,
+    pub until: Option<DateTime<Utc>>,
+    pub policy: Option<RotationPolicy>,
+    pub name: Option<String>,
+}
+
+/// Fault rates, compiled.
+#[derive(Debug, Clone)]
+pub struct FaultPlan {
+    pub rates: FaultRates,
+    pub cache_lag: Duration,
+}
+
+impl Scenario {
+    pub fn from_yaml(text: &str) -> anyhow::Result<Scenario> {
+        serde_yaml::from_str(text).map_err(|e| anyhow!("scenario: {e}"))
+    }
+
+    pub fn load(path: &std::path::Path) -> anyhow::Result<Scenario> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read", path.display()))?;
+        Scenario::from_yaml(&text).with_context(|| path.display().to_string())
+    }
+
+    pub fn default_fleet() -> anyhow::Result<Scenario> {
+        Scenario::from_yaml(DEFAULT_SCENARIO)
+    }
+
+    /// Parses and checks every value.
+    pub fn compile(&self) -> anyhow::Result<Compiled> {
+        if self.pools.is_empty() {
+            bail!("pools: at least one pool");
+        }
+        let mut pools = Vec::new();
+        let mut names = std::collections::BTreeSet::new();
+        for (i, p) in self.pools.iter().enumerate() {
+            let f = |x: &str| format!("pools[{i}].{x}");
+            if !names.insert(p.name.clone()) {
+                bail!("{}: duplicate pool name {:?}", f("name"), p.name);
+            }
+            if p.name.is_empty()
+                || !p.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            {
+                bail!("{}: a DNS label (lowercase letters, digits, '-')", f("name"));
+            }
+            let expire_after = ExpireAfter::parse_with_days(&p.expire_after)
+                .map_err(|e| anyhow!("{}: {e}", f("expireAfter")))?;
+            let tgp = p
+                .termination_grace_period
+                .as_deref()
+                .map(|s| dur(s, &f("terminationGracePeriod")))
+                .transpose()?;
+            if p.zones.is_empty() {
+                bail!("{}: at least one zone", f("zones"));
+            }
+            let allocatable = resources(&p.node, &f("node"))?;
+            let pod_requests = resources(&p.workload.requests, &f("workload.requests"))?;
+            let daemonset = resources(&p.daemon_set, &f("daemonSet"))?;
+            let mut used = daemonset.clone();
+            for (k, v) in &pod_requests {
+                *used.entry(k.clone()).or_insert(0) += v * i128::from(p.workload.pods_per_node);
+            }
+            for (k, v) in &used {
+                if allocatable.get(k).copied().unwrap_or(0) < *v {
+                    bail!(
+                        "{}: {} pods of {} plus the DaemonSet do not fit a node ({k})",
+                        f("workload"),
+                        p.workload.pods_per_node,
+                        f("workload.requests")
+                    );
+                }
+            }
+            pools.push(PoolPlan {
+                name: p.name.clone(),
+                labels: p.labels.clone(),
+                nodes: p.nodes,
+                spare_nodes: p.spare_nodes,
+                expire_after,
+                expire_after_go: match expire_after {
+                    ExpireAfter::Never => "Never".into(),
+                    ExpireAfter::After(d) => duration::format(d),
+                },
+                tgp,
+                tgp_go: tgp.map(duration::format),
+                limits: p.limits.clone(),
+                replicas: p.replicas,
+                zones: p.zones.clone(),
+                taints: p.taints.clone(),
+                allocatable,
+                allocatable_raw: p.node.clone(),
+                pods_per_node: p.workload.pods_per_node,
+                pod_requests,
+                pod_requests_raw: p.workload.requests.clone(),
+                daemonset,
+                daemonset_raw: p.daemon_set.clone(),
+                age_min: dur(&p.age.min, &f("age.min"))?,
+                age_max: dur(&p.age.max, &f("age.max"))?,
+                batch: p.age.batch.as_deref().map(|s| dur(s, &f("age.batch"))).transpose()?,
+                jitter: dur(&p.age.jitter, &f("age.jitter"))?,
+                consolidate_after: match p.consolidate_after.as_str() {
+                    "Never" => None,
+                    other => Some(dur(other, &f("consolidateAfter"))?),
+                },
+            });
+        }
+        for (i, policy) in self.policies.iter().enumerate() {
+            if policy.metadata.name.as_deref().is_none_or(str::is_empty) {
+                bail!("policies[{i}].metadata.name: required");
+            }
+            // An invalid policy is a legitimate scenario (the controller must not rotate), but
+            // a typo in a shipped scenario should be loud: warn through the error text.
+            if let Err(e) = Effective::from_spec(&policy.spec) {
+                bail!("policies[{i}] ({}): {e}", policy.metadata.name.as_deref().unwrap_or(""));
+            }
+        }
+        let at = |s: &str, field: &str| -> anyhow::Result<DateTime<Utc>> {
+            Ok(self.start + dur(s, field)?)
+        };
+        let mut shortages = Vec::new();
+        for (i, s) in self.shortages.iter().enumerate() {
+            if !names.contains(&s.pool) {
+                bail!("shortages[{i}].pool: no pool {:?}", s.pool);
+            }
+            let from = at(&s.from, &format!("shortages[{i}].from"))?;
+            shortages.push((s.pool.clone(), from, from + dur(&s.duration, "shortages.for")?));
+        }
+        let mut script = Vec::new();
+        for (i, s) in self.script.iter().enumerate() {
+            let f = |x: &str| format!("script[{i}].{x}");
+            let when = at(&s.at, &f("at"))?;
+            let needs_pool =
+                !matches!(s.action, ActionKind::ApplyPolicy | ActionKind::DeletePolicy);
+            if needs_pool {
+                match &s.pool {
+                    Some(p) if names.contains(p) => {}
+                    Some(p) => bail!("{}: no pool {p:?}", f("pool")),
+                    None => bail!("{}: required for {:?}", f("pool"), s.action),
+                }
+            }
+            let until = match (s.action, &s.duration) {
+                (ActionKind::Freeze, Some(d)) => Some(when + dur(d, &f("for"))?),
+                (ActionKind::Freeze, None) => bail!("{}: required for freeze", f("for")),
+                _ => None,
+            };
+            if s.action == ActionKind::ApplyPolicy && s.policy.is_none() {
+                bail!("{}: required for applyPolicy", f("policy"));
+            }
+            if s.action == ActionKind::DeletePolicy && s.name.is_none() {
+                bail!("{}: required for deletePolicy", f("name"));
+            }
+            script.push(Step {
+                at: when,
+                action: s.action,
+                pool: s.pool.clone(),
+                node: s.node.unwrap_or_default(),
+                until,
+                policy: s.policy.as_deref().cloned(),
+                name: s.name.clone(),
+            });
+        }
+        script.sort_by_key(|s| s.at);
+        let rates = self.faults.clone().unwrap_or_default();
+        let cache_lag = dur(&rates.cache_lag, "faults.cacheLag")?;
+        let delays = &self.delays;
+        Ok(Compiled {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            start: self.start,
+            weeks: self.weeks,
+            pools,
+            policies: self.policies.clone(),
+            provisioning: delays.provisioning.compile("delays.provisioning")?,
+            registration: delays.registration.compile("delays.registration")?,
+            ready: delays.ready.compile("delays.ready")?,
+            drain: delays.drain.compile("delays.drain")?,
+            failures: self.failures.clone(),
+            shortages,
+            script,
+            faults: FaultPlan { rates, cache_lag },
+            expect: self.expect.clone(),
+            source: self.clone(),
+        })
+    }
+}
