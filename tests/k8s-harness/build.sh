@@ -2,10 +2,26 @@
 # Build the apiserver-tier binaries (kube-apiserver, etcd, kubectl, up) from the Go modules
 # pinned in go.mod/go.sum. Idempotent: skips binaries whose inputs did not change.
 #
+#   build.sh               the apiserver tier
+#   build.sh --full-stack  also kube-scheduler, kube-controller-manager (same k8s module), and
+#                          `go install` of Karpenter's KWOK provider and of KWOK at their tags
+#
 # Output dir: ${NODEROTATION_BIN_CACHE:-<repo>/tests/.bin}/k8s-<version>-<hash of go.sum>/
-# Prints that dir as the only line on stdout (logs go to stderr), so:
-#   BIN=$(tests/k8s-harness/build.sh)
+# Karpenter and KWOK (both binaries are named `kwok`) go to sibling dirs keyed by their version,
+# karpenter-kwok-<v>/ and kwok-<v>/, and are linked into the output dir as `karpenter` and `kwok`.
+# Prints the output dir as the only line on stdout (logs go to stderr), so:
+#   BIN=$(tests/k8s-harness/build.sh [--full-stack])
 set -euo pipefail
+
+FULL=0
+for a in "$@"; do
+  case "$a" in
+    --full-stack) FULL=1 ;;
+    *) echo "build.sh: unknown argument $a (usage: build.sh [--full-stack])" >&2; exit 2 ;;
+  esac
+done
+KARPENTER_VERSION=v1.14.1   # sigs.k8s.io/karpenter, its kwok/ main package
+KWOK_VERSION=v0.8.0         # sigs.k8s.io/kwok/cmd/kwok
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -30,7 +46,11 @@ declare -A PKG=(
   [etcd]=./cmd/etcd
   [kubectl]=./cmd/kubectl
   [up]=./cmd/up
+  [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
+  [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
 )
+BINS=(kube-apiserver etcd kubectl up)
+[ "$FULL" = 1 ] && BINS+=(kube-scheduler kube-controller-manager)
 stamp() {
   { go env GOVERSION; cat go.mod go.sum; echo "${BUILDFLAGS[*]} $CGO_ENABLED";
     if [ -d "cmd/$1" ]; then cat "cmd/$1"/*.go; fi; } | sha256sum | cut -c1-16
@@ -38,7 +58,7 @@ stamp() {
 
 start=$(date +%s)
 todo=()
-for b in kube-apiserver etcd kubectl up; do
+for b in "${BINS[@]}"; do
   if [ -x "$OUT/$b" ] && [ "$(cat "$OUT/.$b.stamp" 2>/dev/null)" = "$(stamp "$b")" ]; then
     continue
   fi
@@ -62,7 +82,31 @@ fi
 
 # Karpenter CRDs are read from the module cache at run time (never copied into the repo).
 # Run outside this module so go.mod/go.sum are never touched.
-(cd / && GOFLAGS= $NICE go mod download sigs.k8s.io/karpenter@v1.14.1)
+(cd / && GOFLAGS= $NICE go mod download sigs.k8s.io/karpenter@$KARPENTER_VERSION)
+
+# Full stack: Karpenter's KWOK provider and KWOK, each `go install`ed at its tag with its own
+# go.mod (their k8s library versions differ from ours and from each other). Both binaries are
+# named kwok, so each gets its own dir, keyed by version; a stamp (Go version + flags) decides
+# whether to reinstall. Run outside any module: go.mod/go.sum here are never touched.
+install_at() { # <dir name> <package@version>
+  local dir="${NODEROTATION_BIN_CACHE:-$REPO/tests/.bin}/$1" want
+  want=$(printf '%s\n' "$(go env GOVERSION)" "$2" "-trimpath $CGO_ENABLED" | sha256sum | cut -c1-16)
+  if [ -x "$dir/kwok" ] && [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$want" ]; then
+    return 0
+  fi
+  echo "build.sh: go install $2 into $dir" >&2
+  mkdir -p "$dir"
+  (cd / && GOFLAGS= GOBIN="$dir" $NICE go install -trimpath "$2")
+  echo "$want" > "$dir/.stamp"
+}
+if [ "$FULL" = 1 ]; then
+  install_at "karpenter-kwok-$KARPENTER_VERSION" "sigs.k8s.io/karpenter/kwok@$KARPENTER_VERSION"
+  install_at "kwok-$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  # `up` finds every binary next to itself.
+  ln -sfn "../karpenter-kwok-$KARPENTER_VERSION/kwok" "$OUT/karpenter"
+  ln -sfn "../kwok-$KWOK_VERSION/kwok" "$OUT/kwok"
+  (cd / && GOFLAGS= $NICE go mod download sigs.k8s.io/kwok@$KWOK_VERSION)   # stages, read at run time
+fi
 
 echo "build.sh: done in $(( $(date +%s) - start ))s" >&2
 echo "$OUT"

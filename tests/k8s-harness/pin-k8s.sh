@@ -11,5 +11,6 @@ for m in $(awk '$2=="v0.0.0"{print $1}' "$GOMOD"); do go mod edit -replace="$m=$
 # copy godebug lines of the k8s go.mod
 for d in $(awk '$1=="godebug" && $2!="(" {print $2}' "$GOMOD"); do go mod edit -godebug="$d"; done
 $NICE go get "k8s.io/kubernetes@v$K" "k8s.io/kubectl@v$S" "k8s.io/component-base@v$S"
-$NICE go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@v$K"  # explicit @v: without it -tool means @upgrade (latest k8s)
+$NICE go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@v$K" "k8s.io/kubernetes/cmd/kube-scheduler@v$K" \
+  "k8s.io/kubernetes/cmd/kube-controller-manager@v$K"  # explicit @v: without it -tool means @upgrade (latest k8s)
 $NICE go mod tidy

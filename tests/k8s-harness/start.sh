@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Start the apiserver-tier control plane in the background and print shell exports:
+# Start the apiserver-tier control plane (or, with --full-stack, the full stack: + scheduler,
+# controller-manager, KWOK, Karpenter) in the background and print shell exports:
 #
-#   eval "$(tests/k8s-harness/start.sh [--karpenter-crds])"
+#   eval "$(tests/k8s-harness/start.sh [--karpenter-crds | --full-stack])"
 #   kubectl get ns                     # $HARNESS_BIN/kubectl, KUBECONFIG is exported
 #   tests/k8s-harness/stop.sh          # or: kill $HARNESS_PID
 #
@@ -11,7 +12,9 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-BIN=$("$HERE/build.sh")   # no-op (~1s) when the binaries are cached
+BUILD_ARGS=()
+for a in "$@"; do [ "$a" = "--full-stack" ] && BUILD_ARGS=(--full-stack); done
+BIN=$("$HERE/build.sh" "${BUILD_ARGS[@]}")   # no-op (~1s) when the binaries are cached
 
 READY=$(mktemp -u "${TMPDIR:-/tmp}/k8s-harness-ready.XXXXXX")
 LOG="$READY.log"
@@ -30,7 +33,8 @@ while [ ! -s "$READY" ]; do
   sleep 0.2
 done
 t1=$(date +%s.%N)
-echo "start.sh: control plane ready in $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}")s (pid $PID)" >&2
+START_SECONDS=$(awk "BEGIN{printf \"%.1f\", $t1 - $t0}")
+echo "start.sh: control plane ready in ${START_SECONDS}s (pid $PID)" >&2
 
 field() { sed -n "s/.*\"$1\": \"\(.*\)\".*/\1/p" "$READY"; }
 KC=$(field kubeconfig)
@@ -42,5 +46,6 @@ export HARNESS_PID=$PID
 export HARNESS_READY_FILE='$READY'
 export HARNESS_LOG='$LOG'
 export HARNESS_BIN='$BIN'
+export HARNESS_START_SECONDS='$START_SECONDS'
 export PATH='$BIN':"\$PATH"
 EOF

@@ -2,8 +2,10 @@
 // 127.0.0.1, writes kubeconfigs and a JSON ready file, then waits. On SIGTERM/SIGINT it
 // stops the children in reverse order and removes its temp dir.
 //
-// The etcd and kube-apiserver binaries are looked up next to this executable
-// (override with --bin-dir).
+// With --full-stack it also starts kube-scheduler, kube-controller-manager, KWOK and
+// Karpenter's KWOK provider, applies every Karpenter CRD and the E2E fixtures (fullstack.go).
+//
+// The binaries are looked up next to this executable (override with --bin-dir).
 package main
 
 import (
@@ -61,6 +63,8 @@ type readyInfo struct {
 	PID                  int    `json:"pid"`
 	EtcdEndpoint         string `json:"etcdEndpoint"`
 	ControllerUser       string `json:"controllerUser"`
+	// Set with --full-stack only.
+	FullStack *fullStackInfo `json:"fullStack,omitempty"`
 }
 
 type child struct {
@@ -90,7 +94,16 @@ func main() {
 	timeout := flag.Duration("timeout", 120*time.Second, "readiness timeout")
 	keepDir := flag.Bool("keep-dir", false, "do not remove the temp dir on exit (debugging)")
 	verbosity := flag.Int("v", 0, "kube-apiserver log verbosity")
+	fullStack := flag.Bool("full-stack", false, "also start kube-scheduler, kube-controller-manager, KWOK and Karpenter (implies every Karpenter CRD)")
+	kwokDir := flag.String("kwok-dir", "", "KWOK module dir for the stages (default: .Dir of go mod download -json "+kwokModule+")")
+	karpenterLogLevel := flag.String("karpenter-log-level", "debug", "Karpenter LOG_LEVEL (debug, info, error)")
+	schedulerVerbosity := flag.Int("scheduler-v", 2, "kube-scheduler log verbosity")
 	flag.Parse()
+	timeoutSet := false
+	flag.Visit(func(f *flag.Flag) { timeoutSet = timeoutSet || f.Name == "timeout" })
+	if *fullStack && !timeoutSet {
+		*timeout = 600 * time.Second // Karpenter's first start on 2 busy cores
+	}
 	log.SetPrefix("up: ")
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 
@@ -122,7 +135,8 @@ func main() {
 	}
 	fail := func(format string, args ...any) {
 		log.Printf(format, args...)
-		for _, n := range []string{"etcd.log", "kube-apiserver.log"} {
+		for _, n := range []string{"etcd.log", "kube-apiserver.log", "kube-scheduler.log",
+			"kube-controller-manager.log", "kwok.log", "karpenter.log"} {
 			tailLog(filepath.Join(dir, n))
 		}
 		cleanup()
@@ -147,7 +161,16 @@ func main() {
 	if err != nil {
 		fail("startup failed: %v", err)
 	}
-	if *karpenterCRDs {
+	if *fullStack {
+		fs, err := startFullStack(ctx, info, *binDir, fullStackOptions{
+			karpenterDir: *karpenterDir, kwokDir: *kwokDir,
+			karpenterLogLevel: *karpenterLogLevel, schedulerVerbosity: *schedulerVerbosity,
+		})
+		if err != nil {
+			fail("full stack: %v", err)
+		}
+		info.FullStack = fs
+	} else if *karpenterCRDs {
 		if err := applyKarpenterCRDs(ctx, info.Kubeconfig, *karpenterDir, strings.Split(*crdFiles, ",")); err != nil {
 			fail("karpenter CRDs: %v", err)
 		}
@@ -406,6 +429,11 @@ func applyKarpenterCRDs(ctx context.Context, kubeconfigPath, modDir string, file
 // ---- processes ----
 
 func startChild(dir, name, bin string, args ...string) error {
+	return startChildEnv(dir, name, bin, nil, args...)
+}
+
+// startChildEnv starts bin with extra environment variables (appended to up's own).
+func startChildEnv(dir, name, bin string, env []string, args ...string) error {
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		return err
@@ -413,6 +441,9 @@ func startChild(dir, name, bin string, args ...string) error {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	// Own process group: a terminal ^C reaches only `up`, which then stops children in order.
 	// Pdeathsig: if `up` is killed hard, the kernel kills the children.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
