@@ -1,0 +1,969 @@
+//! The full-stack tier: `noderotation run` against the real Karpenter (KWOK provider), real
+//! kube-scheduler and kube-controller-manager, KWOK as the kubelet, and real Deployments with
+//! PodDisruptionBudgets (tests/k8s-harness, `up --full-stack`).
+//!
+//! Run: `eval "$(tests/k8s-harness/start.sh --full-stack)"; cargo test --test fullstack --
+//! --test-threads=5 --nocapture` (scenario 4 waits for Karpenter's forced expiry, about
+//! expireAfter, alongside the others). Without the full stack every test prints why and passes;
+//! with `NODEROTATION_FULL_STACK=1` a missing stack fails instead.
+//!
+//! Each scenario records its figures (tests/fullstack/report.rs); the run's last scenario writes
+//! `docs/validation.md`.
+#[path = "fullstack/report.rs"]
+mod report;
+#[path = "fullstack/stack.rs"]
+mod stack;
+#[path = "apiserver/support.rs"]
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use chrono::DateTime;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use noderotation::karpenter::NODEPOOL_LABEL;
+use serde_json::{Value, json};
+use stack::*;
+use support::{Error, TestResult};
+
+/// One controller at a time (each watches every pool). Scenario 4 runs no controller and does
+/// not take it, so it waits out Karpenter's expiry alongside the others.
+static ONE_CONTROLLER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// expireAfter of scenarios 1 and 4 (`NODEROTATION_FULL_STACK_EXPIRE_AFTER`, default 20m):
+/// scenario 4 lasts about this long.
+fn expire_after() -> String {
+    std::env::var("NODEROTATION_FULL_STACK_EXPIRE_AFTER").unwrap_or_else(|_| "20m".into())
+}
+const TGP: &str = "4m";
+const READY_TIMEOUT: &str = "4m";
+const APP: &str = "app";
+/// 3 x 1200m = 3600m of the node's 3900m allocatable: one node, full.
+const REPLICAS: i32 = 3;
+const APP_CPU: &str = "1200m";
+
+macro_rules! full_stack {
+    () => {
+        match stack::stack() {
+            Some(s) => s,
+            None => return Ok(()),
+        }
+    };
+}
+
+fn always_open() -> Value {
+    json!([{"timezone": "UTC", "days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
+            "start": "00:00", "end": "00:00"}])
+}
+
+fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn pool(expire_after: &str, tgp: &str, consolidate_after: &str) -> PoolSpec {
+    PoolSpec {
+        expire_after: expire_after.into(),
+        termination_grace_period: tgp.into(),
+        consolidate_after: consolidate_after.into(),
+    }
+}
+
+fn registration_delay_secs() -> f64 {
+    go_duration(&registration_delay()).num_seconds() as f64
+}
+
+/// Marks the world passed when `result` is Ok (its Drop then skips keeping the logs).
+fn done(world: &World, result: TestResult) -> TestResult {
+    if result.is_ok() {
+        world.pass();
+    }
+    result
+}
+
+/// The pool's state at each step of a rotation of `claim`, polled until it settles.
+#[derive(Debug, Default, Clone)]
+struct RotationTimeline {
+    started_at: Option<DateTime<chrono::Utc>>,
+    pending_seen: Option<DateTime<chrono::Utc>>,
+    draining_seen: Option<DateTime<chrono::Utc>>,
+    draining_at: Option<DateTime<chrono::Utc>>,
+    surge_wait: Option<String>,
+    surge_path: Option<String>,
+    rotation_mode: Option<String>,
+    last_rotation_at: Option<DateTime<chrono::Utc>>,
+    settled_seen: Option<DateTime<chrono::Utc>>,
+}
+
+fn rfc3339(s: Option<&String>) -> Option<DateTime<chrono::Utc>> {
+    s.and_then(|v| DateTime::parse_from_rfc3339(v).ok()).map(|t| t.to_utc())
+}
+
+/// Follows a rotation of `claim` in the world's pool until the anchor is released, calling
+/// `on_state` on every new claim state (the scenario's hooks). Records what the pool showed.
+async fn follow_rotation<F, Fut>(
+    world: &World,
+    claim: &str,
+    timeout: Duration,
+    mut on_state: F,
+) -> Result<RotationTimeline, Error>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(), Error>>,
+{
+    let start = Instant::now();
+    let mut tl = RotationTimeline::default();
+    let mut last_state: Option<String> = None;
+    let mut anchored = false;
+    loop {
+        let ann = world.pool_annotations().await;
+        let state = world.annotation("NodeClaim", claim, "state").await;
+        if let Some(s) = &state
+            && last_state.as_ref() != Some(s)
+        {
+            eprintln!("[{}] claim {claim}: state {s}", world.name);
+            match s.as_str() {
+                "pending" => tl.pending_seen = tl.pending_seen.or(Some(now())),
+                "draining" => tl.draining_seen = tl.draining_seen.or(Some(now())),
+                _ => {}
+            }
+            if tl.started_at.is_none() {
+                tl.started_at =
+                    rfc3339(world.annotation("NodeClaim", claim, "started-at").await.as_ref());
+            }
+            last_state = Some(s.clone());
+            on_state(s.clone()).await?;
+        }
+        let anchor = ann.get(&format!("{ANN}active-rotation"));
+        if anchor.map(String::as_str) == Some(claim) {
+            anchored = true;
+            tl.draining_at = tl.draining_at.or(rfc3339(ann.get(&format!("{ANN}draining-at"))));
+            tl.surge_wait = tl.surge_wait.clone().or(ann.get(&format!("{ANN}surge-wait")).cloned());
+            tl.surge_path = tl.surge_path.clone().or(ann.get(&format!("{ANN}surge-path")).cloned());
+            tl.rotation_mode =
+                tl.rotation_mode.clone().or(ann.get(&format!("{ANN}rotation-mode")).cloned());
+        } else if anchored && anchor.is_none() {
+            tl.last_rotation_at = rfc3339(ann.get(&format!("{ANN}last-rotation-at")));
+            tl.settled_seen = Some(now());
+            if tl.last_rotation_at.is_none() {
+                return Err(format!(
+                    "the rotation of {claim} ended without success: pool annotations {ann:?}"
+                )
+                .into());
+            }
+            return Ok(tl);
+        }
+        if start.elapsed() > timeout {
+            return Err(format!(
+                "rotation of {claim} not settled after {timeout:?} (state {last_state:?}, pool \
+                 {ann:?})"
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Seconds in a Go duration string as the controller writes it (`1m2.5s`, `45s`, `1h0m0s`).
+fn go_secs(s: &str) -> Option<f64> {
+    let mut total = 0.0;
+    let mut num = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            num.push(c);
+            continue;
+        }
+        let n: f64 = num.parse().ok()?;
+        num.clear();
+        total += match c {
+            'h' => n * 3600.0,
+            'm' if chars.peek() == Some(&'s') => {
+                chars.next();
+                n / 1000.0
+            }
+            'm' => n * 60.0,
+            's' => n,
+            _ => return None,
+        };
+    }
+    num.is_empty().then_some(total)
+}
+
+/// Karpenter's log lines that contain `needle` and `about` (a pool or claim name), trimmed to
+/// their message, time and the fields that say what was decided.
+fn karpenter_said(stack: &Stack, needle: &str, about: &str, max: usize) -> Vec<String> {
+    stack
+        .karpenter_log_lines(needle)
+        .into_iter()
+        .filter(|l| l.contains(about))
+        .take(max)
+        .map(|l| {
+            let v: Value = serde_json::from_str(&l).unwrap_or(Value::Null);
+            if v.is_null() {
+                return l;
+            }
+            let mut keep = serde_json::Map::new();
+            for k in [
+                "time",
+                "message",
+                "NodeClaim",
+                "NodePool",
+                "Pods",
+                "reason",
+                "decision",
+                "disrupted-node-count",
+                "replacement-node-count",
+                "pod-count",
+                "command",
+                "requests",
+            ] {
+                if let Some(x) = v.get(k) {
+                    keep.insert(k.to_string(), x.clone());
+                }
+            }
+            Value::Object(keep).to_string()
+        })
+        .collect()
+}
+
+/// What Karpenter launched while a rotation ran. One claim (the surge node) is what the
+/// controller asks for; a second one is Karpenter provisioning for the pods of the node we
+/// deleted while our placeholder still held the surge node's room in its simulation.
+fn launch_observations(
+    stack: &Stack,
+    world: &World,
+    launched: &[String],
+    asked: usize,
+) -> Vec<String> {
+    let mut out = vec![format!(
+        "Karpenter launched {} claim(s) while the rotation ran ({asked} asked for by the \
+         placeholder): {}.",
+        launched.len(),
+        if launched.is_empty() { "none".into() } else { launched.join(", ") }
+    )];
+    if launched.len() > asked {
+        out.push(format!(
+            "**Extra claim.** After our delete, Karpenter's provisioner scheduled the pods of the \
+             deleting old node (`provisioner.go` `Schedule` adds \
+             `nodes.Deleting().CurrentlyReschedulablePods`, i.e. those a PDB lets go now) against \
+             the existing nodes. There the placeholder still fills the surge node: Karpenter \
+             does not simulate kube-scheduler's preemption of the negative-priority placeholder, \
+             so it launched a node for them too, while kube-scheduler put the evicted pods onto \
+             the surge node by preempting the placeholder. The extra node ends up empty (removed \
+             by emptiness consolidation if the pool consolidates; kept if consolidateAfter is \
+             Never). Karpenter's log: {}",
+            karpenter_said(stack, "found provisionable pod(s)", &world.name, 8)
+                .into_iter()
+                .chain(karpenter_said(stack, "created nodeclaim", &world.name, 8))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ));
+    }
+    out
+}
+
+/// Claims created at or after `since`, other than `except`.
+fn created_since(
+    seen: &BTreeMap<String, ClaimSeen>,
+    since: DateTime<chrono::Utc>,
+    except: &[&str],
+) -> Vec<String> {
+    seen.iter()
+        .filter(|(n, c)| !except.contains(&n.as_str()) && c.created.is_some_and(|t| t >= since))
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+// ---- 1. surge rotation, provisioned path ---------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_1_surge_rotation_on_the_provisioned_path_finishes_before_the_deadline()
+-> TestResult {
+    let stack = full_stack!();
+    let _one = ONE_CONTROLLER.lock().await;
+    let t0 = Instant::now();
+    let e = expire_after();
+    let world = World::new(&stack, "fs1-surge", pool(&e, TGP, "Never")).await?;
+    let nodes = world.deploy(APP, REPLICAS, APP_CPU, |_| {}).await?;
+    assert_eq!(nodes.len(), 1, "the workload fills exactly one node: {nodes:?}");
+    let old_node = nodes.into_iter().next().unwrap_or_default();
+    let old = world.claim_of_node(&old_node).await?;
+    let old_name = old.name_any();
+    let deadline = old.created().ok_or("claim without creationTimestamp")? + go_duration(&e);
+    let tracker = PendingTracker::start(&world, APP).await?;
+    let claims = ClaimWatch::start(&world);
+    world.apply_policy(json!({
+        "ageThreshold": "auto", "minRotationChances": 2,
+        "maintenanceWindows": always_open(),
+        "surge": {"readyTimeout": READY_TIMEOUT, "cooldownAfter": "10m", "retryBackoff": "10m"}
+    }))?;
+    let ctl = world.controller()?;
+    let result = async {
+        // auto: A = E - (K*P + t_rot) = 20m - (2*1m + 4m + 4m + 2m) = 8m for the defaults.
+        let tl =
+            follow_rotation(&world, &old_name, go_duration(&e).to_std()?, |_| async { Ok(()) })
+                .await?;
+        world.wait_running(APP, REPLICAS as usize, Duration::from_secs(120)).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (pending, tracked) = tracker.finish().await;
+        let seen = claims.stop().await;
+        let metrics = ctl.metrics().await.unwrap_or_default();
+
+        let started = tl.started_at.ok_or("no started-at seen")?;
+        let old_seen = seen.get(&old_name).ok_or("old claim never seen")?;
+        let gone = old_seen.gone.ok_or("the old claim is not gone")?;
+        let deleted = old_seen.deletion.ok_or("no deletionTimestamp seen on the old claim")?;
+        assert!(
+            old_seen.states.contains(&"draining".to_string()),
+            "the old claim was deleted by us (state draining first): {:?}",
+            old_seen.states
+        );
+        assert_eq!(tl.surge_path.as_deref(), Some("provisioned"), "{tl:?}");
+        let margin = secs(gone, deadline);
+        assert!(margin > 0.0, "the rotation finished {margin:.0}s after the deadline");
+        let new_claims = created_since(&seen, started, &[]);
+        assert!(!new_claims.is_empty(), "Karpenter provisioned no claim for the placeholder");
+        // The workload now runs on the surge node, which Karpenter launched for our placeholder.
+        let hosts: BTreeSet<String> = world.pods(APP).await?.iter().filter_map(node_of).collect();
+        let surge_nodes: BTreeSet<String> =
+            new_claims.iter().filter_map(|c| seen[c].node.clone()).collect();
+        assert!(hosts.is_subset(&surge_nodes), "workload on {hosts:?}, new nodes {surge_nodes:?}");
+        // G2: no pod waited for a node to boot.
+        assert!(
+            pending.longest_pending_seconds < registration_delay_secs(),
+            "a workload pod was Pending {:.1}s, as long as a node takes to register",
+            pending.longest_pending_seconds
+        );
+        assert_eq!(
+            metric(
+                &metrics,
+                "noderotation_completed_total",
+                &[("nodepool", &world.name), ("outcome", "success")]
+            ),
+            Some(1.0)
+        );
+
+        let mut observations = launch_observations(&stack, &world, &new_claims, 1);
+        observations.push(format!(
+            "Placeholder {:?}; the evicted pods reached the surge node by preempting it (longest \
+             Pending {:.3}s).",
+            tracked.placeholders, pending.longest_pending_seconds
+        ));
+        let surge_wait = tl.surge_wait.as_deref().and_then(go_secs);
+        let drain = tl.draining_at.map(|d| secs(d, gone));
+        let mut figures = BTreeMap::new();
+        figures.insert("surge_wait_s (pending -> surge Ready)".into(), json!(surge_wait));
+        figures.insert("drain_s (old claim deleted -> gone)".into(), json!(drain));
+        figures.insert("rotation_s (started -> old claim gone)".into(), json!(secs(started, gone)));
+        figures.insert("deadline_margin_s (deadline - old claim gone)".into(), json!(margin));
+        figures.insert(
+            "started_at_age_s (claim age at start)".into(),
+            json!(secs(old.created().unwrap_or(started), started)),
+        );
+        figures
+            .insert("old_claim_deleted_before_deadline_s".into(), json!(secs(deleted, deadline)));
+        figures.insert("claims_launched_during_rotation".into(), json!(new_claims.len()));
+        let result = report::ScenarioResult {
+            scenario: "1".into(),
+            run_id: stack.run_id.clone(),
+            finished_at: now().to_rfc3339(),
+            wall_seconds: t0.elapsed().as_secs_f64(),
+            settings: settings(&[
+                ("expireAfter", &e),
+                ("terminationGracePeriod", TGP),
+                ("ageThreshold", "auto"),
+                ("minRotationChances", "2"),
+                ("readyTimeout", READY_TIMEOUT),
+                ("registration delay", &registration_delay()),
+            ]),
+            pending: Some(pending),
+            figures,
+            observations,
+        };
+        eprintln!("scenario 1: {result:#?}");
+        let all = report::record(&stack, &result);
+        compare_ours_and_alone(&all)
+    }
+    .await;
+    done(&world, result)
+}
+
+/// Once scenarios 1 and 4 have both run: ours must be lower on both figures.
+fn compare_ours_and_alone(all: &BTreeMap<String, report::ScenarioResult>) -> TestResult {
+    if let Some((ours, alone)) = report::comparison(all) {
+        eprintln!("ours {ours:?}\nKarpenter alone {alone:?}");
+        assert!(
+            ours.longest_pending_seconds < alone.longest_pending_seconds,
+            "longest pending: ours {:.1}s, Karpenter alone {:.1}s",
+            ours.longest_pending_seconds,
+            alone.longest_pending_seconds
+        );
+        assert!(
+            ours.pending_pod_seconds < alone.pending_pod_seconds,
+            "pending-pod-seconds: ours {:.1}, Karpenter alone {:.1}",
+            ours.pending_pod_seconds,
+            alone.pending_pod_seconds
+        );
+    }
+    Ok(())
+}
+
+// ---- 4. Karpenter alone --------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_4_karpenter_alone_force_expires_at_the_deadline() -> TestResult {
+    let stack = full_stack!();
+    let t0 = Instant::now();
+    let e = expire_after();
+    // The same pool and workload as scenario 1; no RotationPolicy selects this pool, so a
+    // controller that another scenario runs meanwhile does not govern it (checked below).
+    let world = World::new(&stack, "fs4-alone", pool(&e, TGP, "Never")).await?;
+    let result = async {
+        let nodes = world.deploy(APP, REPLICAS, APP_CPU, |_| {}).await?;
+        assert_eq!(nodes.len(), 1, "the workload fills exactly one node: {nodes:?}");
+        let old_node = nodes.into_iter().next().unwrap_or_default();
+        let old = world.claim_of_node(&old_node).await?;
+        let old_name = old.name_any();
+        let created = old.created().ok_or("claim without creationTimestamp")?;
+        let deadline = created + go_duration(&e);
+        let tracker = PendingTracker::start(&world, APP).await?;
+        let claims = ClaimWatch::start(&world);
+        eprintln!("[{}] waiting for Karpenter to expire {old_name} at {deadline}", world.name);
+        let wait = (deadline - now()).to_std().unwrap_or_default() + Duration::from_secs(180);
+        eventually("Karpenter's forced expiry", wait, || async {
+            claims.seen().get(&old_name)?.deletion
+        })
+        .await?;
+        eventually("the expired claim gone", Duration::from_secs(600), || async {
+            claims.seen().get(&old_name)?.gone
+        })
+        .await?;
+        world.wait_running(APP, REPLICAS as usize, Duration::from_secs(300)).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (pending, tracked) = tracker.finish().await;
+        let seen = claims.stop().await;
+        let old_seen = &seen[&old_name];
+        let deleted = old_seen.deletion.ok_or("no deletion")?;
+        let gone = old_seen.gone.ok_or("not gone")?;
+        // Karpenter's expiry: at creationTimestamp + expireAfter (whole seconds), not earlier.
+        let late = secs(deadline, deleted);
+        assert!(late >= -1.0, "deleted {late:.0}s before the deadline: not the expiry");
+        assert!(
+            old_seen.states.is_empty(),
+            "noderotation touched the claim: {:?}",
+            old_seen.states
+        );
+        assert!(
+            tracked.placeholders.is_empty(),
+            "a placeholder for this pool: {:?}",
+            tracked.placeholders
+        );
+        let anns = world.pool_annotations().await;
+        assert!(
+            !anns.keys().any(|k| k.starts_with(ANN)),
+            "noderotation annotated the pool: {anns:?}"
+        );
+        assert!(pending.pending_pods > 0, "no workload pod was ever Pending");
+        let replacements = created_since(&seen, deleted - chrono::Duration::seconds(1), &[]);
+        let last_running = now();
+        let mut figures = BTreeMap::new();
+        figures.insert("expiry_delay_s (deletionTimestamp - deadline)".into(), json!(late));
+        figures.insert("drain_s (deleted -> gone)".into(), json!(secs(deleted, gone)));
+        figures.insert(
+            "recovery_s (deleted -> all replicas Running, upper bound)".into(),
+            json!(secs(deleted, last_running)),
+        );
+        figures.insert("claims_launched_after_expiry".into(), json!(replacements.len()));
+        let observations = vec![
+            format!(
+                "Karpenter deleted {old_name} {late:.1}s after creationTimestamp + expireAfter; \
+                 its log: {}",
+                karpenter_said(&stack, "deleting expired nodeclaim", &old_name, 3).join(" | ")
+            ),
+            format!(
+                "Replacement claims launched after the expiry: {}. The evicted pods stayed \
+                 Pending until a replacement node registered.",
+                replacements.join(", ")
+            ),
+        ];
+        let result = report::ScenarioResult {
+            scenario: "4".into(),
+            run_id: stack.run_id.clone(),
+            finished_at: now().to_rfc3339(),
+            wall_seconds: t0.elapsed().as_secs_f64(),
+            settings: settings(&[
+                ("expireAfter", &e),
+                ("terminationGracePeriod", TGP),
+                ("registration delay", &registration_delay()),
+            ]),
+            pending: Some(pending),
+            figures,
+            observations,
+        };
+        eprintln!("scenario 4: {result:#?}");
+        let all = report::record(&stack, &result);
+        compare_ours_and_alone(&all)
+    }
+    .await;
+    done(&world, result)
+}
+
+// ---- 2. absorbed path ----------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_2_spare_capacity_absorbs_the_placeholder_and_no_node_is_created() -> TestResult {
+    let stack = full_stack!();
+    let _one = ONE_CONTROLLER.lock().await;
+    let t0 = Instant::now();
+    let world = World::new(&stack, "fs2-absorbed", pool("20m", TGP, "Never")).await?;
+    let mut ctl_slot = None;
+    let result = async {
+        let nodes = world.deploy(APP, REPLICAS, APP_CPU, |_| {}).await?;
+        assert_eq!(nodes.len(), 1);
+        let old_node = nodes.into_iter().next().unwrap_or_default();
+        let old_name = world.claim_of_node(&old_node).await?.name_any();
+        // Spare capacity: a second node, launched for a filler that is then removed. The pool
+        // does not consolidate (consolidateAfter Never), so the empty node stays.
+        let spare_nodes = world.deploy("filler", 1, "3000m", |_| {}).await?;
+        let spare = spare_nodes.into_iter().next().unwrap_or_default();
+        assert_ne!(spare, old_node);
+        world.kubectl(&["-n", &world.name, "delete", "deployment", "filler"], None)?;
+        world.wait_running("filler", 0, Duration::from_secs(60)).await?;
+        let tracker = PendingTracker::start(&world, APP).await?;
+        let claims = ClaimWatch::start(&world);
+        world.apply_policy(json!({
+            "ageThreshold": "1m", "minRotationChances": 1,
+            "maintenanceWindows": always_open(),
+            "surge": {"readyTimeout": READY_TIMEOUT, "cooldownAfter": "10m", "retryBackoff": "10m"}
+        }))?;
+        let ctl = world.controller()?;
+        let ctl = ctl_slot.insert(ctl);
+        let tl = follow_rotation(&world, &old_name, Duration::from_secs(600), |_| async { Ok(()) })
+            .await?;
+        let hosts = world.wait_running(APP, REPLICAS as usize, Duration::from_secs(120)).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (pending, tracked) = tracker.finish().await;
+        let seen = claims.stop().await;
+        let started = tl.started_at.ok_or("no started-at")?;
+        assert_eq!(tl.surge_path.as_deref(), Some("absorbed"), "{tl:?}");
+        let launched = created_since(&seen, started - chrono::Duration::seconds(1), &[]);
+        assert!(
+            launched.is_empty(),
+            "Karpenter launched {launched:?} although spare capacity existed"
+        );
+        assert_eq!(hosts, BTreeSet::from([spare.clone()]), "the workload moved to the spare node");
+        let metrics = ctl.metrics().await.unwrap_or_default();
+        assert_eq!(
+            metric(
+                &metrics,
+                "noderotation_completed_total",
+                &[("nodepool", &world.name), ("outcome", "success")]
+            ),
+            Some(1.0)
+        );
+        let gone = seen.get(&old_name).and_then(|c| c.gone).ok_or("old claim not gone")?;
+        let mut figures = BTreeMap::new();
+        figures.insert("surge_wait_s".into(), json!(tl.surge_wait.as_deref().and_then(go_secs)));
+        figures.insert("drain_s".into(), json!(tl.draining_at.map(|d| secs(d, gone))));
+        figures.insert("rotation_s (started -> old claim gone)".into(), json!(secs(started, gone)));
+        figures.insert("claims_launched_during_rotation".into(), json!(launched.len()));
+        let result = report::ScenarioResult {
+            scenario: "2".into(),
+            run_id: stack.run_id.clone(),
+            finished_at: now().to_rfc3339(),
+            wall_seconds: t0.elapsed().as_secs_f64(),
+            settings: settings(&[
+                ("expireAfter", "20m"),
+                ("ageThreshold", "1m"),
+                ("readyTimeout", READY_TIMEOUT),
+            ]),
+            pending: Some(pending),
+            figures,
+            observations: [
+                vec![format!(
+                    "The placeholder {:?} was bound to the empty spare node {spare}; the workload \
+                     followed it there.",
+                    tracked.placeholders
+                )],
+                launch_observations(&stack, &world, &launched, 0),
+            ]
+            .concat(),
+        };
+        eprintln!("scenario 2: {result:#?}");
+        report::record(&stack, &result);
+        Ok(())
+    }
+    .await;
+    done(&world, result)
+}
+
+// ---- 3. forceful fallback ------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_3_a_claim_too_close_to_its_deadline_is_deleted_surge_less_respecting_the_pdb()
+-> TestResult {
+    let stack = full_stack!();
+    let _one = ONE_CONTROLLER.lock().await;
+    let t0 = Instant::now();
+    // t_rot = readyTimeout 2m + tGP 3m + 2m = 7m; auto A = 10m - (1*1m + 7m) = 2m.
+    let (e, tgp, ready_timeout) = ("10m", "3m", "2m");
+    let world = World::new(&stack, "fs3-forceful", pool(e, tgp, "Never")).await?;
+    let mut ctl_slot = None;
+    let result = async {
+        let nodes = world.deploy(APP, REPLICAS, APP_CPU, |_| {}).await?;
+        assert_eq!(nodes.len(), 1);
+        let old_node = nodes.into_iter().next().unwrap_or_default();
+        let old = world.claim_of_node(&old_node).await?;
+        let old_name = old.name_any();
+        let created = old.created().ok_or("no creationTimestamp")?;
+        let deadline = created + go_duration(e);
+        let t_rot = go_duration(ready_timeout) + go_duration(tgp) + chrono::Duration::minutes(2);
+        // A change freeze covers the claim's chances: it lifts when less than t_rot is left,
+        // so a graceful surge could no longer finish before the forced expiry.
+        let thaw = deadline - t_rot + chrono::Duration::seconds(30);
+        world.annotate_pool("freeze", &thaw.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))?;
+        let tracker = PendingTracker::start(&world, APP).await?;
+        let claims = ClaimWatch::start(&world);
+        world.apply_policy(json!({
+            "ageThreshold": "auto", "minRotationChances": 1,
+            "maintenanceWindows": always_open(),
+            "surge": {"readyTimeout": ready_timeout, "cooldownAfter": "10m", "retryBackoff": "10m",
+                      "forcefulFallback": {"enabled": true}}
+        }))?;
+        let ctl = world.controller()?;
+        let ctl = ctl_slot.insert(ctl);
+        eprintln!("[{}] frozen until {thaw}; deadline {deadline}", world.name);
+        let tl = follow_rotation(&world, &old_name, Duration::from_secs(900), |_| async { Ok(()) })
+            .await?;
+        world.wait_running(APP, REPLICAS as usize, Duration::from_secs(300)).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (pending, tracked) = tracker.finish().await;
+        let seen = claims.stop().await;
+        let old_seen = &seen[&old_name];
+        let deleted = old_seen.deletion.ok_or("no deletion")?;
+        assert_eq!(tl.rotation_mode.as_deref(), Some("forceful-fallback"), "{tl:?}");
+        assert!(tracked.placeholders.is_empty(), "surge-less, but saw {:?}", tracked.placeholders);
+        assert!(deleted >= thaw - chrono::Duration::seconds(1), "deleted while frozen");
+        let margin = secs(deleted, deadline);
+        assert!(
+            margin > 0.0,
+            "deleted {margin:.0}s after the deadline: that was Karpenter's expiry"
+        );
+        assert!(
+            margin < t_rot.num_seconds() as f64,
+            "deleted {margin:.0}s before the deadline: a surge could still have finished"
+        );
+        // The PDB (maxUnavailable 1) held through Karpenter's drain of our delete.
+        assert!(
+            pending.min_running >= (REPLICAS - 1) as usize,
+            "only {} of {REPLICAS} pods ran at one point: the PDB was not respected",
+            pending.min_running
+        );
+        let metrics = ctl.metrics().await.unwrap_or_default();
+        assert_eq!(
+            metric(&metrics, "noderotation_forceful_fallback_total", &[("nodepool", &world.name)]),
+            Some(1.0)
+        );
+        let events: Vec<String> = world
+            .events_for(&world.name)
+            .await?
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("ForcefulFallback"))
+            .map(|e| e.message.unwrap_or_default())
+            .collect();
+        assert!(!events.is_empty(), "no ForcefulFallback event on the pool");
+        let gone = old_seen.gone.ok_or("not gone")?;
+        let mut figures = BTreeMap::new();
+        figures.insert("deleted_before_deadline_s".into(), json!(margin));
+        figures.insert("drain_s (deleted -> gone)".into(), json!(secs(deleted, gone)));
+        figures.insert("t_rot_s".into(), json!(t_rot.num_seconds()));
+        let launches = karpenter_said(&stack, "created nodeclaim", &world.name, 4);
+        let result = report::ScenarioResult {
+            scenario: "3".into(),
+            run_id: stack.run_id.clone(),
+            finished_at: now().to_rfc3339(),
+            wall_seconds: t0.elapsed().as_secs_f64(),
+            settings: settings(&[
+                ("expireAfter", e),
+                ("terminationGracePeriod", tgp),
+                ("readyTimeout", ready_timeout),
+                ("ageThreshold", "auto"),
+                ("minRotationChances", "1"),
+                ("forcefulFallback", "enabled"),
+                ("freeze until", &thaw.to_rfc3339()),
+            ]),
+            pending: Some(pending),
+            figures,
+            observations: vec![
+                format!("ForcefulFallback event: {}", events.join(" | ")),
+                format!(
+                    "No placeholder; the pods waited for Karpenter's replacement node as with \
+                     Karpenter alone, but inside the window and {margin:.0}s before the deadline. \
+                     Fewest Running pods: {} of {REPLICAS} (PDB maxUnavailable 1).",
+                    pending.min_running
+                ),
+                format!(
+                    "Karpenter launched the replacement only after our delete: {}",
+                    launches.join(" | ")
+                ),
+            ],
+        };
+        eprintln!("scenario 3: {result:#?}");
+        report::record(&stack, &result);
+        Ok(())
+    }
+    .await;
+    done(&world, result)
+}
+
+// ---- 5. consolidation pressure -------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> TestResult {
+    let stack = full_stack!();
+    let _one = ONE_CONTROLLER.lock().await;
+    let t0 = Instant::now();
+    // consolidateAfter 0s: Karpenter consolidates this pool as soon as it can. tGP 10m: the
+    // drain is held by the PDB for up to 200s below, well inside it.
+    let world = World::new(&stack, "fs5-consolidation", pool("20m", "10m", "0s")).await?;
+    let mut ctl_slot = None;
+    let (hold, hold_max) = (Duration::from_secs(90), Duration::from_secs(200));
+    let result = async {
+        let nodes = world.deploy(APP, REPLICAS, APP_CPU, |_| {}).await?;
+        let old_node = nodes.into_iter().next().unwrap_or_default();
+        let old_name = world.claim_of_node(&old_node).await?.name_any();
+        // Node B: 12 x 300m, every pod `karpenter.sh/do-not-disrupt` (B cannot be consolidated)
+        // and kept off the app's node. Full now, so the placeholder needs a new node.
+        let others = world
+            .deploy("other", 12, "300m", |d| {
+                let t = &mut d["spec"]["template"];
+                t["metadata"]["annotations"] = json!({"karpenter.sh/do-not-disrupt": "true"});
+                t["spec"]["affinity"] = json!({"podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {APP_LABEL: APP}}}]}});
+            })
+            .await?;
+        assert_eq!(others.len(), 1, "other on one node: {others:?}");
+        let b_node = others.into_iter().next().unwrap_or_default();
+        assert_ne!(b_node, old_node);
+        let tracker = PendingTracker::start(&world, APP).await?;
+        let claims = ClaimWatch::start(&world);
+        world.apply_policy(json!({
+            "ageThreshold": "1m", "minRotationChances": 1,
+            "maintenanceWindows": always_open(),
+            "surge": {"readyTimeout": READY_TIMEOUT, "cooldownAfter": "10m", "retryBackoff": "10m"}
+        }))?;
+        ctl_slot = Some(world.controller()?);
+        let surge_node = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let blocked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let pressure_window = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let tl = follow_rotation(&world, &old_name, Duration::from_secs(900), |state| {
+            let (world, surge_node, blocked, pressure_window) =
+                (&world, surge_node.clone(), blocked.clone(), pressure_window.clone());
+            let b_node = b_node.clone();
+            let old_name = old_name.clone();
+            async move {
+                match state.as_str() {
+                    // Hold the drain (PDB allows no eviction) so that the surge pair lives long
+                    // enough for Karpenter's consolidation loop.
+                    "pending" => world.set_pdb_max_unavailable(APP, 0)?,
+                    "draining" => {
+                        let s = surge_host(world, &old_name).await?;
+                        *surge_node.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
+                        // Pressure: B now has room for the placeholder, so deleting the surge
+                        // node would be a valid consolidation, were it not do-not-disrupt.
+                        world.scale("other", 1)?;
+                        world.wait_running("other", 1, Duration::from_secs(60)).await?;
+                        let room = free_cpu_millis(world, &b_node).await?;
+                        let placeholder = placeholder_cpu_millis(world).await?;
+                        eprintln!("[{}] B has {room}m free, the placeholder requests {placeholder}m; holding {hold:?}", world.name);
+                        assert!(room >= placeholder, "no consolidation opportunity: {room}m < {placeholder}m");
+                        // Hold at least `hold`, and until Karpenter has reported the surge node
+                        // blocked by do-not-disrupt: its recorder keeps one DisruptionBlocked
+                        // event per object for 2 minutes whatever the message, and the surge
+                        // node's first one ("nominated for a pending pod") came at launch.
+                        let from = now();
+                        let held = Instant::now();
+                        let s_claim = world.claim_of_node(&s).await?.name_any();
+                        loop {
+                            let sc = world.claim_of_node(&s).await?;
+                            assert!(sc.metadata.deletion_timestamp.is_none(), "Karpenter is deleting the surge node {s}");
+                            let mut found = Vec::new();
+                            for name in [s.clone(), s_claim.clone()] {
+                                for ev in world.events_for(&name).await? {
+                                    if ev.reason.as_deref() == Some("DisruptionBlocked") {
+                                        found.push(format!("{} {}: {}", ev.involved_object.kind.unwrap_or_default(), name, ev.message.unwrap_or_default()));
+                                    }
+                                }
+                            }
+                            let dnd = found.iter().any(|f| f.contains("do-not-disrupt"));
+                            *blocked.lock().unwrap_or_else(|e| e.into_inner()) = found;
+                            if (dnd && held.elapsed() >= hold) || held.elapsed() >= hold_max {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_secs(2)).await;
+                        }
+                        *pressure_window.lock().unwrap_or_else(|e| e.into_inner()) = Some((from, now()));
+                        world.set_pdb_max_unavailable(APP, 1)?;
+                    }
+                    _ => {}
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        let hosts = world.wait_running(APP, REPLICAS as usize, Duration::from_secs(180)).await?;
+        let (pending, _) = tracker.finish().await;
+        let seen = claims.stop().await;
+        let s = surge_node.lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or("no surge node")?;
+        let s_claim = world.claim_of_node(&s).await?;
+        assert!(s_claim.metadata.deletion_timestamp.is_none(), "the surge node is being deleted");
+        assert!(hosts.contains(&s), "the workload is on the surge node {s}: {hosts:?}");
+        let node = world.node(&s).await?.ok_or("surge node gone")?;
+        assert!(
+            !node.annotations().contains_key("karpenter.sh/do-not-disrupt"),
+            "our do-not-disrupt stays on the surge node after the rotation"
+        );
+        let blocked = blocked.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        assert!(
+            blocked.iter().any(|b| b.contains("do-not-disrupt")),
+            "Karpenter never reported the surge node blocked by do-not-disrupt: {blocked:?}"
+        );
+        let (from, to) = pressure_window.lock().unwrap_or_else(|e| e.into_inner()).ok_or("no pressure window")?;
+        let started = tl.started_at.ok_or("no started-at")?;
+        let launched = created_since(&seen, started, &[]);
+        assert!(launched.len() <= 2, "runaway provisioning during the rotation: {launched:?}");
+        // Whatever Karpenter consolidates now is not the surge pair.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let disrupted = karpenter_said(&stack, "disrupting node(s)", &world.name, 20);
+        assert!(
+            !disrupted.iter().any(|d| d.contains(&s) || d.contains(&s_claim.name_any())),
+            "Karpenter disrupted the surge node: {disrupted:?}"
+        );
+        let mut figures = BTreeMap::new();
+        figures.insert("pressure_held_s".into(), json!(secs(from, to)));
+        figures.insert("do_not_disrupt_blocked_events".into(), json!(blocked.len()));
+        figures.insert("claims_launched_during_rotation".into(), json!(launched.len()));
+        let result = report::ScenarioResult {
+            scenario: "5".into(),
+            run_id: stack.run_id.clone(),
+            finished_at: now().to_rfc3339(),
+            wall_seconds: t0.elapsed().as_secs_f64(),
+            settings: settings(&[("expireAfter", "20m"), ("consolidationPolicy", "WhenEmptyOrUnderutilized"),
+                ("consolidateAfter", "0s"), ("ageThreshold", "1m")]),
+            pending: Some(pending),
+            figures,
+            observations: [
+                vec![
+                    format!(
+                        "While the old node's drain was held by its PDB for {:.0}s, node {b_node} had \
+                         room for the placeholder, so deleting the surge node {s} was a valid \
+                         consolidation; Karpenter disrupted neither it nor the old node.",
+                        secs(from, to)
+                    ),
+                    format!("Karpenter's DisruptionBlocked events on the surge node: {}", blocked.join(" | ")),
+                    format!(
+                        "Karpenter's disruption decisions for this pool: {}",
+                        if disrupted.is_empty() { "none".to_string() } else { disrupted.join(" | ") }
+                    ),
+                ],
+                launch_observations(&stack, &world, &launched, 1),
+            ]
+            .concat(),
+        };
+        eprintln!("scenario 5: {result:#?}");
+        report::record(&stack, &result);
+        Ok(())
+    }
+    .await;
+    done(&world, result)
+}
+
+/// The node our controller froze as the surge target of `claim` (`surge-for` on a node other
+/// than the candidate's).
+async fn surge_host(world: &World, claim: &str) -> Result<String, Error> {
+    let old_node = world
+        .claim(claim)
+        .await?
+        .and_then(|c| c.status.and_then(|s| s.node_name))
+        .unwrap_or_default();
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(world.admin.clone());
+    let nodes = api
+        .list(&ListParams::default().labels(&format!("{NODEPOOL_LABEL}={}", world.name)))
+        .await?;
+    nodes
+        .items
+        .into_iter()
+        .find(|n| {
+            n.name_any() != old_node
+                && n.annotations().get(&format!("{ANN}surge-for")).map(String::as_str)
+                    == Some(claim)
+        })
+        .map(|n| n.name_any())
+        .ok_or_else(|| format!("no node frozen for {claim}").into())
+}
+
+fn cpu_millis(q: &str) -> i64 {
+    match q.strip_suffix('m') {
+        Some(m) => m.parse().unwrap_or(0),
+        None => q.parse::<f64>().map(|c| (c * 1000.0) as i64).unwrap_or(0),
+    }
+}
+
+/// Allocatable CPU of `node` minus the requests of the pods bound to it (millicores).
+async fn free_cpu_millis(world: &World, node: &str) -> Result<i64, Error> {
+    let n = world.node(node).await?.ok_or("node gone")?;
+    let alloc = n
+        .status
+        .and_then(|s| s.allocatable)
+        .and_then(|a| a.get("cpu").map(|q| cpu_millis(&q.0)))
+        .unwrap_or(0);
+    let pods: Api<Pod> = Api::all(world.admin.clone());
+    let used: i64 = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await?
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .flat_map(|p| p.spec.iter().flat_map(|s| s.containers.iter()))
+        .filter_map(|c| {
+            c.resources.as_ref()?.requests.as_ref()?.get("cpu").map(|q| cpu_millis(&q.0))
+        })
+        .sum();
+    Ok(alloc - used)
+}
+
+/// CPU request of the pool's placeholder (millicores).
+async fn placeholder_cpu_millis(world: &World) -> Result<i64, Error> {
+    let pods: Api<Pod> = Api::namespaced(world.admin.clone(), support::CONTROLLER_NS);
+    let list = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/managed-by=noderotation"))
+        .await?;
+    list.items
+        .iter()
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_selector.as_ref())
+                .and_then(|s| s.get(NODEPOOL_LABEL))
+                == Some(&world.name)
+        })
+        .flat_map(|p| p.spec.iter().flat_map(|s| s.containers.iter()))
+        .filter_map(|c| {
+            c.resources.as_ref()?.requests.as_ref()?.get("cpu").map(|q| cpu_millis(&q.0))
+        })
+        .next()
+        .ok_or_else(|| "no placeholder for the pool".into())
+}
+
+#[test]
+fn go_durations_as_the_controller_writes_them() {
+    assert_eq!(go_secs("45s"), Some(45.0));
+    assert_eq!(go_secs("1m2.5s"), Some(62.5));
+    assert_eq!(go_secs("1h0m0s"), Some(3600.0));
+    assert_eq!(go_secs("350ms"), Some(0.35));
+    assert_eq!(go_secs("12"), None);
+}
