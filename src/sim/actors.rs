@@ -934,6 +934,7 @@ impl World {
                                 .insert(DO_NOT_DISRUPT.into(), "true".into());
                         });
                         self.operator_protected.insert(node.clone());
+                        self.operator_opted_out.insert(claim.clone());
                         self.note(format!("do-not-disrupt on {node} ({claim})"));
                     }
                     _ => {

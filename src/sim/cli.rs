@@ -130,7 +130,7 @@ impl Progress {
                 eprint!("\r{label} [{}{}] {pct:>3}%", "#".repeat(filled), " ".repeat(25 - filled));
                 let _ = std::io::stderr().flush();
             }
-        } else if pct / 10 != *last / 10 || *last < 0 {
+        } else if pct / 5 != *last / 5 || *last < 0 {
             eprintln!("{label} {pct}%");
         }
         *last = pct;
@@ -233,6 +233,7 @@ fn sweep(
     let done = AtomicUsize::new(0);
     let steps = AtomicU64::new(0);
     let failed: Mutex<Vec<RunResult>> = Mutex::new(Vec::new());
+    let fired: Mutex<std::collections::BTreeSet<String>> = Mutex::new(Default::default());
     let progress = Progress::new();
     println!(
         "noderotation simulate: scenario {:?}, seeds {}..{}, {} each, faults {}, {} workers",
@@ -262,6 +263,10 @@ fn sweep(
                     };
                     let r = run(Arc::clone(&plan), &opts, &mut |_| {});
                     steps.fetch_add(r.steps, Ordering::SeqCst);
+                    fired
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend(r.coverage.iter().cloned());
                     if !r.violations.is_empty() {
                         failed.lock().unwrap_or_else(|e| e.into_inner()).push(r);
                     }
@@ -286,6 +291,14 @@ fn sweep(
         failed.len(),
         steps as f64 / elapsed.max(1e-9),
         n as f64 / elapsed.max(1e-9)
+    );
+    let fired = fired.into_inner().unwrap_or_else(|e| e.into_inner());
+    let never: Vec<&str> = engine.row_ids().filter(|r| !fired.contains(*r)).collect();
+    println!(
+        "rule rows fired: {}/{}{}",
+        engine.row_ids().count() - never.len(),
+        engine.row_ids().count(),
+        if never.is_empty() { String::new() } else { format!("; never: {}", never.join(", ")) }
     );
     if !failed.is_empty() {
         let mut by: std::collections::BTreeMap<&str, Vec<u64>> = std::collections::BTreeMap::new();

@@ -676,16 +676,8 @@ impl Checker {
             if np.spec.replicas.is_some() || gov::fatal(&settings, np, t) {
                 continue;
             }
-            let protected = world
-                .metrics
-                .lifetimes
-                .get(&claim)
-                .is_some_and(|_| world.operator_protected.iter().any(|n| n.contains(&claim)));
-            let node_protected = world
-                .claims
-                .get(&claim)
-                .is_some_and(|c| world.operator_protected.contains(&c.node));
-            if protected || node_protected {
+            let protected = world.operator_opted_out.contains(&claim);
+            if protected {
                 continue;
             }
             let deadline = world.metrics.lifetimes.get(&claim).and_then(|l| l.deadline);

@@ -68,6 +68,7 @@ svg text { font: 10px sans-serif; fill: #444; }
 .rotation.failure { fill: #e08a00; } .rotation.expired { fill: #d62728; }
 .rotation.aborted { fill: #888; } .rotation.open { fill: #4a90d9; }
 .deadline { stroke: #111; stroke-width: 1; }
+.deadline.replaced { stroke: #aaa; }
 .expiry { fill: #d62728; }
 .legend span { display: inline-block; margin-right: 14px; }
 .sw { display: inline-block; width: 12px; height: 10px; margin-right: 4px; vertical-align: middle; }
@@ -131,7 +132,7 @@ pub fn html(plan: &Compiled, ours: &RunResult, alone: Option<&Figures>) -> Strin
          <span><i class=\"sw\" style=\"background:#e08a00\"></i>failure</span>\
          <span><i class=\"sw\" style=\"background:#d62728\"></i>expired / forced expiry &#9660;</span>\
          <span><i class=\"sw\" style=\"background:#4a90d9\"></i>in flight</span>\
-         <span><i class=\"sw\" style=\"background:#111;width:2px\"></i>deadline</span>\
+         <span><i class=\"sw\" style=\"background:#111;width:2px\"></i>deadline (grey: of a node already replaced)</span>\
          <span><i class=\"sw\" style=\"background:#c8c8c8;height:2px\"></i>a node's life (one row per slot)</span></p>"
     );
     for (i, pool) in plan.pools.iter().enumerate() {
@@ -191,7 +192,7 @@ fn timeline(s: &mut String, pool: usize, name: &str, r: &RunResult) {
             "<line class=\"{class}\" x1=\"{xx:.2}\" y1=\"{}\" x2=\"{xx:.2}\" y2=\"{bottom}\"/>",
             TOP - 4.0
         );
-        if d % 7 == 0 {
+        if d % 7 == 0 && d < days {
             let _ = writeln!(
                 s,
                 "<text x=\"{:.2}\" y=\"12\">week {} ({})</text>",
@@ -221,10 +222,14 @@ fn timeline(s: &mut String, pool: usize, name: &str, r: &RunResult) {
             && dl >= r.start
             && dl <= r.end
         {
+            // A node replaced before its deadline: the tick is faint (its row now holds the
+            // successor); one alive at its deadline, or force-expired, is black.
+            let replaced = l.gone.is_some_and(|g| g < dl) && l.expired_at.is_none();
+            let class = if replaced { "deadline replaced" } else { "deadline" };
             let xx = x(dl);
             let _ = writeln!(
                 s,
-                "<line class=\"deadline\" x1=\"{xx:.2}\" y1=\"{:.2}\" x2=\"{xx:.2}\" y2=\"{:.2}\"><title>{} deadline {}</title></line>",
+                "<line class=\"{class}\" x1=\"{xx:.2}\" y1=\"{:.2}\" x2=\"{xx:.2}\" y2=\"{:.2}\"><title>{} deadline {}</title></line>",
                 yy - LANE / 2.0 + 0.5,
                 yy + LANE / 2.0 - 0.5,
                 esc(&l.name),

@@ -200,6 +200,9 @@ pub struct World {
     /// Nodes the operator cordoned / protected.
     pub operator_cordons: BTreeSet<String>,
     pub operator_protected: BTreeSet<String>,
+    /// Claims whose node ever carried the operator's do-not-disrupt (their forced expiry is the
+    /// operator's choice, not a missed rotation).
+    pub operator_opted_out: BTreeSet<String>,
     /// Note of the step in progress (what the actor did, for the trace).
     pub notes: Vec<String>,
     /// Pools to wake at once (watch events the controller reacts to).
@@ -306,6 +309,7 @@ impl World {
             operator_touched: BTreeMap::new(),
             operator_cordons: BTreeSet::new(),
             operator_protected: BTreeSet::new(),
+            operator_opted_out: BTreeSet::new(),
             notes: Vec::new(),
             wakes: BTreeSet::new(),
             plan,

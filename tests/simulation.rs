@@ -1,0 +1,253 @@
+//! The deterministic simulation (issue 5): the built-in fleet's promise against Karpenter alone,
+//! invariants under faults over a few seeds (`tests/all.sh` runs the big sweep on the release
+//! binary), a planted bug in a copy of the rules that some seed must expose, and the HTML
+//! report's structure.
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chrono::Duration;
+use noderotation::engine::Engine;
+use noderotation::sim::scenario::{Compiled, Scenario};
+use noderotation::sim::{Options, RunResult, report, run};
+
+fn scenario(file: &str) -> Arc<Compiled> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/examples/scenarios").join(file);
+    let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{file}: {e:#}"));
+    Arc::new(s.compile().unwrap_or_else(|e| panic!("{file}: {e:#}")))
+}
+
+fn embedded() -> Arc<Engine> {
+    Arc::new(Engine::embedded().clone())
+}
+
+fn opts(seed: u64, span: Duration, faults: bool, engine: Arc<Engine>) -> Options {
+    Options { seed, span, faults, controller: true, engine, trace: false, stop_on_violation: true }
+}
+
+fn explain(r: &RunResult) -> String {
+    let mut out = String::new();
+    for v in &r.violations {
+        out.push_str(&format!("seed {}: {} at {}: {}\n", r.seed, v.invariant, v.time, v.detail));
+        for e in v.trace.iter().rev().take(30).rev() {
+            out.push_str(&format!("    {e}\n"));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_scenario_file_compiles() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/examples/scenarios");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "{files:?}");
+    for f in files {
+        let s = Scenario::load(&f).unwrap_or_else(|e| panic!("{}: {e:#}", f.display()));
+        s.compile().unwrap_or_else(|e| panic!("{}: {e:#}", f.display()));
+    }
+    // The embedded default is the file.
+    let embedded = Scenario::default_fleet().unwrap();
+    assert_eq!(embedded.name, "default");
+    assert_eq!(embedded.pools.len(), 3);
+    assert!(embedded.pools.iter().all(|p| p.nodes == 30));
+}
+
+/// The product's promise on the built-in fleet: every old node replaced inside a window,
+/// before its deadline; Karpenter alone force-expires them.
+#[test]
+fn default_fleet_rotates_inside_windows_and_karpenter_alone_expires() {
+    let plan = scenario("default.yaml");
+    let span = Duration::weeks(2);
+    let ours = run(Arc::clone(&plan), &opts(1, span, false, embedded()), &mut |_| {});
+    assert!(ours.violations.is_empty(), "{}", explain(&ours));
+    let f = &ours.figures;
+    assert_eq!(f.forced_expiries, 0);
+    assert!(f.replacements > 50, "{f:?}");
+    assert_eq!(f.in_window_share(), Some(1.0), "{f:?}");
+    assert_eq!(f.outcomes.get("failure"), None, "{f:?}");
+    assert_eq!(f.pending_pod_seconds, 0.0, "surge first: no pod waits");
+    assert!(f.min_margin.is_some_and(|m| m > Duration::days(1)), "{f:?}");
+
+    let alone = run(
+        Arc::clone(&plan),
+        &Options { controller: false, ..opts(1, span, false, embedded()) },
+        &mut |_| {},
+    );
+    let a = &alone.figures;
+    assert!(a.forced_expiries >= 80, "{a:?}");
+    assert_eq!(a.attempts, 0);
+    assert!(a.pending_pod_seconds > 0.0, "{a:?}");
+    assert!(a.in_window_share().is_some_and(|s| s < 0.5), "{a:?}");
+}
+
+/// Same seed, same history.
+#[test]
+fn a_seed_replays_exactly() {
+    let plan = scenario("tight-race.yaml");
+    let go = || {
+        let r = run(Arc::clone(&plan), &opts(7, Duration::hours(6), true, embedded()), &mut |_| {});
+        let rot: Vec<_> =
+            r.rotations.iter().map(|x| (x.claim.clone(), x.start, x.end, x.outcome)).collect();
+        (r.steps, rot, r.figures.writes, r.restarts)
+    };
+    assert_eq!(go(), go());
+}
+
+/// A modest seed sweep with every fault on; `tests/all.sh` runs 300 seeds on the release build.
+#[test]
+fn invariants_hold_under_faults() {
+    let race = scenario("tight-race.yaml");
+    let default = scenario("default.yaml");
+    let mut failed = Vec::new();
+    let mut restarts = 0;
+    let mut rotations = 0;
+    for seed in 1..=6 {
+        let r =
+            run(Arc::clone(&race), &opts(seed, Duration::hours(12), true, embedded()), &mut |_| {});
+        restarts += r.restarts;
+        rotations += r.rotations.len();
+        if !r.violations.is_empty() {
+            failed.push(explain(&r));
+        }
+    }
+    for seed in 1..=2 {
+        let r = run(
+            Arc::clone(&default),
+            &opts(seed, Duration::days(4), true, embedded()),
+            &mut |_| {},
+        );
+        if !r.violations.is_empty() {
+            failed.push(explain(&r));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert!(restarts > 0, "faults must crash the controller now and then");
+    assert!(rotations > 100, "{rotations}");
+}
+
+fn copy_rules(name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules");
+    let dst = std::env::temp_dir().join(format!("noderotation-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(&dst).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+    dst
+}
+
+fn plant(dir: &Path, from: &str, to: &str) -> Arc<Engine> {
+    let path = dir.join("transitions.ron");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.matches(from).count(), 1, "the guard to remove: {from}");
+    std::fs::write(&path, text.replace(from, to)).unwrap();
+    Arc::new(Engine::load_dir(dir).unwrap_or_else(|e| panic!("planted rules must still load: {e}")))
+}
+
+/// The guarded pending entry made unconditional: every pass re-stamps `started-at`, so a surge
+/// that never gets capacity is never rolled back. The simulation names the broken invariant.
+#[test]
+fn planted_bug_unconditional_pending_entry_is_caught() {
+    let dir = copy_rules("unconditional-entry");
+    let engine = plant(
+        &dir,
+        "annotate_if(cand, from=[none, pending], set={state: pending}, once={started-at: now}) -> entered",
+        "annotate(cand, set={state: pending, started-at: now}) -> entered",
+    );
+    let plan = scenario("capacity-shortage.yaml");
+    let mut caught = None;
+    for seed in 1..=3 {
+        let r = run(
+            Arc::clone(&plan),
+            &opts(seed, Duration::days(4), false, Arc::clone(&engine)),
+            &mut |_| {},
+        );
+        if !r.violations.is_empty() {
+            caught = Some(r);
+            break;
+        }
+    }
+    let r = caught.expect("some seed must violate an invariant with the guard removed");
+    let v = &r.violations[0];
+    assert!(v.invariant.starts_with("I8"), "{}", explain(&r));
+    // The report names it.
+    let html = report::html(&plan, &r, None);
+    assert!(html.contains(v.invariant), "the report names the invariant");
+    // And the embedded rules pass the same seed.
+    let ok =
+        run(Arc::clone(&plan), &opts(r.seed, Duration::days(4), false, embedded()), &mut |_| {});
+    assert!(ok.violations.is_empty(), "{}", explain(&ok));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The window gate dropped from `start_gates`: rotations start outside windows (invariant 2).
+#[test]
+fn planted_bug_missing_window_gate_is_caught() {
+    let dir = copy_rules("no-window-gate");
+    let engine = plant(&dir, "expr: \"in_window(now) and not frozen(np)", "expr: \"not frozen(np)");
+    let plan = scenario("default.yaml");
+    let r = run(Arc::clone(&plan), &opts(1, Duration::days(3), false, engine), &mut |_| {});
+    let v = r.violations.first().expect("a start outside the window must be caught");
+    assert!(v.invariant.starts_with("I2"), "{}", explain(&r));
+    assert!(v.detail.contains("outside every window"), "{}", v.detail);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One timeline per pool; one rotation bar per attempt, matching the summary table.
+#[test]
+fn report_has_a_timeline_per_pool_and_every_rotation() {
+    let plan = scenario("default.yaml");
+    let r = run(Arc::clone(&plan), &opts(3, Duration::weeks(1), false, embedded()), &mut |_| {});
+    let html = report::html(&plan, &r, None);
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(!html.contains("<script"), "no scripts");
+    assert!(
+        !html.contains("http://")
+            || html.matches("http://").count()
+                == html.matches("xmlns=\"http://www.w3.org/2000/svg\"").count(),
+        "nothing fetched"
+    );
+    assert_eq!(html.matches("<svg class=\"timeline\"").count(), plan.pools.len());
+    for p in &plan.pools {
+        assert!(html.contains(&format!("<svg class=\"timeline\" data-pool=\"{}\"", p.name)));
+    }
+    let bars = html.matches("<rect class=\"rotation ").count();
+    assert_eq!(bars as u64, r.figures.attempts);
+    assert!(bars > 20);
+    let row =
+        format!("<tr data-figure=\"rotations-started\"><td>rotations started</td><td>{bars}</td>");
+    assert!(html.contains(&row), "summary row: {row}");
+    assert!(html.contains("class=\"window\""), "window occurrences shaded");
+}
+
+/// Forced expiries appear in the report of Karpenter's own expiries (the forceful batch).
+#[test]
+fn forceful_fallback_batch_uses_the_fallback() {
+    let plan = scenario("forceful-fallback-batch.yaml");
+    let r = run(Arc::clone(&plan), &opts(1, Duration::days(4), false, embedded()), &mut |_| {});
+    assert!(r.violations.is_empty(), "{}", explain(&r));
+    let f = &r.figures;
+    assert!(f.outcomes.get("forceful").copied().unwrap_or(0) > 0, "{f:?}");
+    assert!(f.outcomes.get("success").copied().unwrap_or(0) > 0, "{f:?}");
+    let html = report::html(&plan, &r, None);
+    assert!(html.contains("class=\"rotation forceful\""));
+    assert!(html.contains("class=\"deadline\""), "deadlines marked");
+    assert!(html.contains("class=\"expiry\"") == (f.forced_expiries > 0), "forced expiries marked");
+}
+
+/// A capacity shortage ends in rollbacks, and recovery afterwards, without a forced expiry.
+#[test]
+fn capacity_shortage_rolls_back_then_recovers() {
+    let plan = scenario("capacity-shortage.yaml");
+    let r = run(Arc::clone(&plan), &opts(1, Duration::weeks(2), false, embedded()), &mut |_| {});
+    assert!(r.violations.is_empty(), "{}", explain(&r));
+    let f = &r.figures;
+    assert!(f.outcomes.get("failure").copied().unwrap_or(0) > 0, "{f:?}");
+    assert!(f.outcomes.get("success").copied().unwrap_or(0) >= 20, "{f:?}");
+    assert_eq!(f.forced_expiries, 0, "{f:?}");
+}
