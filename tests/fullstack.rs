@@ -5,7 +5,7 @@
 //! Run: `eval "$(tests/k8s-harness/start.sh --full-stack)"; cargo test --test fullstack --
 //! --test-threads=5 --nocapture` (scenario 4 waits for Karpenter's forced expiry, about
 //! expireAfter, alongside the others). Without the full stack every test prints why and passes;
-//! with `NODEROTATION_FULL_STACK=1` a missing stack fails instead.
+//! with `NODEROTATION_FULL_STACK_REQUIRED=1` a missing stack fails instead.
 //!
 //! Each scenario records its figures (tests/fullstack/report.rs); the run's last scenario writes
 //! `docs/validation.md`.
@@ -346,10 +346,18 @@ async fn scenario_1_surge_rotation_on_the_provisioned_path_finishes_before_the_d
         );
 
         let mut observations = launch_observations(&stack, &world, &new_claims, 1);
+        let preemptions: Vec<String> = stack
+            .log_lines("kube-scheduler", "Start the preemption")
+            .into_iter()
+            .filter(|l| l.contains(&format!("preemptor=\"{}/", world.name)))
+            .collect();
         observations.push(format!(
-            "Placeholder {:?}; the evicted pods reached the surge node by preempting it (longest \
-             Pending {:.3}s).",
-            tracked.placeholders, pending.longest_pending_seconds
+            "Placeholder {:?}; the evicted pods reached the surge node by preempting it \
+             (longest Pending {:.3}s). kube-scheduler preempted for {} of them: {}",
+            tracked.placeholders,
+            pending.longest_pending_seconds,
+            preemptions.len(),
+            preemptions.first().map(|l| l.trim()).unwrap_or("(no preemption logged)")
         ));
         let surge_wait = tl.surge_wait.as_deref().and_then(go_secs);
         let drain = tl.draining_at.map(|d| secs(d, gone));

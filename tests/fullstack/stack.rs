@@ -72,7 +72,12 @@ impl Stack {
 
     /// Lines of Karpenter's log that mention `needle` (its log is JSON lines).
     pub fn karpenter_log_lines(&self, needle: &str) -> Vec<String> {
-        let Some(path) = self.log_path("karpenter") else { return Vec::new() };
+        self.log_lines("karpenter", needle)
+    }
+
+    /// Lines of `component`'s log that mention `needle`.
+    pub fn log_lines(&self, component: &str, needle: &str) -> Vec<String> {
+        let Some(path) = self.log_path(component) else { return Vec::new() };
         std::fs::read_to_string(path)
             .unwrap_or_default()
             .lines()
@@ -84,14 +89,14 @@ impl Stack {
 
 /// The stack, or `None` with a message. The tier runs only against `up --full-stack` (its ready
 /// file has a `fullStack` section), so a developer's own cluster is never touched. With
-/// `NODEROTATION_FULL_STACK=1` a missing stack is an error, not a skip, so the CI switch cannot
-/// pass vacuously.
+/// `NODEROTATION_FULL_STACK_REQUIRED=1` (tests/all.sh's full-stack step sets it) a missing stack
+/// is an error, not a skip, so the CI switch cannot pass vacuously.
 pub fn stack() -> Option<Stack> {
     static STACK: OnceLock<Result<Stack, String>> = OnceLock::new();
-    let required = std::env::var("NODEROTATION_FULL_STACK").is_ok_and(|v| v == "1");
+    let required = std::env::var("NODEROTATION_FULL_STACK_REQUIRED").is_ok_and(|v| v == "1");
     match STACK.get_or_init(find_stack) {
         Ok(s) => Some(s.clone()),
-        Err(why) if required => panic!("NODEROTATION_FULL_STACK=1 but {why}"),
+        Err(why) if required => panic!("NODEROTATION_FULL_STACK_REQUIRED=1 but {why}"),
         Err(why) => {
             eprintln!(
                 "skipping: {why}; these tests need the full-stack tier: \
