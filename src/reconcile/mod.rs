@@ -6,7 +6,7 @@
 mod snapshot;
 mod verbs;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
@@ -21,8 +21,11 @@ use crate::policy::resolve::{self, Governance, PolicySelector, PoolView, StatusI
 use crate::policy::settings::Effective;
 use crate::telemetry::{Telemetry, WarningLatch};
 
+use snapshot::IndexCache;
 use snapshot::annotation;
-pub use snapshot::{BUFFER, DEFAULT_TGP, GovernanceView, PolicyView, Snapshot, SweepSubject};
+pub use snapshot::{
+    BUFFER, ClaimIndex, DEFAULT_TGP, GovernanceView, PolicyView, Snapshot, SweepSubject,
+};
 use verbs::PassHost;
 
 /// Deployment-specific settings.
@@ -102,6 +105,8 @@ pub struct Controller {
     policies: HashMap<String, (String, Result<Arc<PolicyView>, String>)>,
     /// Feasibility by pool, keyed by what it depends on.
     assessments: HashMap<String, (String, Arc<feasibility::Assessment>)>,
+    /// The cache's claims by pool and by node, rebuilt when the cache changes.
+    index: IndexCache,
     swept: bool,
 }
 
@@ -127,6 +132,7 @@ impl Controller {
             engine,
             policies: HashMap::new(),
             assessments: HashMap::new(),
+            index: IndexCache::default(),
             swept: false,
         }
     }
@@ -248,20 +254,9 @@ impl Controller {
 
     fn snapshot(&mut self, cache: Arc<CacheView>, pool: NodePool, now: DateTime<Utc>) -> Snapshot {
         let governance = self.governance(&cache, &pool, now);
-        let mut snap = Snapshot {
-            now,
-            cache,
-            namespace: self.ctx.config.namespace.clone(),
-            pool: Some(pool),
-            claims: BTreeMap::new(),
-            nodes: BTreeMap::new(),
-            governance,
-            fatal: false,
-            assessment: None,
-            pick: None,
-            census: 0,
-            sweep: None,
-        };
+        let index = self.index.of(&cache);
+        let namespace = self.ctx.config.namespace.clone();
+        let mut snap = Snapshot::new(now, cache, index, namespace, Some(pool), governance, None);
         if let (Some(policy), Some(pool)) = (snap.policy().cloned(), snap.pool.clone()) {
             let claims = snap.pool_claims().count();
             let assessment = self.assessment(&pool, &policy, claims, now);
@@ -309,6 +304,7 @@ impl Controller {
         self.swept = true;
         let now = self.clock.now();
         let cache = self.ctx.cluster.cache();
+        let index = self.index.of(&cache);
         let anchors: Arc<BTreeSet<String>> = Arc::new(
             cache
                 .pools
@@ -346,20 +342,15 @@ impl Controller {
                 | SweepSubject::Node(n)
                 | SweepSubject::Pod(_, n) => n.clone(),
             };
-            let snap = Snapshot {
+            let snap = Snapshot::new(
                 now,
-                cache: cache.clone(),
-                namespace: self.ctx.config.namespace.clone(),
+                cache.clone(),
+                index.clone(),
+                self.ctx.config.namespace.clone(),
                 pool,
-                claims: BTreeMap::new(),
-                nodes: BTreeMap::new(),
-                governance: GovernanceView::Ungoverned,
-                fatal: false,
-                assessment: None,
-                pick: None,
-                census: 0,
-                sweep: Some((subject, anchors.clone())),
-            };
+                GovernanceView::Ungoverned,
+                Some((subject, anchors.clone())),
+            );
             let mut host = PassHost::new(snap, &mut self.ctx);
             match self.engine.run_from(handler, &mut host) {
                 Ok(pass) => {

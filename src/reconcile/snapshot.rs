@@ -1,7 +1,7 @@
 //! What one pass reads: the cached view plus the objects this pass wrote (its own writes are
 //! fresher than the cache), and the facts derived from them (§5.2). Implements [`Facts`].
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, OnceLock, Weak};
 
 use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -69,10 +69,78 @@ pub enum SweepSubject {
     Pod(String, String),
 }
 
+/// The cached claims grouped the way passes read them, built once per cache version instead of
+/// scanning every claim in the cluster on every pool's pass. Each grouping is built on first
+/// use, in the cache's (name) order, so it gives exactly what the scan it replaces gave.
+#[derive(Debug, Default)]
+pub struct ClaimIndex {
+    /// Label `karpenter.sh/nodepool` -> its claims, in name order.
+    by_pool: OnceLock<HashMap<String, Vec<Arc<NodeClaim>>>>,
+    /// `status.nodeName` -> the first claim (in name order) that names the node.
+    by_node: OnceLock<HashMap<String, Arc<NodeClaim>>>,
+}
+
+impl ClaimIndex {
+    fn by_pool(&self, cache: &CacheView) -> &HashMap<String, Vec<Arc<NodeClaim>>> {
+        self.by_pool.get_or_init(|| {
+            let mut map: HashMap<String, Vec<Arc<NodeClaim>>> = HashMap::new();
+            for c in cache.claims.values() {
+                let Some(pool) =
+                    c.metadata.labels.as_ref().and_then(|l| l.get(KARPENTER_POOL_LABEL))
+                else {
+                    continue;
+                };
+                match map.get_mut(pool) {
+                    Some(claims) => claims.push(Arc::clone(c)),
+                    None => {
+                        map.insert(pool.clone(), vec![Arc::clone(c)]);
+                    }
+                }
+            }
+            map
+        })
+    }
+
+    fn by_node(&self, cache: &CacheView) -> &HashMap<String, Arc<NodeClaim>> {
+        self.by_node.get_or_init(|| {
+            let mut map = HashMap::new();
+            for c in cache.claims.values() {
+                if let Some(node) = c.status.as_ref().and_then(|s| s.node_name.as_ref()) {
+                    map.entry(node.clone()).or_insert_with(|| Arc::clone(c));
+                }
+            }
+            map
+        })
+    }
+}
+
+/// The [`ClaimIndex`] of the last cache version a controller read. The version is the view's
+/// identity: a `Weak` keeps its address from being reused, and a view cannot change in place
+/// while a `Weak` to it exists (`Arc::make_mut` moves it out, `Arc::get_mut` refuses).
+#[derive(Debug, Default)]
+pub struct IndexCache {
+    view: Weak<CacheView>,
+    index: Arc<ClaimIndex>,
+}
+
+impl IndexCache {
+    pub fn of(&mut self, cache: &Arc<CacheView>) -> Arc<ClaimIndex> {
+        let same =
+            std::ptr::eq(self.view.as_ptr(), Arc::as_ptr(cache)) && self.view.strong_count() > 0;
+        if !same {
+            self.view = Arc::downgrade(cache);
+            self.index = Arc::new(ClaimIndex::default());
+        }
+        Arc::clone(&self.index)
+    }
+}
+
 /// The snapshot one pass reads.
 pub struct Snapshot {
     pub now: DateTime<Utc>,
     pub cache: Arc<CacheView>,
+    /// `cache`'s claims grouped by pool and by node.
+    pub index: Arc<ClaimIndex>,
     /// The controller's namespace (placeholders).
     pub namespace: String,
     /// The pool of a pool pass (owned: this pass's writes are applied to it).
@@ -90,9 +158,41 @@ pub struct Snapshot {
     pub census: i64,
     /// Sweep passes only.
     pub sweep: Option<(SweepSubject, Arc<BTreeSet<String>>)>,
+    /// Bumped by every [`Snapshot::apply`]; `pick` and `census` were computed at `selected`.
+    version: u64,
+    selected: Option<u64>,
 }
 
 impl Snapshot {
+    /// A snapshot with nothing written yet and no candidates selected.
+    pub fn new(
+        now: DateTime<Utc>,
+        cache: Arc<CacheView>,
+        index: Arc<ClaimIndex>,
+        namespace: String,
+        pool: Option<NodePool>,
+        governance: GovernanceView,
+        sweep: Option<(SweepSubject, Arc<BTreeSet<String>>)>,
+    ) -> Snapshot {
+        Snapshot {
+            now,
+            cache,
+            index,
+            namespace,
+            pool,
+            claims: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            governance,
+            fatal: false,
+            assessment: None,
+            pick: None,
+            census: 0,
+            sweep,
+            version: 0,
+            selected: None,
+        }
+    }
+
     pub fn pool_name(&self) -> &str {
         self.pool.as_ref().and_then(|p| p.metadata.name.as_deref()).unwrap_or("")
     }
@@ -122,16 +222,9 @@ impl Snapshot {
 
     /// Claims of this pool, by label.
     pub fn pool_claims(&self) -> impl Iterator<Item = &NodeClaim> {
-        let pool = self.pool_name().to_string();
-        self.cache
-            .claims
-            .values()
-            .filter(move |c| {
-                c.metadata.labels.as_ref().and_then(|l| l.get(KARPENTER_POOL_LABEL)) == Some(&pool)
-            })
-            .map(|c| {
-                self.claims.get(c.metadata.name.as_deref().unwrap_or("")).unwrap_or(c.as_ref())
-            })
+        self.index.by_pool(&self.cache).get(self.pool_name()).into_iter().flatten().map(|c| {
+            self.claims.get(c.metadata.name.as_deref().unwrap_or("")).unwrap_or(c.as_ref())
+        })
     }
 
     /// The claim's node, if registered.
@@ -141,6 +234,7 @@ impl Snapshot {
 
     /// Applies a write that won to this pass's copy of the object.
     pub fn apply(&mut self, obj: &ObjRef, patch: &Patch) {
+        self.version += 1;
         let meta = match obj {
             ObjRef::Pool => self.pool.as_mut().map(|p| &mut p.metadata),
             ObjRef::Claim(n) => {
@@ -190,8 +284,12 @@ impl Snapshot {
         })
     }
 
-    /// Computes `pick` and `census` from the pool's claims.
+    /// Computes `pick` and `census` from the pool's claims (again only after an `apply`).
     pub fn select_candidates(&mut self) {
+        if self.selected == Some(self.version) {
+            return;
+        }
+        self.selected = Some(self.version);
         let Some(policy) = self.policy().cloned() else { return };
         let period = policy.period.unwrap_or(Duration::minutes(1));
         let mut candidates: Vec<(Option<DateTime<Utc>>, DateTime<Utc>, String)> = self
@@ -248,13 +346,9 @@ impl Snapshot {
 
     /// The claim backing a node (by status.nodeName).
     pub fn claim_on_node(&self, node: &str) -> Option<&NodeClaim> {
-        self.cache
-            .claims
-            .values()
-            .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-            .map(|c| {
-                self.claims.get(c.metadata.name.as_deref().unwrap_or("")).unwrap_or(c.as_ref())
-            })
+        self.index.by_node(&self.cache).get(node).map(|c| {
+            self.claims.get(c.metadata.name.as_deref().unwrap_or("")).unwrap_or(c.as_ref())
+        })
     }
 }
 
