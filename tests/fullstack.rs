@@ -194,10 +194,29 @@ fn go_secs(s: &str) -> Option<f64> {
 /// Karpenter's log lines that contain `needle` and `about` (a pool or claim name), trimmed to
 /// their message, time and the fields that say what was decided.
 fn karpenter_said(stack: &Stack, needle: &str, about: &str, max: usize) -> Vec<String> {
+    karpenter_said_since(stack, needle, about, None, max)
+}
+
+/// [`karpenter_said`], only lines logged at or after `since`.
+fn karpenter_said_since(
+    stack: &Stack,
+    needle: &str,
+    about: &str,
+    since: Option<DateTime<chrono::Utc>>,
+    max: usize,
+) -> Vec<String> {
     stack
         .karpenter_log_lines(needle)
         .into_iter()
         .filter(|l| l.contains(about))
+        .filter(|l| {
+            let Some(since) = since else { return true };
+            let v: Value = serde_json::from_str(l).unwrap_or(Value::Null);
+            v["time"]
+                .as_str()
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                .is_none_or(|t| t.to_utc() >= since)
+        })
         .take(max)
         .map(|l| {
             let v: Value = serde_json::from_str(&l).unwrap_or(Value::Null);
@@ -234,6 +253,7 @@ fn karpenter_said(stack: &Stack, needle: &str, about: &str, max: usize) -> Vec<S
 fn launch_observations(
     stack: &Stack,
     world: &World,
+    since: DateTime<chrono::Utc>,
     launched: &[String],
     asked: usize,
 ) -> Vec<String> {
@@ -254,9 +274,15 @@ fn launch_observations(
              the surge node by preempting the placeholder. The extra node ends up empty (removed \
              by emptiness consolidation if the pool consolidates; kept if consolidateAfter is \
              Never). Karpenter's log: {}",
-            karpenter_said(stack, "found provisionable pod(s)", &world.name, 8)
+            karpenter_said_since(stack, "found provisionable pod(s)", &world.name, Some(since), 8)
                 .into_iter()
-                .chain(karpenter_said(stack, "created nodeclaim", &world.name, 8))
+                .chain(karpenter_said_since(
+                    stack,
+                    "created nodeclaim",
+                    &world.name,
+                    Some(since),
+                    8
+                ))
                 .collect::<Vec<_>>()
                 .join(" | ")
         ));
@@ -345,7 +371,7 @@ async fn scenario_1_surge_rotation_on_the_provisioned_path_finishes_before_the_d
             Some(1.0)
         );
 
-        let mut observations = launch_observations(&stack, &world, &new_claims, 1);
+        let mut observations = launch_observations(&stack, &world, started, &new_claims, 1);
         let preemptions: Vec<String> = stack
             .log_lines("kube-scheduler", "Start the preemption")
             .into_iter()
@@ -595,7 +621,7 @@ async fn scenario_2_spare_capacity_absorbs_the_placeholder_and_no_node_is_create
                      followed it there.",
                     tracked.placeholders
                 )],
-                launch_observations(&stack, &world, &launched, 0),
+                launch_observations(&stack, &world, started, &launched, 0),
             ]
             .concat(),
         };
@@ -844,9 +870,23 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
         let started = tl.started_at.ok_or("no started-at")?;
         let launched = created_since(&seen, started, &[]);
         assert!(launched.len() <= 2, "runaway provisioning during the rotation: {launched:?}");
-        // Whatever Karpenter consolidates now is not the surge pair.
-        tokio::time::sleep(Duration::from_secs(20)).await;
-        let disrupted = karpenter_said(&stack, "disrupting node(s)", &world.name, 20);
+        // An extra claim (see launch_observations) ends up empty: how long it lives here, where
+        // the pool consolidates. Whatever Karpenter disrupts meanwhile is not the surge pair.
+        let extra: Vec<String> =
+            launched.iter().filter(|c| **c != s_claim.name_any()).cloned().collect();
+        let settled = now();
+        let mut extra_gone = None;
+        if !extra.is_empty() {
+            extra_gone = eventually("the extra claim removed", Duration::from_secs(180), || async {
+                let claims = world.claims().await.ok()?;
+                extra.iter().all(|c| !claims.contains_key(c)).then(now)
+            })
+            .await
+            .ok();
+        } else {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+        }
+        let disrupted = karpenter_said_since(&stack, "disrupting node(s)", &world.name, Some(started), 20);
         assert!(
             !disrupted.iter().any(|d| d.contains(&s) || d.contains(&s_claim.name_any())),
             "Karpenter disrupted the surge node: {disrupted:?}"
@@ -855,6 +895,9 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
         figures.insert("pressure_held_s".into(), json!(secs(from, to)));
         figures.insert("do_not_disrupt_blocked_events".into(), json!(blocked.len()));
         figures.insert("claims_launched_during_rotation".into(), json!(launched.len()));
+        if let Some(g) = extra_gone {
+            figures.insert("extra_claim_removed_after_rotation_s".into(), json!(secs(settled, g)));
+        }
         let result = report::ScenarioResult {
             scenario: "5".into(),
             run_id: stack.run_id.clone(),
@@ -878,7 +921,7 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
                         if disrupted.is_empty() { "none".to_string() } else { disrupted.join(" | ") }
                     ),
                 ],
-                launch_observations(&stack, &world, &launched, 1),
+                launch_observations(&stack, &world, started, &launched, 1),
             ]
             .concat(),
         };
