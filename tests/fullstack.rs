@@ -372,6 +372,21 @@ async fn scenario_1_surge_rotation_on_the_provisioned_path_finishes_before_the_d
         );
 
         let mut observations = launch_observations(&stack, &world, started, &new_claims, 1);
+        let placeholder = tracked.placeholders.iter().next().cloned().unwrap_or_default();
+        observations.push(format!(
+            "Karpenter on the placeholder: {}",
+            karpenter_said_since(
+                &stack,
+                "found provisionable pod(s)",
+                &placeholder,
+                Some(started),
+                2
+            )
+            .into_iter()
+            .chain(karpenter_said_since(&stack, "created nodeclaim", &world.name, Some(started), 2))
+            .collect::<Vec<_>>()
+            .join(" | ")
+        ));
         let preemptions: Vec<String> = stack
             .log_lines("kube-scheduler", "Start the preemption")
             .into_iter()
@@ -794,9 +809,15 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
         let surge_node = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
         let blocked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let pressure_window = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let placeholder_spec = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
         let tl = follow_rotation(&world, &old_name, Duration::from_secs(900), |state| {
-            let (world, surge_node, blocked, pressure_window) =
-                (&world, surge_node.clone(), blocked.clone(), pressure_window.clone());
+            let (world, surge_node, blocked, pressure_window, placeholder_spec) = (
+                &world,
+                surge_node.clone(),
+                blocked.clone(),
+                pressure_window.clone(),
+                placeholder_spec.clone(),
+            );
             let b_node = b_node.clone();
             let old_name = old_name.clone();
             async move {
@@ -811,6 +832,8 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
                         // node would be a valid consolidation, were it not do-not-disrupt.
                         world.scale("other", 1)?;
                         world.wait_running("other", 1, Duration::from_secs(60)).await?;
+                        *placeholder_spec.lock().unwrap_or_else(|e| e.into_inner()) =
+                            placeholder_summary(world).await.ok();
                         let room = free_cpu_millis(world, &b_node).await?;
                         let placeholder = placeholder_cpu_millis(world).await?;
                         eprintln!("[{}] B has {room}m free, the placeholder requests {placeholder}m; holding {hold:?}", world.name);
@@ -922,6 +945,14 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
                     ),
                 ],
                 launch_observations(&stack, &world, started, &launched, 1),
+                vec![format!(
+                    "The placeholder as the controller created it (spec excerpt): `{}`",
+                    placeholder_spec
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clone()
+                        .unwrap_or_else(|| "(not captured)".into())
+                )],
             ]
             .concat(),
         };
@@ -987,6 +1018,42 @@ async fn free_cpu_millis(world: &World, node: &str) -> Result<i64, Error> {
     Ok(alloc - used)
 }
 
+/// The fields of the pool's placeholder that Karpenter and kube-scheduler act on, as JSON.
+async fn placeholder_summary(world: &World) -> Result<String, Error> {
+    let pods: Api<Pod> = Api::namespaced(world.admin.clone(), support::CONTROLLER_NS);
+    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=noderotation");
+    let p = pods
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .find(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_selector.as_ref())
+                .and_then(|s| s.get(NODEPOOL_LABEL))
+                == Some(&world.name)
+        })
+        .ok_or("no placeholder for the pool")?;
+    let spec = serde_json::to_value(p.spec.unwrap_or_default())?;
+    let mut out = serde_json::Map::new();
+    for k in [
+        "priorityClassName",
+        "priority",
+        "preemptionPolicy",
+        "nodeSelector",
+        "affinity",
+        "tolerations",
+        "nodeName",
+    ] {
+        if let Some(v) = spec.get(k) {
+            out.insert(k.into(), v.clone());
+        }
+    }
+    out.insert("resources".into(), spec["containers"][0]["resources"].clone());
+    Ok(Value::Object(out).to_string())
+}
+
 /// CPU request of the pool's placeholder (millicores).
 async fn placeholder_cpu_millis(world: &World) -> Result<i64, Error> {
     let pods: Api<Pod> = Api::namespaced(world.admin.clone(), support::CONTROLLER_NS);
@@ -1017,4 +1084,15 @@ fn go_durations_as_the_controller_writes_them() {
     assert_eq!(go_secs("1h0m0s"), Some(3600.0));
     assert_eq!(go_secs("350ms"), Some(0.35));
     assert_eq!(go_secs("12"), None);
+}
+
+/// The generator alone: re-renders docs/validation.md from the newest recorded run (no cluster).
+/// `cargo test --test fullstack -- --ignored render_validation_doc --nocapture`
+#[test]
+#[ignore]
+fn render_validation_doc() {
+    match report::rerender_latest() {
+        Some(path) => eprintln!("rendered {}", path.display()),
+        None => eprintln!("no recorded run under target/tmp/fullstack/results"),
+    }
 }
