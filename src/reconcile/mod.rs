@@ -402,11 +402,10 @@ impl Controller {
         }
         if let Some(p) = snap.policy() {
             let period = p.period.unwrap_or(Duration::minutes(1));
-            for c in snap.pool_claims() {
+            for (c, d) in snap.pool_claims_derived() {
                 let Some(name) = c.metadata.name.clone() else { continue };
-                let expire =
-                    c.expire_after().unwrap_or(crate::policy::duration::ExpireAfter::Never);
-                let tgp = c.termination_grace_period().ok().flatten();
+                let expire = d.expire_after.unwrap_or(crate::policy::duration::ExpireAfter::Never);
+                let tgp = d.termination_grace_period;
                 let Some(f) = feasibility::short_lead(&p.settings, expire, tgp, period) else {
                     continue;
                 };
@@ -503,12 +502,12 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         g.window_active = p.settings.schedule.in_window(now);
         g.window_period = p.period;
         let period = p.period.unwrap_or(Duration::minutes(1));
-        let short = |c: &&crate::karpenter::NodeClaim| {
-            let expire = c.expire_after().unwrap_or(crate::policy::duration::ExpireAfter::Never);
-            let tgp = c.termination_grace_period().ok().flatten();
-            feasibility::short_lead(&p.settings, expire, tgp, period).is_some()
+        let short = |(_, d): &(&crate::karpenter::NodeClaim, &snapshot::Derived)| {
+            let expire = d.expire_after.unwrap_or(crate::policy::duration::ExpireAfter::Never);
+            feasibility::short_lead(&p.settings, expire, d.termination_grace_period, period)
+                .is_some()
         };
-        g.short_lead_nodes = snap.pool_claims().filter(short).count() as u64;
+        g.short_lead_nodes = snap.pool_claims_derived().filter(short).count() as u64;
     }
     if let Some(a) = &snap.assessment {
         g.age_threshold = a.derived.age_threshold;

@@ -12,6 +12,7 @@ use crate::engine::{Facts, Field, Key, ObjRef, Pred, Root, Value};
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::placeholder;
 use crate::policy::derive::{self, ClaimFacts, ClaimState, RotationOrder};
+use crate::policy::duration::ExpireAfter;
 use crate::policy::settings::Effective;
 
 /// Detection lag allowance (SUPPLEMENT §3.2 `buffer`).
@@ -75,15 +76,56 @@ pub enum SweepSubject {
 #[derive(Debug, Default)]
 pub struct ClaimIndex {
     /// Label `karpenter.sh/nodepool` -> its claims, in name order.
-    by_pool: OnceLock<HashMap<String, Vec<Arc<NodeClaim>>>>,
+    by_pool: OnceLock<HashMap<String, PoolClaims>>,
     /// `status.nodeName` -> the first claim (in name order) that names the node.
     by_node: OnceLock<HashMap<String, Arc<NodeClaim>>>,
 }
 
+/// One pool's cached claims, and what passes derive from their spec and status.
+#[derive(Debug, Default)]
+struct PoolClaims {
+    claims: Vec<Arc<NodeClaim>>,
+    /// Parallel to `claims`, computed on the first pass over the pool in this cache version.
+    derived: OnceLock<Vec<Derived>>,
+}
+
+/// What a pass reads of a claim apart from its annotations: a pass's own writes change only
+/// annotations (see [`apply_patch`]), so these hold for its overlay copy as well.
+#[derive(Debug)]
+pub struct Derived {
+    /// `cache.nodes[status.nodeName]`.
+    node: Option<Arc<Node>>,
+    created: Option<DateTime<Utc>>,
+    /// `spec.expireAfter`, `None` when it does not parse.
+    pub expire_after: Option<ExpireAfter>,
+    /// `spec.terminationGracePeriod`, `None` when unset or unparseable.
+    pub termination_grace_period: Option<Duration>,
+    ready: bool,
+    deleting: bool,
+}
+
+impl Derived {
+    fn of(claim: &NodeClaim, cache: &CacheView) -> Derived {
+        Derived {
+            node: claim
+                .status
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .and_then(|n| cache.nodes.get(n))
+                .cloned(),
+            created: claim.created(),
+            expire_after: claim.expire_after().ok(),
+            termination_grace_period: claim.termination_grace_period().ok().flatten(),
+            ready: claim.is_ready(),
+            deleting: claim.is_deleting(),
+        }
+    }
+}
+
 impl ClaimIndex {
-    fn by_pool(&self, cache: &CacheView) -> &HashMap<String, Vec<Arc<NodeClaim>>> {
+    fn by_pool(&self, cache: &CacheView) -> &HashMap<String, PoolClaims> {
         self.by_pool.get_or_init(|| {
-            let mut map: HashMap<String, Vec<Arc<NodeClaim>>> = HashMap::new();
+            let mut map: HashMap<String, PoolClaims> = HashMap::new();
             for c in cache.claims.values() {
                 let Some(pool) =
                     c.metadata.labels.as_ref().and_then(|l| l.get(KARPENTER_POOL_LABEL))
@@ -91,14 +133,32 @@ impl ClaimIndex {
                     continue;
                 };
                 match map.get_mut(pool) {
-                    Some(claims) => claims.push(Arc::clone(c)),
+                    Some(p) => p.claims.push(Arc::clone(c)),
                     None => {
-                        map.insert(pool.clone(), vec![Arc::clone(c)]);
+                        let claims = vec![Arc::clone(c)];
+                        map.insert(pool.clone(), PoolClaims { claims, derived: OnceLock::new() });
                     }
                 }
             }
             map
         })
+    }
+
+    fn pool(&self, cache: &CacheView, pool: &str) -> &[Arc<NodeClaim>] {
+        self.by_pool(cache).get(pool).map(|p| p.claims.as_slice()).unwrap_or_default()
+    }
+
+    /// The pool's claims with their derived facts.
+    fn pool_derived(&self, cache: &CacheView, pool: &str) -> (&[Arc<NodeClaim>], &[Derived]) {
+        match self.by_pool(cache).get(pool) {
+            Some(p) => {
+                let derived = p
+                    .derived
+                    .get_or_init(|| p.claims.iter().map(|c| Derived::of(c, cache)).collect());
+                (&p.claims, derived)
+            }
+            None => (&[], &[]),
+        }
     }
 
     fn by_node(&self, cache: &CacheView) -> &HashMap<String, Arc<NodeClaim>> {
@@ -222,9 +282,18 @@ impl Snapshot {
 
     /// Claims of this pool, by label.
     pub fn pool_claims(&self) -> impl Iterator<Item = &NodeClaim> {
-        self.index.by_pool(&self.cache).get(self.pool_name()).into_iter().flatten().map(|c| {
-            self.claims.get(c.metadata.name.as_deref().unwrap_or("")).unwrap_or(c.as_ref())
-        })
+        self.index.pool(&self.cache, self.pool_name()).iter().map(|c| self.live(c))
+    }
+
+    /// Claims of this pool with what passes derive from their spec and status.
+    pub fn pool_claims_derived(&self) -> impl Iterator<Item = (&NodeClaim, &Derived)> {
+        let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
+        claims.iter().map(|c| self.live(c)).zip(derived)
+    }
+
+    /// This pass's copy of a cached claim if it wrote one, else the cached claim.
+    fn live<'a>(&'a self, cached: &'a Arc<NodeClaim>) -> &'a NodeClaim {
+        self.claims.get(cached.metadata.name.as_deref().unwrap_or("")).unwrap_or(cached.as_ref())
     }
 
     /// The claim's node, if registered.
@@ -292,28 +361,51 @@ impl Snapshot {
         self.selected = Some(self.version);
         let Some(policy) = self.policy().cloned() else { return };
         let period = policy.period.unwrap_or(Duration::minutes(1));
-        let mut candidates: Vec<(Option<DateTime<Utc>>, DateTime<Utc>, String)> = self
-            .pool_claims()
-            .filter_map(|c| {
-                let f = self.claim_facts(c)?;
-                derive::is_candidate(&f, &policy.settings, period, self.now).then(|| {
-                    (
-                        derive::deadline(f.created, f.expire_after),
-                        f.created,
-                        c.metadata.name.clone().unwrap_or_default(),
-                    )
-                })
-            })
-            .collect();
-        candidates.sort_by(|a, b| {
-            RotationOrder { deadline: a.0, created: a.1, name: &a.2 }.cmp(&RotationOrder {
-                deadline: b.0,
-                created: b.1,
-                name: &b.2,
-            })
-        });
-        self.census = candidates.len() as i64;
-        self.pick = candidates.into_iter().next().map(|c| c.2);
+        let mut census = 0;
+        let mut pick: Option<RotationOrder<'_>> = None;
+        for (c, d) in self.pool_claims_derived() {
+            let Some(f) = self.derived_facts(c, d) else { continue };
+            if !derive::is_candidate(&f, &policy.settings, period, self.now) {
+                continue;
+            }
+            census += 1;
+            let order = RotationOrder {
+                deadline: derive::deadline(f.created, f.expire_after),
+                created: f.created,
+                name: c.metadata.name.as_deref().unwrap_or(""),
+            };
+            // The first of the candidates in rotation order (names are unique: a total order).
+            if pick.is_none_or(|p| order < p) {
+                pick = Some(order);
+            }
+        }
+        let pick = pick.map(|p| p.name.to_string());
+        self.census = census;
+        self.pick = pick;
+    }
+
+    /// [`Snapshot::claim_facts`] from the claim's derived facts: the same values, without
+    /// parsing its spec or looking its node up again.
+    fn derived_facts(&self, claim: &NodeClaim, d: &Derived) -> Option<ClaimFacts> {
+        let node = match self.claim_node(claim).and_then(|n| self.nodes.get(n)) {
+            Some(written) => Some(written),
+            None => d.node.as_deref(),
+        };
+        Some(ClaimFacts {
+            created: d.created?,
+            expire_after: d.expire_after?,
+            termination_grace_period: d.termination_grace_period,
+            ready: d.ready,
+            deleting: d.deleting,
+            state: ClaimState::from_annotation(annotation(&claim.metadata, Key::State)),
+            retry_count: annotation(&claim.metadata, Key::RetryCount)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            failed_at: time_annotation(&claim.metadata, Key::FailedAt),
+            operator_do_not_disrupt: node
+                .map(|n| operator_do_not_disrupt(&n.metadata))
+                .unwrap_or(false),
+        })
     }
 
     fn tgp(&self, claim: &NodeClaim) -> Option<Duration> {
@@ -346,9 +438,7 @@ impl Snapshot {
 
     /// The claim backing a node (by status.nodeName).
     pub fn claim_on_node(&self, node: &str) -> Option<&NodeClaim> {
-        self.index.by_node(&self.cache).get(node).map(|c| {
-            self.claims.get(c.metadata.name.as_deref().unwrap_or("")).unwrap_or(c.as_ref())
-        })
+        self.index.by_node(&self.cache).get(node).map(|c| self.live(c))
     }
 }
 
