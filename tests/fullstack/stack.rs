@@ -568,6 +568,7 @@ impl PendingTracker {
     /// Starts watching; returns once the watch has listed the current pods.
     pub async fn start(world: &World, app: &str) -> Result<PendingTracker, Error> {
         use futures::StreamExt;
+        use kube::runtime::WatchStreamExt;
         use kube::runtime::watcher::{self, Event as WatchEvent};
         let stop = Arc::new(AtomicBool::new(false));
         let data = Arc::new(Mutex::new(Tracked::default()));
@@ -575,7 +576,7 @@ impl PendingTracker {
         let config = watcher::Config::default().labels(&format!("{APP_LABEL}={app}"));
         let (s, d) = (stop.clone(), data.clone());
         let watch = tokio::spawn(async move {
-            let mut stream = std::pin::pin!(watcher::watcher(pods, config));
+            let mut stream = std::pin::pin!(watcher::watcher(pods, config).default_backoff());
             while !s.load(Ordering::Acquire) {
                 let next = tokio::time::timeout(Duration::from_millis(500), stream.next()).await;
                 let Ok(Some(event)) = next else { continue };
@@ -601,7 +602,8 @@ impl PendingTracker {
         let pool = world.name.clone();
         let (s, d) = (stop.clone(), data.clone());
         let poll = tokio::spawn(async move {
-            let mut stream = std::pin::pin!(watcher::watcher(placeholders, config));
+            let mut stream =
+                std::pin::pin!(watcher::watcher(placeholders, config).default_backoff());
             while !s.load(Ordering::Acquire) {
                 let next = tokio::time::timeout(Duration::from_millis(500), stream.next()).await;
                 let Ok(Some(Ok(WatchEvent::Apply(p) | WatchEvent::InitApply(p)))) = next else {
