@@ -46,14 +46,18 @@ echo "apiserver tier: build ${tier_build}s, start + tests + stop ${tier_run}s"
 # ---- Deterministic simulation (issue 5) -----------------------------------------------------
 # 300 seeds x 2 virtual weeks of the built-in fleet with every fault on (crashes, leader changes,
 # conflicts, transient errors, cache lag, lost/late wake-ups, stuck drains, ...), invariants 1-8
-# checked after every step, on the release binary; then the tight-race scenario. A violation
+# checked after every step, on the release binary; then short sweeps of the other scenarios
+# (operator script, shortage, forceful batch, tight race) for rule coverage. A violation
 # prints its seed, the invariant, a trace and the one command that replays it.
 step "simulation: seed sweeps with faults (release)"
 sim_start=$(date +%s)
 cargo build --release --locked --quiet
 target/release/noderotation simulate --seeds 300 --weeks 2 --faults
-target/release/noderotation simulate --seeds 100 --weeks 0.1 --faults \
-  --scenario deploy/examples/scenarios/tight-race.yaml
+for run in tight-race:100:0.1 operator-script:50:2 capacity-shortage:30:2 forceful-fallback-batch:30:2; do
+  IFS=: read -r name seeds weeks <<<"$run"
+  target/release/noderotation simulate --seeds "$seeds" --weeks "$weeks" --faults \
+    --scenario "deploy/examples/scenarios/$name.yaml"
+done
 echo "simulation sweeps: $(( $(date +%s) - sim_start ))s"
 
 # ---- Full-stack tier (issue 7) -------------------------------------------------------------

@@ -71,6 +71,8 @@ pub struct StepInfo<'a> {
     pub faulted: bool,
     /// The controller's cache equals the store (no lag) and no fault is active.
     pub exact: bool,
+    /// The deposed leader's pass (split brain: its effects are not held to quiescence).
+    pub zombie: bool,
 }
 
 pub struct Checker {
@@ -179,15 +181,21 @@ impl Checker {
         self.announcements(prev, post, d, announced, now);
         // The calm phase starts checking once a restart scheduled before it has run.
         let calm = self.calm_since.is_some_and(|c| now - c >= Duration::minutes(2));
-        // Debris can only appear when the store changed (or when the calm phase begins).
+        // Debris can only appear when the store changed (or when the calm phase begins). Without
+        // faults every clean pass is held to it; with faults, a clean pass answers for its own
+        // pool (a crash leaves its debris to the next start-up sweep, which is not a pass).
         let fresh_calm = self.calm_since.is_some() && !self.calm_checked;
-        if ((self.continuous_quiescence && step.controller && step.ok && !step.faulted) || calm)
-            && (!d.is_empty() || fresh_calm)
+        let clean = step.controller && step.ok && !step.faulted && !step.zombie;
+        if calm && (!d.is_empty() || fresh_calm) {
+            self.calm_checked = true;
+            self.quiescence(post, now, world, None);
+        } else if clean && self.continuous_quiescence && !d.is_empty() {
+            self.quiescence(post, now, world, None);
+        } else if clean
+            && !d.is_empty()
+            && let Some(p) = step.pool.and_then(|p| self.plan.pools.get(p)).map(|p| p.name.clone())
         {
-            if calm {
-                self.calm_checked = true;
-            }
-            self.quiescence(post, now, world);
+            self.quiescence(post, now, world, Some(&p));
         }
         if step.controller && step.ok && !step.faulted && step.exact {
             self.gone_anchor(prev, post, step);
@@ -505,6 +513,12 @@ impl Checker {
         }
         let _ = prev;
         for a in announced {
+            // The start-up sweep announces without a pool: the claim names it.
+            let pool = match (&a.claim, a.pool.is_empty()) {
+                (Some(c), true) => self.claim_pool.get(c).cloned().unwrap_or_default(),
+                _ => a.pool.clone(),
+            };
+            let a = &Announced { pool, ..a.clone() };
             let key = (a.pool.clone(), a.what);
             let n = {
                 let e = self.announced.entry((a.pool.clone(), a.what, a.kind)).or_insert(0);
@@ -553,14 +567,28 @@ impl Checker {
         }
     }
 
+    /// The end of the calm phase: quiescence over the whole store.
+    pub fn final_check(&mut self, post: &CacheView, now: DateTime<Utc>, world: &World) {
+        self.quiescence(post, now, world, None);
+    }
+
     /// I7: no placeholder, `surge-for`, owned do-not-disrupt or owned cordon without the anchor
     /// that references it.
-    fn quiescence(&mut self, post: &CacheView, now: DateTime<Utc>, world: &World) {
+    fn quiescence(
+        &mut self,
+        post: &CacheView,
+        now: DateTime<Utc>,
+        world: &World,
+        only: Option<&str>,
+    ) {
         let anchor = |pool: &str| post.pools.get(pool).and_then(|p| anchor_of(p));
         let mut bad = Vec::new();
         for (name, ph) in &post.placeholders {
             let target = annotation(&ph.metadata, SURGE_FOR);
             let pool = target.and_then(|c| self.claim_pool.get(c));
+            if only.is_some() && pool.map(String::as_str) != only {
+                continue;
+            }
             let ok = matches!((target, pool), (Some(c), Some(p)) if anchor(p) == Some(c));
             if !ok {
                 bad.push((

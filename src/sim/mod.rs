@@ -102,6 +102,22 @@ fn announced(a: &crate::reconcile::Announcement) -> Option<Announced> {
     })
 }
 
+/// Fills each violation's trace: the last entries, plus those about its objects.
+fn attach_traces(violations: &mut [Violation], world: &World) {
+    for v in violations {
+        let mut lines = world.trace.tail(40);
+        for about in &v.about {
+            for e in world.trace.about(about, 30) {
+                if !lines.contains(&e) {
+                    lines.push(e);
+                }
+            }
+        }
+        lines.sort_by_key(|e| e.time);
+        v.trace = lines;
+    }
+}
+
 /// Runs one simulation. `progress` is told the fraction of simulated time done now and then.
 pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -> RunResult {
     let start = plan.start;
@@ -183,6 +199,11 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
                 .values()
                 .any(|p| actors::annotation(&p.metadata, actors::ACTIVE_ROTATION).is_some());
             if t > limit || (!anchored && t > limit - CALM_LIMIT + Duration::minutes(2)) {
+                // Quiescence: faults off, every pool released, timers past.
+                let snap = Arc::clone(&world.snap);
+                let before = checker.violations.len();
+                checker.final_check(&snap, world.now(), &world);
+                attach_traces(&mut checker.violations[before..], &world);
                 break;
             }
         }
@@ -291,23 +312,20 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
         world.snap = Arc::clone(&post);
         recorder.observe(&d, &post, now, &world, &mut gov);
         let exact = driver.as_ref().is_some_and(|dr| !dr.faults_on());
-        let info =
-            StepInfo { now, actor: &actor, controller: info_controller, pool, ok, faulted, exact };
+        let info = StepInfo {
+            now,
+            actor: &actor,
+            controller: info_controller,
+            pool,
+            ok,
+            faulted,
+            exact,
+            zombie,
+        };
         if driver.is_some() {
             let before = checker.violations.len();
             checker.check(&prev, &post, &d, &info, &announced_now, &world);
-            for v in checker.violations.iter_mut().skip(before) {
-                let mut lines = world.trace.tail(40);
-                for about in &v.about {
-                    for e in world.trace.about(about, 30) {
-                        if !lines.contains(&e) {
-                            lines.push(e);
-                        }
-                    }
-                }
-                lines.sort_by_key(|e| e.time);
-                v.trace = lines;
-            }
+            attach_traces(&mut checker.violations[before..], &world);
             if opts.stop_on_violation && checker.violations.len() > before {
                 break;
             }
