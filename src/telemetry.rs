@@ -508,6 +508,22 @@ impl<K: Ord> WarningLatch<K> {
         self.latched.retain(|k, _| keep(k));
     }
 
+    /// [`WarningLatch::retain`] over the keys in `range` only: the others are kept without
+    /// being visited (one pool's keys, out of every pool's).
+    pub fn retain_range(
+        &mut self,
+        range: impl std::ops::RangeBounds<K>,
+        mut keep: impl FnMut(&K) -> bool,
+    ) where
+        K: Clone,
+    {
+        let dropped: Vec<K> =
+            self.latched.range(range).map(|(k, _)| k).filter(|k| !keep(k)).cloned().collect();
+        for k in &dropped {
+            self.latched.remove(k);
+        }
+    }
+
     pub fn is_latched(&self, key: &K) -> bool {
         self.latched.contains_key(key)
     }
@@ -544,6 +560,22 @@ mod tests {
             retry_count: 2,
             infeasible: false,
         }
+    }
+
+    #[test]
+    fn retain_range_drops_what_retain_drops_in_the_range() {
+        let keys = ["a|feasibility", "a|claim/x", "a|claim/y", "ab|feasibility", "a", "b|claim/x"];
+        let mut whole: WarningLatch = WarningLatch::new();
+        for k in keys {
+            whole.should_fire((k.to_string(), "R".to_string()), "m");
+        }
+        let mut ranged = whole.clone();
+        let ours = |k: &(String, String)| k.0.starts_with("a|") && k.0 != "a|claim/y";
+        whole.retain(|k| !ours(k));
+        let range = ("a|".to_string(), String::new())..("a}".to_string(), String::new());
+        ranged.retain_range(range, |k| !ours(k));
+        assert_eq!(whole.latched, ranged.latched);
+        assert_eq!(ranged.len(), 4);
     }
 
     #[test]

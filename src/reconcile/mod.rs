@@ -403,12 +403,12 @@ impl Controller {
         if let Some(p) = snap.policy() {
             let period = p.period.unwrap_or(Duration::minutes(1));
             for (c, d) in snap.pool_claims_derived() {
-                let Some(name) = c.metadata.name.clone() else { continue };
                 let expire = d.expire_after.unwrap_or(crate::policy::duration::ExpireAfter::Never);
                 let tgp = d.termination_grace_period;
                 let Some(f) = feasibility::short_lead(&p.settings, expire, tgp, period) else {
                     continue;
                 };
+                let Some(name) = c.metadata.name.clone() else { continue };
                 let key = (format!("{pool}|claim/{name}"), "ShortLead".to_string());
                 raised.insert(key.clone());
                 if self.ctx.latch.should_fire(key, &f.message) {
@@ -423,7 +423,9 @@ impl Controller {
         }
         let feasibility_key = format!("{pool}|feasibility");
         let claim_prefix = format!("{pool}|claim/");
-        self.ctx.latch.retain(|k| {
+        // Both kinds of key start with "{pool}|": they sort between it and "{pool}}" ('|' + 1).
+        let range = (format!("{pool}|"), String::new())..(format!("{pool}}}"), String::new());
+        self.ctx.latch.retain_range(range, |k| {
             let ours = k.0 == feasibility_key || k.0.starts_with(&claim_prefix);
             !ours || raised.contains(k)
         });
