@@ -93,6 +93,8 @@ struct PoolClaims {
 /// annotations (see [`apply_patch`]), so these hold for its overlay copy as well.
 #[derive(Debug)]
 pub struct Derived {
+    /// `metadata.name` (empty when unset).
+    name: String,
     /// `cache.nodes[status.nodeName]`.
     node: Option<Arc<Node>>,
     created: Option<DateTime<Utc>>,
@@ -102,11 +104,14 @@ pub struct Derived {
     pub termination_grace_period: Option<Duration>,
     ready: bool,
     deleting: bool,
+    /// The candidate facts of the cached claim and node: those of a pass that wrote neither.
+    cached: Option<ClaimFacts>,
 }
 
 impl Derived {
     fn of(claim: &NodeClaim, cache: &CacheView) -> Derived {
-        Derived {
+        let mut d = Derived {
+            name: claim.metadata.name.clone().unwrap_or_default(),
             node: claim
                 .status
                 .as_ref()
@@ -118,7 +123,27 @@ impl Derived {
             termination_grace_period: claim.termination_grace_period().ok().flatten(),
             ready: claim.is_ready(),
             deleting: claim.is_deleting(),
-        }
+            cached: None,
+        };
+        d.cached = d.facts(claim, d.node.as_deref());
+        d
+    }
+
+    /// [`Snapshot::claim_facts`] of `claim` (this claim, as cached or as written) on `node`.
+    fn facts(&self, claim: &NodeClaim, node: Option<&Node>) -> Option<ClaimFacts> {
+        Some(ClaimFacts {
+            created: self.created?,
+            expire_after: self.expire_after?,
+            termination_grace_period: self.termination_grace_period,
+            ready: self.ready,
+            deleting: self.deleting,
+            state: ClaimState::from_annotation(annotation(&claim.metadata, Key::State)),
+            retry_count: annotation(&claim.metadata, Key::RetryCount)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            failed_at: time_annotation(&claim.metadata, Key::FailedAt),
+            operator_do_not_disrupt: node.is_some_and(|n| operator_do_not_disrupt(&n.metadata)),
+        })
     }
 }
 
@@ -363,8 +388,12 @@ impl Snapshot {
         let period = policy.period.unwrap_or(Duration::minutes(1));
         let mut census = 0;
         let mut pick: Option<RotationOrder<'_>> = None;
-        for (c, d) in self.pool_claims_derived() {
-            let Some(f) = self.derived_facts(c, d) else { continue };
+        let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
+        // A pass that wrote nothing reads the cached claims and nodes: their facts are derived.
+        let unwritten = self.claims.is_empty() && self.nodes.is_empty();
+        for (cached, d) in claims.iter().zip(derived) {
+            let f = if unwritten { d.cached.clone() } else { self.written_facts(cached, d) };
+            let Some(f) = f else { continue };
             if !derive::is_candidate(&f, &policy.settings, period, self.now) {
                 continue;
             }
@@ -372,7 +401,7 @@ impl Snapshot {
             let order = RotationOrder {
                 deadline: derive::deadline(f.created, f.expire_after),
                 created: f.created,
-                name: c.metadata.name.as_deref().unwrap_or(""),
+                name: &d.name,
             };
             // The first of the candidates in rotation order (names are unique: a total order).
             if pick.is_none_or(|p| order < p) {
@@ -384,28 +413,14 @@ impl Snapshot {
         self.pick = pick;
     }
 
-    /// [`Snapshot::claim_facts`] from the claim's derived facts: the same values, without
-    /// parsing its spec or looking its node up again.
-    fn derived_facts(&self, claim: &NodeClaim, d: &Derived) -> Option<ClaimFacts> {
+    /// [`Snapshot::claim_facts`] of a cached claim after this pass's writes.
+    fn written_facts(&self, cached: &Arc<NodeClaim>, d: &Derived) -> Option<ClaimFacts> {
+        let claim = self.live(cached);
         let node = match self.claim_node(claim).and_then(|n| self.nodes.get(n)) {
             Some(written) => Some(written),
             None => d.node.as_deref(),
         };
-        Some(ClaimFacts {
-            created: d.created?,
-            expire_after: d.expire_after?,
-            termination_grace_period: d.termination_grace_period,
-            ready: d.ready,
-            deleting: d.deleting,
-            state: ClaimState::from_annotation(annotation(&claim.metadata, Key::State)),
-            retry_count: annotation(&claim.metadata, Key::RetryCount)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-            failed_at: time_annotation(&claim.metadata, Key::FailedAt),
-            operator_do_not_disrupt: node
-                .map(|n| operator_do_not_disrupt(&n.metadata))
-                .unwrap_or(false),
-        })
+        d.facts(claim, node)
     }
 
     fn tgp(&self, claim: &NodeClaim) -> Option<Duration> {
