@@ -1011,12 +1011,12 @@ async fn rotation_two_controllers_one_reconciles_and_the_standby_takes_over() ->
         })
         .await?;
         fx.wait_claim_state("pending", Duration::from_secs(60)).await?;
-        assert!(b.metrics().await?.contains("noderotation_leader 0"), "b must stand by");
-        assert!(
-            !b.log_text().contains("\"reconciling\""),
-            "the standby reconciled:\n{}",
-            b.log_text()
-        );
+        if !b.metrics().await?.contains("noderotation_leader 0")
+            || b.log_text().contains("\"reconciling\"")
+        {
+            eprintln!("b log:\n{}", b.log_text());
+            return Err("the standby b led or reconciled while a held the Lease".into());
+        }
         a.kill();
         eprintln!("SIGKILLed the leader in pending");
         let done = fx.wait_settled("last-rotation-at", Duration::from_secs(90)).await;

@@ -423,10 +423,12 @@ impl ControllerProcess {
                 lease,
                 "--identity",
                 identity,
+                // A renewal must land within the grace: 1 s flaked on 2 busy CI cores (the
+                // leader lost the Lease to the standby mid-rotation). 4 s of 10 does not.
                 "--lease-duration",
-                "4",
+                "10",
                 "--lease-grace",
-                "1",
+                "4",
                 "--tick-seconds",
                 "2",
                 "--log-level",
