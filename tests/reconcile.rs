@@ -334,12 +334,29 @@ fn governance_lost_mid_rotation_rolls_back_in_the_normative_order() {
     };
     let placeholder = pos("delete Pod");
     let unfreeze = pos("-noderotation.io/surge-for");
+    let failed = pos("noderotation.io/state=failed -noderotation.io/started-at");
     let clear = pos("patch NodePool pool-a -noderotation.io/active-rotation");
     let event = pos("event GovernanceLost");
-    assert!(placeholder < unfreeze && unfreeze < clear && clear < event, "{writes:#?}");
+    assert!(
+        placeholder < unfreeze && unfreeze < failed && failed < clear && clear < event,
+        "{writes:#?}"
+    );
     assert_eq!(fx.events("GovernanceLost"), 1);
+    assert!(
+        fx.event_messages("GovernanceLost").iter().all(|m| m.contains("rotation of c1")),
+        "{:?}",
+        fx.event_messages("GovernanceLost")
+    );
     assert!(fx.pool_ann(Key::ActiveRotation).is_none());
     assert!(!fx.cordoned("node-c1"));
+    // The claim left pending, so a restored policy rotates it again after retryBackoff, in the
+    // same process (no start-up sweep needed).
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    fx.world.apply_policy(policy_yaml("", None)).expect("policy");
+    fx.advance(Duration::hours(2));
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "re-picked");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
 }
 
 #[test]

@@ -299,6 +299,11 @@ impl Snapshot {
     }
 
     /// The claim the anchor names (`cand`).
+    /// The pool's anchor as written, whether or not the claim it names still exists.
+    pub fn anchor_name(&self) -> Option<&str> {
+        annotation(&self.pool.as_ref()?.metadata, Key::ActiveRotation)
+    }
+
     pub fn anchored_claim(&self) -> Option<&str> {
         let pool = self.pool.as_ref()?;
         let name = annotation(&pool.metadata, Key::ActiveRotation)?;

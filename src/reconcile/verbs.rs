@@ -29,6 +29,9 @@ pub struct PassHost<'c> {
     pub observed: Vec<(String, bool)>,
     /// The pool copy the completion write verified (its durations feed `emit(success)`).
     released: Option<NodePool>,
+    /// The rotation an anchor write of this pass cleared (its Event names the claim, which may
+    /// be gone from the snapshot and from the pool's annotations by then).
+    cleared: Option<String>,
     /// Whether the verb being performed wrote (a satisfied precondition may need no write).
     wrote: bool,
 }
@@ -78,7 +81,7 @@ fn unreadable(meta: &ObjectMeta, key: Key) -> bool {
 
 impl<'c> PassHost<'c> {
     pub fn new(snap: Snapshot, ctx: &'c mut Ctx) -> Self {
-        PassHost { snap, ctx, observed: Vec::new(), released: None, wrote: false }
+        PassHost { snap, ctx, observed: Vec::new(), released: None, cleared: None, wrote: false }
     }
 
     fn cluster_ref(&self, obj: &ObjRef) -> Option<ObjectRef> {
@@ -167,9 +170,19 @@ impl<'c> PassHost<'c> {
     }
 
     fn announce(&mut self, what: String, claim: Option<String>, row: &str) {
+        // The start-up sweep of claims has no pool in its snapshot: the claim's label names it.
+        let pool = match self.snap.pool_name() {
+            "" => claim
+                .as_deref()
+                .and_then(|c| self.snap.claim(c))
+                .and_then(|c| c.metadata.labels.as_ref()?.get(crate::karpenter::NODEPOOL_LABEL))
+                .cloned()
+                .unwrap_or_default(),
+            name => name.to_string(),
+        };
         self.ctx.announcements.push(Announcement {
             time: self.snap.now,
-            pool: self.snap.pool_name().to_string(),
+            pool,
             claim,
             what,
             row: row.to_string(),
@@ -193,7 +206,13 @@ impl<'c> PassHost<'c> {
     fn subject_claim(&self, a: &Action<'_>) -> Option<String> {
         match &a.target {
             Value::Object(ObjRef::Claim(n)) => Some(n.clone()),
-            _ => self.snap.anchored_claim().map(str::to_string).or_else(|| a.name.clone()),
+            _ => self
+                .snap
+                .anchored_claim()
+                .map(str::to_string)
+                .or_else(|| a.name.clone())
+                .or_else(|| self.cleared.clone())
+                .or_else(|| self.snap.anchor_name().map(str::to_string)),
         }
     }
 
@@ -240,6 +259,9 @@ impl<'c> PassHost<'c> {
             Reason::InvalidFreeze => {
                 "noderotation.io/freeze is not an RFC3339 time: treated as frozen".into()
             }
+            Reason::RotationFailed if a.row.starts_with("sweep_") => format!(
+                "NodeClaim {claim} was in flight without an anchor at start-up: marked failed, it is retried after retryBackoff"
+            ),
             Reason::RotationFailed => {
                 let count = self
                     .snap
@@ -381,13 +403,17 @@ impl<'c> PassHost<'c> {
     fn clear_anchor(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let name = a.name.clone();
         let set = a.set.clone();
-        self.conditional(a.verb, &ObjRef::Pool, |fresh| {
+        let outcome = self.conditional(a.verb, &ObjRef::Pool, |fresh| {
             let meta = fresh.meta();
             if name.is_none() || annotation(meta, Key::ActiveRotation) != name.as_deref() {
                 return Decide::Skip(Outcome::Raced);
             }
             Decide::Write(Self::anchor_patch(meta, &set), Outcome::Won)
-        })
+        })?;
+        if outcome == Outcome::Won {
+            self.cleared = name;
+        }
+        Ok(outcome)
     }
 
     fn release_anchor(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
@@ -412,6 +438,9 @@ impl<'c> PassHost<'c> {
                 if drained { Outcome::Rotated } else { Outcome::Expired },
             )
         })?;
+        if verified.is_some() {
+            self.cleared = name;
+        }
         self.released = verified;
         Ok(outcome)
     }

@@ -284,6 +284,15 @@ impl Fx {
         self.world.events().iter().filter(|e| e.reason == reason).count()
     }
 
+    pub fn event_messages(&self, reason: &str) -> Vec<String> {
+        self.world
+            .events()
+            .iter()
+            .filter(|e| e.reason == reason)
+            .map(|e| e.message.clone())
+            .collect()
+    }
+
     pub fn set_pool(&self, f: impl FnOnce(&mut NodePool)) {
         self.world.update_pool(POOL, f).expect("pool exists");
     }
