@@ -1024,3 +1024,22 @@ fn policy_status_reports_matched_rotating_and_ready() {
     let ready = status.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
     assert_eq!(ready.reason, "Conflict");
 }
+
+#[test]
+fn a_throughput_warning_is_not_raised_again_when_the_node_count_moves() {
+    // One hour a week: a few starts per week against a pool whose nodes arrive faster.
+    let windows = r#"[{timezone: UTC, days: [Wed], start: "02:00", end: "03:00"}]"#;
+    let mut fx = Fx::with(policy_yaml("", Some(windows)), pool_yaml(""));
+    for i in 0..12 {
+        fx.claim(&format!("c{i}"), Duration::days(1));
+    }
+    fx.pass();
+    assert_eq!(fx.events("ThroughputBelowArrival"), 1, "{:?}", fx.world.events());
+    // Scale-up and consolidation move N: the same condition, the same remedy, no new Event.
+    fx.claim("c12", Duration::days(1));
+    fx.pass();
+    fx.world.delete_now(&obj(noderotation::cluster::ObjectKind::NodeClaim, "c0"));
+    fx.world.delete_now(&obj(noderotation::cluster::ObjectKind::NodeClaim, "c1"));
+    fx.pass();
+    assert_eq!(fx.events("ThroughputBelowArrival"), 1, "{:?}", fx.world.events());
+}

@@ -319,9 +319,9 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                         h(t_rot),
                         h(p)
                     ),
-                    format!(
-                        "lower ageThreshold to at most {} (or use auto), or add maintenance windows",
-                        h(e - derive::lead_time(k.max(1), p, t_rot))
+                    lower_age_threshold(
+                        e - derive::lead_time(k.max(1), p, t_rot),
+                        "or use auto, or add maintenance windows",
                     ),
                 ));
             } else if g < i64::from(k) {
@@ -332,10 +332,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                          minRotationChances {k}",
                         h(a)
                     ),
-                    format!(
-                        "lower ageThreshold to at most {}, or use auto",
-                        h(e - derive::lead_time(k, p, t_rot))
-                    ),
+                    lower_age_threshold(e - derive::lead_time(k, p, t_rot), "or use auto"),
                 ));
             }
             if g >= 1 && a < p {
@@ -555,6 +552,18 @@ fn aggressive(a: Duration, p: Duration) -> Finding {
 
 /// Layer 3 for one claim: its own `E <= K*P + t_rot` (auto or override alike) means it cannot
 /// get K chances; it is counted, announced with `ShortLead`, and rotated at the first chance.
+/// The remedy for an override with too few chances. With expireAfter shorter than the lead
+/// K chances need, no ageThreshold helps: say what does instead of a negative duration.
+fn lower_age_threshold(bound: Duration, otherwise: &str) -> String {
+    if bound > Duration::zero() {
+        format!("lower ageThreshold to at most {}, {otherwise}", format_human(bound))
+    } else {
+        "expireAfter is shorter than the lead minRotationChances needs: raise the NodePool's \
+         expireAfter, lower minRotationChances, or add maintenance windows"
+            .into()
+    }
+}
+
 pub fn short_lead(
     settings: &Effective,
     expire_after: ExpireAfter,
@@ -707,6 +716,14 @@ mod tests {
         let a = assess(&s, &pool(14, t, 2), now());
         assert_eq!(reasons(&a), [Reason::OverrideBelowOneChance]);
         assert!(a.has_fatal());
+        assert!(a.findings[0].fix.contains("at most 5d22h43m"), "{}", a.findings[0].fix);
+        // E = 8d < K*P + t_rot: no ageThreshold gives K chances; never advise a negative one.
+        spec.age_threshold = "24h".into();
+        let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let a = assess(&s, &pool(8, t, 2), now());
+        let f = a.findings.iter().find(|f| f.reason == Reason::OverrideGBelowK);
+        let fix = &f.unwrap_or_else(|| panic!("{:?}", a.findings)).fix;
+        assert!(fix.contains("raise the NodePool's expireAfter") && !fix.contains('-'), "{fix}");
     }
 
     #[test]

@@ -393,7 +393,9 @@ impl Controller {
             for f in warnings {
                 let key = (format!("{pool}|feasibility"), f.reason.event_reason().to_string());
                 raised.insert(key.clone());
-                if self.ctx.latch.should_fire(key, &f.message) {
+                // Latched on the remedy, not the message: the message carries the node count,
+                // which moves with every scale-up or consolidation and must not re-raise it.
+                if self.ctx.latch.should_fire(key, &f.fix) {
                     let object = ObjectRef::cluster(ObjectKind::NodePool, pool.clone());
                     let msg = format!("{} Fix: {}", f.message, f.fix);
                     events.push((object, f.reason.event_reason().to_string(), msg));
@@ -411,7 +413,7 @@ impl Controller {
                 let Some(name) = c.metadata.name.clone() else { continue };
                 let key = (format!("{pool}|claim/{name}"), "ShortLead".to_string());
                 raised.insert(key.clone());
-                if self.ctx.latch.should_fire(key, &f.message) {
+                if self.ctx.latch.should_fire(key, &f.fix) {
                     let object = ObjectRef::cluster(ObjectKind::NodeClaim, name);
                     events.push((
                         object,
