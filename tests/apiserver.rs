@@ -265,6 +265,7 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
     create(&admin, &nodepool_json(pool, "kube-cluster")).await?;
     ready_claim_and_node(&admin, claim, node, pool).await?;
     running_pod(&admin, CONTROLLER_NS, "kc-semantics-app", node, "250m").await?;
+    let claim_uid = dyn_api(&admin, "NodeClaim").get(claim).await?.uid();
 
     let reporter = Reporter { controller: "noderotation-test".into(), instance: None };
     let (cluster, _changes) = KubeCluster::start(admin.clone(), CONTROLLER_NS, reporter);
@@ -341,13 +342,17 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
         assert_eq!(c.create_pod(&pod), Err(ApiError::AlreadyExists));
 
         // Events (events.k8s.io), best effort but must work.
-        c.record_event(&EventRecord {
-            object: claim_ref.clone(),
-            reason: "KubeClusterTest".into(),
-            message: "recorded by the apiserver test".into(),
-            warning: false,
-            time: chrono::DateTime::UNIX_EPOCH,
-        })?;
+        // Same reason, another note: a new Event with its own note (kube-runtime's Recorder
+        // would patch the first one and keep its note). The identical report: a series.
+        for message in ["rotation of c1", "rotation of c2", "rotation of c2"] {
+            c.record_event(&EventRecord {
+                object: claim_ref.clone(),
+                reason: "KubeClusterTest".into(),
+                message: message.into(),
+                warning: false,
+                time: chrono::DateTime::UNIX_EPOCH,
+            })?;
+        }
         Ok(())
     })
     .await??;
@@ -367,7 +372,17 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(admin.clone(), "default");
     let listed = events.list(&Default::default()).await?;
-    assert!(listed.items.iter().any(|e| e.reason.as_deref() == Some("KubeClusterTest")));
+    let mut ours: Vec<(String, i32)> = listed
+        .items
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("KubeClusterTest")
+                && e.regarding.as_ref().and_then(|r| r.uid.clone()) == claim_uid
+        })
+        .map(|e| (e.note.clone().unwrap_or_default(), e.series.as_ref().map_or(1, |s| s.count)))
+        .collect();
+    ours.sort();
+    assert_eq!(ours, [("rotation of c1".to_string(), 1), ("rotation of c2".to_string(), 2)]);
 
     // Finalizing removes the claim: get -> None, delete -> NotFound.
     remove_finalizers(&admin, "NodeClaim", claim).await?;
@@ -843,7 +858,7 @@ async fn rotation_full_surge_completes_once_and_counts_one_success() -> TestResu
             (completed(&m, &fx.pool, "success") == Some(1.0)).then_some(m)
         })
         .await?;
-        assert!(metrics.contains("noderotation_leader 1"));
+        assert!(metrics.lines().any(|l| l == "noderotation_leader 1"), "{metrics}");
         Ok::<(), Error>(())
     }
     .await;
@@ -1002,16 +1017,16 @@ async fn rotation_two_controllers_one_reconciles_and_the_standby_takes_over() ->
     let mut a = fx.controller("leader-a")?;
     let result = async {
         eventually("a to lead", Duration::from_secs(30), || async {
-            a.metrics().await.ok()?.contains("noderotation_leader 1").then_some(())
+            a.metrics().await.ok()?.lines().any(|l| l == "noderotation_leader 1").then_some(())
         })
         .await?;
         let b = fx.controller("leader-b")?;
         eventually("b serving", Duration::from_secs(30), || async {
-            b.metrics().await.ok()?.contains("noderotation_leader 0").then_some(())
+            b.metrics().await.ok()?.lines().any(|l| l == "noderotation_leader 0").then_some(())
         })
         .await?;
         fx.wait_claim_state("pending", Duration::from_secs(60)).await?;
-        if !b.metrics().await?.contains("noderotation_leader 0")
+        if !b.metrics().await?.lines().any(|l| l == "noderotation_leader 0")
             || b.log_text().contains("\"reconciling\"")
         {
             eprintln!("b log:\n{}", b.log_text());
