@@ -28,7 +28,9 @@ use kube::api::{
     PostParams, Preconditions,
 };
 use kube::runtime::WatchStreamExt;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::Reporter;
+
+use super::events::EventSink;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Client, Resource, ResourceExt};
@@ -112,7 +114,7 @@ pub struct KubeCluster {
     generation: Arc<AtomicU64>,
     view: Mutex<Option<(u64, Arc<CacheView>)>>,
     synced: Arc<AtomicBool>,
-    recorder: Recorder,
+    recorder: EventSink,
 }
 
 /// Removes what the controller never reads before an object enters a store: managed fields
@@ -228,7 +230,7 @@ impl KubeCluster {
                 ObjectKind::RotationPolicy,
             ),
         };
-        let recorder = Recorder::new(client.clone(), reporter);
+        let recorder = EventSink::new(client.clone(), reporter.controller, reporter.instance);
         let cluster = KubeCluster {
             client,
             handle: Handle::current(),
@@ -484,14 +486,9 @@ impl Cluster for KubeCluster {
 
     fn record_event(&self, event: &EventRecord) -> Result<(), ApiError> {
         let reference = self.object_reference(&event.object);
-        let ev = KubeEvent {
-            type_: if event.warning { EventType::Warning } else { EventType::Normal },
-            reason: event.reason.clone(),
-            note: Some(truncate(&event.message, 1024)),
-            action: event.reason.clone(),
-            secondary: None,
-        };
-        self.block(self.recorder.publish(&ev, &reference)).map_err(|e| map_error(e, true))
+        let note = truncate(&event.message, 1024);
+        self.block(self.recorder.publish(&reference, event.warning, &event.reason, &note))
+            .map_err(|e| map_error(e, true))
     }
 }
 
