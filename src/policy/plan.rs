@@ -564,6 +564,29 @@ pub fn render_human(r: &PlanReport) -> String {
     if let Some(lead) = d.lead_time_seconds {
         row(&mut out, "lead", "due this long before expiry", human_secs(lead), String::new());
     }
+    // What the lead costs: a node is replaced at the first window after it is due, so it lives
+    // between A and A + P of its expireAfter; the rest of E is given up.
+    if let (Some(a), Some(lead), Some(period)) =
+        (d.age_threshold_seconds, d.lead_time_seconds, d.window_period_seconds)
+    {
+        let e = a + lead;
+        if e > 0 {
+            let last = (a + period).min(e);
+            let pct = |x: i64| x * 100 / e;
+            row(
+                &mut out,
+                "life",
+                "node lifetime used",
+                format!("{}%-{}%", pct(a), pct(last)),
+                format!(
+                    "age {}-{} of expireAfter {}: replaced at the first window after A",
+                    human_secs(a),
+                    human_secs(last),
+                    human_secs(e)
+                ),
+            );
+        }
+    }
     let c = match (d.starts_per_occurrence, d.shortest_occurrence_seconds) {
         (Some(c), Some(len)) => (
             c.to_string(),
