@@ -53,7 +53,7 @@ step "simulation: seed sweeps with faults (release)"
 sim_start=$(date +%s)
 cargo build --release --locked --quiet
 target/release/noderotation simulate --seeds 300 --weeks 2 --faults
-for run in tight-race:100:0.1 operator-script:50:2 capacity-shortage:30:2 forceful-fallback-batch:30:2; do
+for run in tight-race:100:0.1 operator-script:50:3 capacity-shortage:30:2 forceful-fallback-batch:30:2; do
   IFS=: read -r name seeds weeks <<<"$run"
   target/release/noderotation simulate --seeds "$seeds" --weeks "$weeks" --faults \
     --scenario "deploy/examples/scenarios/$name.yaml"
@@ -63,10 +63,12 @@ echo "simulation sweeps: $(( $(date +%s) - sim_start ))s"
 # ---- Full-stack tier (issue 7) -------------------------------------------------------------
 # `noderotation run` against the real Karpenter v1.14.1 (KWOK provider), kube-scheduler,
 # kube-controller-manager and KWOK, with real Deployments and PDBs: five scenarios (tests/fullstack.rs),
-# figures in docs/validation.md. Scenario 4 waits out Karpenter's forced expiry (expireAfter 20m),
-# so the step takes ~22 min with cached binaries (+ ~18 min for a cold Go build cache). Behind a
-# switch: NODEROTATION_FULL_STACK=1 bash tests/all.sh (measurements: tests/k8s-harness/README.md).
-if [ "${NODEROTATION_FULL_STACK:-0}" = 1 ]; then
+# figures in docs/validation.md. Scenario 4 waits out Karpenter's forced expiry (expireAfter 15m),
+# so the step takes ~17 min with cached binaries, +~11 min when the Go build cache is cold.
+# Measured on 2 busy cores: the steps above take ~48 min from a clean clone (cold cargo, cached
+# Go binaries), so the whole run is ~65 min warm and ~83 min fully cold, inside the 90-minute
+# budget. NODEROTATION_FULL_STACK=0 skips it (tests/k8s-harness/README.md has the measurements).
+if [ "${NODEROTATION_FULL_STACK:-1}" != 0 ]; then
   step "full-stack tier: build"
   fs_build_start=$(date +%s)
   tests/k8s-harness/build.sh --full-stack >/dev/null
@@ -82,7 +84,7 @@ if [ "${NODEROTATION_FULL_STACK:-0}" = 1 ]; then
   echo "full-stack tier: build ${NODEROTATION_FULL_STACK_BUILD_SECONDS}s," \
     "start + scenarios + stop $(( $(date +%s) - fs_run_start ))s"
 else
-  step "full-stack tier: skipped (NODEROTATION_FULL_STACK=1 runs it, ~22 min; see README)"
+  step "full-stack tier: skipped (NODEROTATION_FULL_STACK=0)"
 fi
 
 step "done"

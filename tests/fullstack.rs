@@ -32,10 +32,10 @@ use support::{Error, TestResult};
 /// not take it, so it waits out Karpenter's expiry alongside the others.
 static ONE_CONTROLLER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// expireAfter of scenarios 1 and 4 (`NODEROTATION_FULL_STACK_EXPIRE_AFTER`, default 20m):
-/// scenario 4 lasts about this long.
+/// expireAfter of scenarios 1 and 4 (`NODEROTATION_FULL_STACK_EXPIRE_AFTER`, default 15m):
+/// scenario 4 lasts about this long, and so does the tier.
 fn expire_after() -> String {
-    std::env::var("NODEROTATION_FULL_STACK_EXPIRE_AFTER").unwrap_or_else(|_| "20m".into())
+    std::env::var("NODEROTATION_FULL_STACK_EXPIRE_AFTER").unwrap_or_else(|_| "15m".into())
 }
 const TGP: &str = "4m";
 const READY_TIMEOUT: &str = "4m";
@@ -327,7 +327,7 @@ async fn scenario_1_surge_rotation_on_the_provisioned_path_finishes_before_the_d
     }))?;
     let ctl = world.controller()?;
     let result = async {
-        // auto: A = E - (K*P + t_rot) = 20m - (2*1m + 4m + 4m + 2m) = 8m for the defaults.
+        // auto: A = E - (K*P + t_rot) = 15m - (2*1m + 4m + 4m + 2m) = 3m for the defaults.
         let tl =
             follow_rotation(&world, &old_name, go_duration(&e).to_std()?, |_| async { Ok(()) })
                 .await?;
