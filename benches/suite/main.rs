@@ -19,6 +19,7 @@ use clap::Parser;
 mod apiserver;
 mod decision;
 mod fleet;
+mod proxy;
 mod report;
 mod simspeed;
 mod window;
@@ -79,6 +80,9 @@ pub struct Args {
     /// Print the table without rewriting docs/performance.md.
     #[arg(long)]
     no_write: bool,
+    /// Also write the Markdown report here (any selection of parts).
+    #[arg(long, value_name = "FILE")]
+    out: Option<std::path::PathBuf>,
     /// Decision path: pools in the fleet.
     #[arg(long, default_value_t = 1000)]
     pools: usize,
@@ -94,6 +98,10 @@ pub struct Args {
     /// Apiserver part: pods, spread over the nodes.
     #[arg(long, default_value_t = 50000)]
     pods: usize,
+    /// Apiserver part: run the operator under this command (for profiling, e.g. "valgrind
+    /// --tool=massif --massif-out-file=docs/perf/massif.out"); RSS then measures the wrapper.
+    #[arg(long, value_name = "CMD")]
+    operator_wrapper: Option<String>,
     /// Apiserver part: seconds of steady state to measure.
     #[arg(long, default_value_t = 180)]
     steady_seconds: u64,
@@ -157,12 +165,16 @@ fn run(args: &Args) -> anyhow::Result<()> {
             steady: Duration::from_secs(args.steady_seconds),
             binary: env!("CARGO_BIN_EXE_noderotation").into(),
             repo: env!("CARGO_MANIFEST_DIR").into(),
+            wrapper: args.operator_wrapper.clone(),
         })?;
         rep.apiserver(&a);
     } else {
         rep.apiserver_skipped();
     }
     println!("{}", rep.table());
+    if let Some(out) = &args.out {
+        std::fs::write(out, rep.markdown(args))?;
+    }
     if args.only.is_empty() && !args.no_write {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/performance.md");
         std::fs::write(&path, rep.markdown(args))?;
