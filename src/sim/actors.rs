@@ -318,6 +318,9 @@ impl World {
                 + BUFFER
                 + self.draw((Duration::minutes(1), Duration::minutes(20)));
             self.note(format!("{name}: drain stuck (volume detach) for {}", format_human(d)));
+            if !immediate {
+                self.stuck_drains.insert(name.to_string(), now + d);
+            }
         }
         if immediate {
             d = Duration::zero();

@@ -201,7 +201,7 @@ impl Checker {
             self.gone_anchor(prev, post, step);
         }
         if self.liveness || calm {
-            self.durations(post, now);
+            self.durations(post, world, now);
         }
         if self.liveness {
             self.expiries(post, world, now);
@@ -653,7 +653,7 @@ impl Checker {
     }
 
     /// I8: every rotation finishes within readyTimeout + tGP + buffer (and slack for requeues).
-    fn durations(&mut self, post: &CacheView, now: DateTime<Utc>) {
+    fn durations(&mut self, post: &CacheView, world: &World, now: DateTime<Utc>) {
         let mut bad = Vec::new();
         for (pool, np) in &post.pools {
             let Some(a) = anchor_of(np) else {
@@ -675,6 +675,9 @@ impl Checker {
                 continue;
             };
             let since = self.calm_since.map_or(since, |c| since.max(c));
+            // A drain Karpenter got stuck past tGP + buffer (injected before the calm phase, or
+            // a scenario failure) bounds the rotation from when it ends, not from its start.
+            let since = world.stuck_drains.get(a).map_or(since, |end| since.max(*end));
             if now - since > bound && self.flagged.insert((pool.clone(), a.to_string())) {
                 let calm = if self.calm_since.is_some() { " after the faults stopped" } else { "" };
                 bad.push((

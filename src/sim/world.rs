@@ -203,6 +203,9 @@ pub struct World {
     /// Claims whose node ever carried the operator's do-not-disrupt (their forced expiry is the
     /// operator's choice, not a missed rotation).
     pub operator_opted_out: BTreeSet<String>,
+    /// Claims whose drain Karpenter got stuck past tGP + buffer (a volume that does not detach),
+    /// with when that drain ends: no controller can finish their rotation earlier.
+    pub stuck_drains: BTreeMap<String, DateTime<Utc>>,
     /// Note of the step in progress (what the actor did, for the trace).
     pub notes: Vec<String>,
     /// Pools to wake at once (watch events the controller reacts to).
@@ -310,6 +313,7 @@ impl World {
             operator_cordons: BTreeSet::new(),
             operator_protected: BTreeSet::new(),
             operator_opted_out: BTreeSet::new(),
+            stuck_drains: BTreeMap::new(),
             notes: Vec::new(),
             wakes: BTreeSet::new(),
             plan,
