@@ -29,8 +29,6 @@ use kube::api::{
 };
 use kube::runtime::WatchStreamExt;
 use kube::runtime::events::Reporter;
-
-use super::events::EventSink;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Client, Resource, ResourceExt};
@@ -39,6 +37,7 @@ use serde_json::{Map, Value, json};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
+use super::events::EventSink;
 use super::{
     ApiError, CacheView, Cluster, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind,
     ObjectRef, Patch,

@@ -550,8 +550,6 @@ fn aggressive(a: Duration, p: Duration) -> Finding {
     )
 }
 
-/// Layer 3 for one claim: its own `E <= K*P + t_rot` (auto or override alike) means it cannot
-/// get K chances; it is counted, announced with `ShortLead`, and rotated at the first chance.
 /// The remedy for an override with too few chances. With expireAfter shorter than the lead
 /// K chances need, no ageThreshold helps: say what does instead of a negative duration.
 fn lower_age_threshold(bound: Duration, otherwise: &str) -> String {
@@ -564,6 +562,8 @@ fn lower_age_threshold(bound: Duration, otherwise: &str) -> String {
     }
 }
 
+/// Layer 3 for one claim: its own `E <= K*P + t_rot` (auto or override alike) means it cannot
+/// get K chances; it is counted, announced with `ShortLead`, and rotated at the first chance.
 pub fn short_lead(
     settings: &Effective,
     expire_after: ExpireAfter,

@@ -298,15 +298,14 @@ impl Snapshot {
         self.cache.placeholders.get(&placeholder::placeholder_name(claim)).map(|p| p.as_ref())
     }
 
-    /// The claim the anchor names (`cand`).
     /// The pool's anchor as written, whether or not the claim it names still exists.
     pub fn anchor_name(&self) -> Option<&str> {
         annotation(&self.pool.as_ref()?.metadata, Key::ActiveRotation)
     }
 
+    /// The claim the anchor names (`cand`).
     pub fn anchored_claim(&self) -> Option<&str> {
-        let pool = self.pool.as_ref()?;
-        let name = annotation(&pool.metadata, Key::ActiveRotation)?;
+        let name = self.anchor_name()?;
         self.claim(name).map(|_| name)
     }
 

@@ -175,9 +175,9 @@ impl<'c> PassHost<'c> {
             "" => claim
                 .as_deref()
                 .and_then(|c| self.snap.claim(c))
-                .and_then(|c| c.metadata.labels.as_ref()?.get(crate::karpenter::NODEPOOL_LABEL))
-                .cloned()
-                .unwrap_or_default(),
+                .and_then(|c| c.node_pool())
+                .unwrap_or_default()
+                .to_string(),
             name => name.to_string(),
         };
         self.ctx.announcements.push(Announcement {
