@@ -66,6 +66,60 @@ fn full_surge_rotation_reserves_capacity_then_drains_and_completes_once() {
     assert_eq!(fx.events("SurgeUnschedulable"), 0);
 }
 
+/// Karpenter writes the surge claim's `status.nodeName` a moment after its Node registers (KWOK
+/// makes the Node Ready at once), so the placeholder can be Running on a Ready host while the
+/// cache does not yet connect the host to its claim. The path must never be guessed.
+fn surge_host_registered_before_its_claim_says_so(fx: &mut Fx, provider_id: bool) {
+    started(fx);
+    fx.advance(Duration::minutes(3));
+    fx.provision_surge("c1", "s1");
+    fx.world
+        .update_claim("s1", |c| {
+            let st = c.status.get_or_insert_with(Default::default);
+            st.node_name = None;
+            if !provider_id {
+                st.provider_id = None;
+            }
+        })
+        .expect("surge claim");
+}
+
+#[test]
+fn surge_ready_before_the_host_claim_is_matched_holds_the_escalation_until_the_path_is_known() {
+    let mut fx = Fx::new();
+    surge_host_registered_before_its_claim_says_so(&mut fx, false);
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"), "held, not guessed");
+    assert!(fx.pool_ann(Key::ActiveRotationState).is_none());
+    assert!(fx.pool_ann(Key::SurgePath).is_none());
+    assert!(!fx.deleting("c1"), "no delete while the surge path is unknown");
+
+    // Karpenter's registration catches up: the next pass escalates with the real path.
+    fx.advance(Duration::seconds(10));
+    fx.world
+        .update_claim("s1", |c| {
+            let st = c.status.get_or_insert_with(Default::default);
+            st.node_name = Some("node-s1".into());
+            st.provider_id = Some("kwok://node-s1".into());
+        })
+        .expect("surge claim");
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+    assert_eq!(fx.pool_ann(Key::SurgePath).as_deref(), Some("provisioned"));
+    assert_eq!(fx.claim_ann("c1", Key::SurgeClaim).as_deref(), Some("s1"));
+    assert!(fx.deleting("c1"));
+}
+
+#[test]
+fn surge_host_claim_is_matched_by_provider_id_before_its_node_name_is_written() {
+    let mut fx = Fx::new();
+    surge_host_registered_before_its_claim_says_so(&mut fx, true);
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+    assert_eq!(fx.pool_ann(Key::SurgePath).as_deref(), Some("provisioned"));
+    assert_eq!(fx.claim_ann("c1", Key::SurgeClaim).as_deref(), Some("s1"));
+}
+
 #[test]
 fn an_unschedulable_placeholder_is_warned_once_with_the_schedulers_reason() {
     let mut fx = Fx::new();

@@ -79,6 +79,8 @@ pub struct ClaimIndex {
     by_pool: OnceLock<HashMap<String, PoolClaims>>,
     /// `status.nodeName` -> the first claim (in name order) that names the node.
     by_node: OnceLock<HashMap<String, Arc<NodeClaim>>>,
+    /// `status.providerID` -> the first claim (in name order) with that instance.
+    by_provider: OnceLock<HashMap<String, Arc<NodeClaim>>>,
 }
 
 /// One pool's cached claims, and what passes derive from their spec and status.
@@ -188,15 +190,29 @@ impl ClaimIndex {
 
     fn by_node(&self, cache: &CacheView) -> &HashMap<String, Arc<NodeClaim>> {
         self.by_node.get_or_init(|| {
-            let mut map = HashMap::new();
-            for c in cache.claims.values() {
-                if let Some(node) = c.status.as_ref().and_then(|s| s.node_name.as_ref()) {
-                    map.entry(node.clone()).or_insert_with(|| Arc::clone(c));
-                }
-            }
-            map
+            index_claims(cache, |c| c.status.as_ref().and_then(|s| s.node_name.as_ref()))
         })
     }
+
+    fn by_provider(&self, cache: &CacheView) -> &HashMap<String, Arc<NodeClaim>> {
+        self.by_provider.get_or_init(|| {
+            index_claims(cache, |c| c.status.as_ref().and_then(|s| s.provider_id.as_ref()))
+        })
+    }
+}
+
+/// The cached claims keyed by `key`, the first claim (in name order) winning a shared key.
+fn index_claims(
+    cache: &CacheView,
+    key: impl Fn(&NodeClaim) -> Option<&String>,
+) -> HashMap<String, Arc<NodeClaim>> {
+    let mut map = HashMap::new();
+    for c in cache.claims.values() {
+        if let Some(k) = key(c) {
+            map.entry(k.clone()).or_insert_with(|| Arc::clone(c));
+        }
+    }
+    map
 }
 
 /// The [`ClaimIndex`] of the last cache version a controller read. The version is the view's
@@ -455,9 +471,28 @@ impl Snapshot {
         self.placeholder_for(claim)?.spec.as_ref()?.node_name.as_deref()
     }
 
-    /// The claim backing a node (by status.nodeName).
+    /// The cached Node whose `spec.providerID` is `provider_id` (a scan: only the reap asks, and
+    /// only for a claim whose `status.nodeName` is not written yet).
+    pub fn node_with_provider_id(&self, provider_id: &str) -> Option<&str> {
+        self.cache.nodes.iter().find_map(|(name, n)| {
+            let id = n.spec.as_ref()?.provider_id.as_deref()?;
+            (id == provider_id).then_some(name.as_str())
+        })
+    }
+
+    /// The claim backing a node, matched as [`placeholder::claim_of_node`] does: the claim whose
+    /// `status.nodeName` is `node`, else the one whose `status.providerID` is the Node's
+    /// `spec.providerID`. Karpenter writes `status.nodeName` a moment after the Node registers,
+    /// so for that moment only the providerID (set at launch) connects the two.
     pub fn claim_on_node(&self, node: &str) -> Option<&NodeClaim> {
-        self.index.by_node(&self.cache).get(node).map(|c| self.live(c))
+        if let Some(c) = self.index.by_node(&self.cache).get(node) {
+            return Some(self.live(c));
+        }
+        let provider = self.node(node)?.spec.as_ref()?.provider_id.as_deref()?;
+        let c = self.index.by_provider(&self.cache).get(provider)?;
+        // A claim that names another node is that node's, whatever its providerID says.
+        let named = c.status.as_ref().and_then(|s| s.node_name.as_deref());
+        named.is_none_or(|n| n == node).then(|| self.live(c))
     }
 }
 

@@ -740,8 +740,15 @@ impl<'c> PassHost<'c> {
         else {
             return Ok(Outcome::Gone);
         };
-        let pods = match surge.status.as_ref().and_then(|s| s.node_name.as_deref()) {
-            Some(host) => self.ctx.cluster.pods_on_node(host).map_err(|e| fail(a.verb, e))?,
+        // Its node: by status.nodeName, else by providerID (Karpenter writes the nodeName a
+        // moment after the Node registers). No node known: not registered, nothing to strand.
+        let host = surge.status.as_ref().and_then(|s| {
+            s.node_name.clone().or_else(|| {
+                self.snap.node_with_provider_id(s.provider_id.as_deref()?).map(str::to_string)
+            })
+        });
+        let pods = match host {
+            Some(host) => self.ctx.cluster.pods_on_node(&host).map_err(|e| fail(a.verb, e))?,
             None => Vec::new(),
         };
         if !placeholder::reap_allowed(&surge, started, &pods, &placeholder::placeholder_name(&name))

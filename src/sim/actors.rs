@@ -166,6 +166,13 @@ impl World {
                 self.request_scheduling();
                 KUBELET
             }
+            Ev::ClaimObserved(name) => {
+                if let Some(pool) = self.observe_claim(&name, now) {
+                    self.note(format!("{name}: status caught up with its node (registration lag)"));
+                    self.wakes.insert(pool);
+                }
+                KARPENTER
+            }
             Ev::RegistrationTtl(name) => {
                 let stale = self.claims.get(&name).is_some_and(|c| {
                     c.deleting.is_none() && c.phase < super::world::Phase::Registered

@@ -28,10 +28,14 @@ pub const I5: &str = "I5 foreign-protection-untouched";
 pub const I6: &str = "I6 reap-guard";
 pub const I7: &str = "I7 quiescence";
 pub const I8: &str = "I8 liveness";
+/// Not in the guide's list: the surge path a rotation reports is observed, never guessed.
+pub const I9: &str = "I9 surge-path-recorded";
 
 const LAST_ROTATION_AT: &str = "noderotation.io/last-rotation-at";
 const LAST_FAILURE_AT: &str = "noderotation.io/last-failure-at";
 const ROTATION_STATE: &str = "noderotation.io/active-rotation-state";
+const ROTATION_MODE: &str = "noderotation.io/rotation-mode";
+const SURGE_PATH: &str = "noderotation.io/surge-path";
 
 /// A broken invariant.
 #[derive(Debug, Clone)]
@@ -173,6 +177,7 @@ impl Checker {
             }
         }
         self.anchors(post, now);
+        self.surge_paths(d, now);
         if step.controller {
             self.starts(prev, d, step, world);
             self.deletions(prev, post, d, step, world);
@@ -234,6 +239,31 @@ impl Checker {
         }
         for (detail, claim) in bad {
             self.fail(I1, now, detail, vec![claim]);
+        }
+    }
+
+    /// I9: a surge rotation that reached draining says how its capacity came about: the mirror
+    /// and `surge-path` are one write, and the path is known (`provisioned` or `absorbed`).
+    fn surge_paths(&mut self, d: &Diff, now: DateTime<Utc>) {
+        let mut bad = Vec::new();
+        for (pool, _, np) in &d.pools {
+            let Some(np) = np else { continue };
+            let m = &np.metadata;
+            let surge_draining = annotation(m, ROTATION_STATE) == Some("draining")
+                && annotation(m, ROTATION_MODE) != Some("forceful-fallback");
+            let path = annotation(m, SURGE_PATH);
+            if surge_draining && !matches!(path, Some("provisioned" | "absorbed")) {
+                let claim = anchor_of(np).unwrap_or_default().to_string();
+                if self.flagged.insert((I9.to_string(), claim.clone())) {
+                    bad.push((
+                        format!("pool {pool} drains {claim} with surge-path {path:?}"),
+                        claim,
+                    ));
+                }
+            }
+        }
+        for (detail, claim) in bad {
+            self.fail(I9, now, detail, vec![claim]);
         }
     }
 

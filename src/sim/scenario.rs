@@ -334,6 +334,11 @@ pub struct FaultRates {
     pub preempt_placeholder: f64,
     /// Per pass with a bound placeholder: its host node is deleted (interruption).
     pub delete_host: f64,
+    /// Per launched claim: Karpenter writes its `status.nodeName` and conditions only after its
+    /// Node is Ready (the moment a real registration controller lags the kubelet), so the Node
+    /// and a placeholder on it are seen before the claim names the Node; the providerID, written
+    /// at launch, is the only link meanwhile.
+    pub registration_lag: f64,
 }
 
 impl Default for FaultRates {
@@ -356,6 +361,7 @@ impl Default for FaultRates {
             finalize_in_rollback: 0.3,
             preempt_placeholder: 0.01,
             delete_host: 0.003,
+            registration_lag: 0.2,
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct ClaimSim {
     pub deleting: Option<DateTime<Utc>>,
     pub never_launch: bool,
     pub never_ready: bool,
+    /// `registration_lag` fault: the claim's status is written only after its Node is Ready.
+    pub status_lag: bool,
     /// Pods this claim is being provisioned for.
     pub nominated: BTreeSet<PodKey>,
     /// Row in the report's timeline.
@@ -138,6 +140,8 @@ pub enum Ev {
     Register(String),
     Ready(String),
     RegistrationTtl(String),
+    /// Karpenter catches up on a lagging claim's status (`registration_lag` fault).
+    ClaimObserved(String),
     RepairCheck(String),
     Expire(String),
     Terminate(String),
@@ -562,6 +566,7 @@ impl World {
                 deleting: None,
                 never_launch,
                 never_ready,
+                status_lag: false,
                 nominated: BTreeSet::new(),
                 lane,
                 expired: false,
@@ -596,6 +601,10 @@ impl World {
         let pool = c.pool;
         let provider = format!("aws:///{}/i-{:016x}", c.zone, fnv(name));
         let alloc = quantities(&self.plan.pools[pool].allocatable);
+        let lag = self.fault(|r| r.registration_lag);
+        if let Some(c) = self.claims.get_mut(name) {
+            c.status_lag = lag;
+        }
         self.cluster.update_claim(name, |cl| {
             let st = cl.status.get_or_insert_default();
             st.provider_id = Some(provider);
@@ -617,6 +626,7 @@ impl World {
         let node_name = c.node.clone();
         let zone = c.zone.clone();
         let pool = c.pool;
+        let lag = c.status_lag;
         let provider = format!("aws:///{zone}/i-{:016x}", fnv(name));
         let labels = BTreeMap::from([
             (NODEPOOL_LABEL.to_string(), p.name.clone()),
@@ -647,11 +657,13 @@ impl World {
         if let Err(e) = self.cluster.apply_node(node) {
             self.note(format!("cannot create node {node_name}: {e}"));
         }
-        self.cluster.update_claim(name, |cl| {
-            let st = cl.status.get_or_insert_default();
-            st.node_name = Some(node_name.clone());
-            st.conditions.push(condition("Registered", true, now));
-        });
+        if !lag {
+            self.cluster.update_claim(name, |cl| {
+                let st = cl.status.get_or_insert_default();
+                st.node_name = Some(node_name.clone());
+                st.conditions.push(condition("Registered", true, now));
+            });
+        }
         self.nodes.insert(
             node_name,
             NodeSim { claim: name.to_string(), pool, ready: false, disrupted: false, zone },
@@ -667,22 +679,52 @@ impl World {
         c.phase = Phase::Ready;
         let node_name = c.node.clone();
         let pool = c.pool;
+        let lag = c.status_lag;
         self.cluster.update_node(&node_name, |n| {
             if let Some(st) = n.status.as_mut() {
                 st.conditions = Some(vec![node_condition(true, now)]);
             }
         });
-        self.cluster.update_claim(name, |cl| {
-            let st = cl.status.get_or_insert_default();
-            st.conditions.push(condition("Initialized", true, now));
-            st.conditions.push(condition("Ready", true, now));
-        });
+        if lag {
+            // The claim catches up within 90 s; a placeholder may bind to the node meanwhile.
+            let ms = self.faults.as_mut().map_or(0, |(rng, _)| rng.below(90_000));
+            let at = now + Duration::milliseconds(i64::try_from(ms).unwrap_or(0) + 1);
+            self.at(at, Ev::ClaimObserved(name.to_string()));
+        } else {
+            self.cluster.update_claim(name, |cl| {
+                let st = cl.status.get_or_insert_default();
+                st.conditions.push(condition("Initialized", true, now));
+                st.conditions.push(condition("Ready", true, now));
+            });
+        }
         if let Some(n) = self.nodes.get_mut(&node_name) {
             n.ready = true;
         }
         let key = self.create_daemonset_pod(pool, &node_name);
         self.bind_pod(&key, &node_name, now);
         self.watch_empty(&node_name);
+    }
+
+    /// `registration_lag`: Karpenter writes the status it held back (nodeName and the conditions
+    /// of the phase the claim reached; the providerID came with the launch).
+    pub fn observe_claim(&mut self, name: &str, now: DateTime<Utc>) -> Option<usize> {
+        let c = self.claims.get_mut(name)?;
+        if !std::mem::take(&mut c.status_lag) {
+            return None;
+        }
+        let (pool, phase, node) = (c.pool, c.phase, c.node.clone());
+        self.cluster.update_claim(name, |cl| {
+            let st = cl.status.get_or_insert_default();
+            if phase >= Phase::Registered {
+                st.node_name = Some(node);
+                st.conditions.push(condition("Registered", true, now));
+            }
+            if phase >= Phase::Ready {
+                st.conditions.push(condition("Initialized", true, now));
+                st.conditions.push(condition("Ready", true, now));
+            }
+        });
+        Some(pool)
     }
 
     /// Karpenter's emptiness consolidation looks at `node` after `consolidateAfter`.
