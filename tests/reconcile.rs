@@ -880,6 +880,10 @@ fn a_failed_claim_still_anchored_and_force_expired_is_claimed_once() {
 /// Every scenario above, for the coverage and mutation checks below.
 const SCENARIOS: &[(&str, fn())] = &[
     ("full_surge_rotation", full_surge_rotation_reserves_capacity_then_drains_and_completes_once),
+    (
+        "surge_path_unknown",
+        surge_ready_before_the_host_claim_is_matched_holds_the_escalation_until_the_path_is_known,
+    ),
     ("cooldown", cooldown_after_a_success_holds_the_next_start),
     ("ready_timeout", ready_timeout_rolls_back_reaps_the_surge_claim_and_pauses_the_pool),
     ("force_expiry_early", force_expiry_seen_early_is_expired_once_cleaned_up_and_released),
