@@ -166,7 +166,7 @@ fn the_minimal_fixture_is_valid() {
 
 #[test]
 fn bad_rules_are_reported_with_file_line_and_column() {
-    let cases: [(&str, (&str, &str, &str)); 12] = [
+    let cases: [(&str, (&str, &str, &str)); 13] = [
         ("unknown verb", ("transitions.ron", "emit(done)", "shout(done)")),
         ("unknown annotation key", ("transitions.ron", "cand[since]", "cand[sinse]")),
         ("guard syntax error", ("transitions.ron", "cand == nil", "cand == == nil")),
@@ -174,6 +174,14 @@ fn bad_rules_are_reported_with_file_line_and_column() {
         ("type error", ("transitions.ron", "> 15m", "> now")),
         ("unknown enum value", ("transitions.ron", "[none, busy]", "[none, bsy]")),
         ("ron syntax error", ("vocabulary.ron", "doc: \"d\")],", "doc: \"d\"],")),
+        (
+            "a row's `)` missing at the end of its line",
+            (
+                "transitions.ron",
+                "spec: \"s\"),\n                (id: \"dispatch\"",
+                "spec: \"s\",\n                (id: \"dispatch\"",
+            ),
+        ),
         (
             "unreachable row",
             (
@@ -221,11 +229,7 @@ fn rules_diff_names_a_changed_guard_and_exits_1() {
     let old = copy_rules("diff-old", |_, t| t);
     let new = copy_rules("diff-new", |f, t| {
         if f == "transitions.ron" {
-            t.replacen(
-                "elapsed(cand[started-at]) > policy.ready_timeout",
-                "elapsed(cand[started-at]) >= policy.ready_timeout",
-                1,
-            )
+            t.replacen("claim.state in [pending, draining]", "claim.state in [pending]", 1)
         } else {
             t
         }
@@ -234,7 +238,11 @@ fn rules_diff_names_a_changed_guard_and_exits_1() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("| `pending_ready_timeout` | guard | `elapsed(cand[started-at]) > policy.ready_timeout` | `elapsed(cand[started-at]) >= policy.ready_timeout` |"),
+        text.contains("| guard: conjunct changed | `claim.state in [pending, draining]` | `claim.state in [pending]` |"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| `sweep_unanchored_in_flight` | `sweep_claim` #1/3, first · §5.3 sweep"),
         "{text}"
     );
     assert_eq!(text.matches("\n| `").count(), 1, "exactly one change expected:\n{text}");
@@ -287,8 +295,11 @@ fn rules_diff_reports_added_and_removed_rows_and_order() {
     let out = bin().args(["rules", "diff"]).arg(&old).arg(&new).output().expect("run rules diff");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(text.contains("| `pending_idle` | added |"), "{text}");
-    assert!(text.contains("| `pending_wait` | removed |"), "{text}");
+    let line =
+        |id: &str| text.lines().find(|l| l.starts_with(&format!("| `{id}` |"))).unwrap_or("");
+    assert!(line("pending_idle").contains("| added |"), "{text}");
+    assert!(line("pending_wait").contains("| removed |"), "{text}");
+    assert!(text.contains("| rule rows mapped | — | `pending_idle` |"), "the remap shows:\n{text}");
     let _ = (std::fs::remove_dir_all(old), std::fs::remove_dir_all(new));
 }
 
@@ -300,4 +311,171 @@ fn the_embedded_rules_are_the_rules_directory() {
     // Every handler and row compiles onto the generated vocabulary.
     let engine = noderotation::engine::Engine::embedded();
     assert_eq!(engine.row_ids().count(), rules().rows().count());
+}
+
+/// `rules diff` of one kind of edit each, as the pull-request comment shows it (the temporary
+/// directories' names are replaced by `old` and `new`).
+#[test]
+fn rules_diff_shows_each_kind_of_change_in_context() {
+    type Edit = (&'static str, &'static str, &'static str);
+    let moved_from = "                (id: \"pending_surge_unschedulable\", when: \"surge_unschedulable(cand)\",\n                 do: [\"warn_once(cand, SurgeUnschedulable)\"], then: Continue, spec: \"SUPPLEMENT §3.3: PodScheduled=False gives a deduplicated SurgeUnschedulable with the scheduler's reason\"),\n                (id: \"pending_frozen\", when: \"frozen(np)\",\n                 then: Requeue(\"1m\"), spec: \"§5.2: escalation held while frozen\"),\n";
+    let moved_to = "                (id: \"pending_frozen\", when: \"frozen(np)\",\n                 then: Requeue(\"1m\"), spec: \"§5.2: escalation held while frozen\"),\n                (id: \"pending_surge_unschedulable\", when: \"surge_unschedulable(cand)\",\n                 do: [\"warn_once(cand, SurgeUnschedulable)\"], then: Continue, spec: \"SUPPLEMENT §3.3: PodScheduled=False gives a deduplicated SurgeUnschedulable with the scheduler's reason\"),\n";
+    let cases: Vec<(&str, Vec<Edit>)> = vec![
+        (
+            "a guard negated",
+            vec![(
+                "transitions.ron",
+                "when: \"surge_unschedulable(cand)\"",
+                "when: \"not surge_unschedulable(cand)\"",
+            )],
+        ),
+        (
+            "a conjunct added",
+            vec![(
+                "transitions.ron",
+                "when: \"not surge_headroom(np, pick)\"",
+                "when: \"not surge_headroom(np, pick) and in_window(now)\"",
+            )],
+        ),
+        ("a row moved", vec![("transitions.ron", moved_from, moved_to)]),
+        ("a verb removed", vec![("transitions.ron", "\"emit(forceful_fallback)\",", "")]),
+        (
+            "a requeue changed",
+            vec![(
+                "transitions.ron",
+                "(id: \"pending_wait\", then: Requeue(\"30s\")",
+                "(id: \"pending_wait\", then: Requeue(\"1m\")",
+            )],
+        ),
+        (
+            "a definition changed",
+            vec![(
+                "transitions.ron",
+                "deadline(pick) - now < t_rot(pick)",
+                "deadline(pick) - now <= t_rot(pick)",
+            )],
+        ),
+        (
+            "a spec-table row remapped",
+            vec![(
+                "spec-table.ron",
+                "rules: [\"pending_surge_path_unknown\", \"pending_surge_ready\"]",
+                "rules: [\"pending_surge_ready\", \"pending_wait\"]",
+            )],
+        ),
+        (
+            "an annotation key changed",
+            vec![
+                (
+                    "annotations.ron",
+                    "value: Enum([\"provisioned\", \"absorbed\"])",
+                    "value: Enum([\"provisioned\", \"absorbed\", \"unknown\"])",
+                ),
+                (
+                    "annotations.ron",
+                    "purpose: \"Which §3.3 path reserved the capacity; qualifies surge-wait.\"",
+                    "purpose: \"How the capacity came about.\"",
+                ),
+            ],
+        ),
+        (
+            "a spec obligation dropped",
+            vec![(
+                "obligations.ron",
+                "            Conjunct(of: \"start_gates\", expr: \"since_last_rotation(np) >= policy.cooldown_after\"),\n",
+                "",
+            )],
+        ),
+    ];
+    let mut report = String::new();
+    for (name, edits) in cases {
+        let tag = name.replace(' ', "-");
+        let old = copy_rules(&format!("kinds-old-{tag}"), |_, t| t);
+        let new = copy_rules(&format!("kinds-new-{tag}"), |f, mut t| {
+            for (file, from, to) in &edits {
+                if *file == f {
+                    assert!(t.contains(from), "{name}: {f} lacks {from:?}");
+                    t = t.replacen(from, to, 1);
+                }
+            }
+            t
+        });
+        let out = bin().args(["rules", "diff"]).arg(&old).arg(&new).output().expect("rules diff");
+        let text = String::from_utf8_lossy(&out.stdout)
+            .replace(&old.display().to_string(), "old")
+            .replace(&new.display().to_string(), "new");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.code() == Some(1) && err.is_empty(), "{name}: {text}{err}");
+        report.push_str(&format!("## {name}\n{text}\n"));
+        let _ = (std::fs::remove_dir_all(old), std::fs::remove_dir_all(new));
+    }
+    insta::assert_snapshot!(report);
+}
+
+/// Each edit that breaks the spec outright fails `rules check` with a diagnostic that names the
+/// spec row (or step) and the rule row or handler.
+#[test]
+fn rules_check_rejects_edits_that_break_a_spec_obligation() {
+    let cases: [(&str, &str, &str, &str, &[&str]); 4] = [
+        (
+            "the rollback no longer reaps the surge claim",
+            "transitions.ron",
+            "\"reap_surge_claim(cand)\", ",
+            "",
+            &[
+                "spec row 5 (pending → failed: readyTimeout)",
+                "handler `rollback_pending`",
+                "`rollback_cleanup`",
+                "`reap_surge_claim(cand)`: it is missing",
+            ],
+        ),
+        (
+            "gate B dropped from the start gates",
+            "transitions.ron",
+            " and since_last_failure(np) >= policy.failure_pause",
+            "",
+            &[
+                "§5.2 step 2",
+                "definition `start_gates` (used by rows `start_gates_closed`, `failed_retry`)",
+                "`since_last_failure(np) >= policy.failure_pause`; it is missing",
+            ],
+        ),
+        (
+            "rotation-mode dropped from the anchor clear set",
+            "annotations.ron",
+            "        \"rotation-mode\",\n",
+            "",
+            &[
+                "§5.3 anchor clear",
+                "`anchor_clear_set` to contain `rotation-mode`",
+                "`complete_cleanup`",
+            ],
+        ),
+        (
+            "the readyTimeout guard negated",
+            "transitions.ron",
+            "when: \"elapsed(cand[started-at]) > policy.ready_timeout\"",
+            "when: \"not (elapsed(cand[started-at]) > policy.ready_timeout)\"",
+            &["spec row 5", "row `pending_ready_timeout`", "it is negated"],
+        ),
+    ];
+    for (name, file, from, to, expect) in cases {
+        let dir = copy_rules(&format!("oblige-{}", name.len()), |f, t| {
+            if f == file {
+                assert!(t.contains(from), "{name}: {f} lacks {from:?}");
+                t.replacen(from, to, 1)
+            } else {
+                t
+            }
+        });
+        let out = bin().args(["rules", "check"]).arg(&dir).output().expect("rules check");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: accepted\n{err}");
+        for e in expect {
+            assert!(err.contains(e), "{name}: expected {e:?} in\n{err}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    let shipped = bin().args(["rules", "check"]).arg(repo().join("rules")).output().expect("check");
+    assert!(shipped.status.success(), "{}", String::from_utf8_lossy(&shipped.stderr));
 }

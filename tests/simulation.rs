@@ -141,11 +141,19 @@ fn copy_rules(name: &str) -> PathBuf {
     dst
 }
 
+/// Plants a bug that breaks the spec. `rules check` rejects it (a spec obligation fails); with
+/// the obligations dropped too, as a careless edit of the contract would, it loads, and the
+/// simulation must still catch it.
 fn plant(dir: &Path, from: &str, to: &str) -> Arc<Engine> {
     let path = dir.join("transitions.ron");
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(text.matches(from).count(), 1, "the guard to remove: {from}");
     std::fs::write(&path, text.replace(from, to)).unwrap();
+    let Err(err) = Engine::load_dir(dir) else {
+        panic!("the checker must reject a spec-breaking edit")
+    };
+    assert!(err.to_string().contains("requires"), "a spec obligation names it: {err}");
+    std::fs::write(dir.join("obligations.ron"), "[]").unwrap();
     Arc::new(Engine::load_dir(dir).unwrap_or_else(|e| panic!("planted rules must still load: {e}")))
 }
 

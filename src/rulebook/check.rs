@@ -10,9 +10,9 @@ use std::path::Path;
 use super::model::*;
 use super::syntax::{self, BinOp, Expr, ExprKind, Statement};
 
-/// The four files of a rule directory, in load order.
-pub const FILES: [&str; 4] =
-    ["annotations.ron", "vocabulary.ron", "transitions.ron", "spec-table.ron"];
+/// The files of a rule directory, in load order.
+pub const FILES: [&str; 5] =
+    ["annotations.ron", "vocabulary.ron", "transitions.ron", "spec-table.ron", "obligations.ron"];
 
 /// One problem in the rules, pointing at the exact place.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,6 +183,7 @@ pub struct Rulebook {
     pub vocabulary: Vocabulary,
     pub transitions: Transitions,
     pub spec_table: Vec<SpecRow>,
+    pub obligations: Vec<Obligation>,
     pub handlers: Vec<CheckedHandler>,
 }
 
@@ -208,9 +209,9 @@ impl Rulebook {
         Self::from_sources(&sources)
     }
 
-    /// Checks the four files given in [`FILES`] order.
+    /// Checks the files given in [`FILES`] order.
     pub fn from_sources(sources: &[Source]) -> Result<Rulebook, Vec<Diagnostic>> {
-        let [ann_src, voc_src, tr_src, spec_src] = sources else {
+        let [ann_src, voc_src, tr_src, spec_src, obl_src] = sources else {
             return Err(vec![Diagnostic {
                 file: "rules".into(),
                 line: 1,
@@ -223,8 +224,14 @@ impl Rulebook {
         let vocabulary: Option<Vocabulary> = parse_ron(voc_src, &mut diags);
         let transitions: Option<Transitions> = parse_ron(tr_src, &mut diags);
         let spec_table: Option<Vec<SpecRow>> = parse_ron(spec_src, &mut diags);
-        let (Some(annotations), Some(vocabulary), Some(transitions), Some(spec_table)) =
-            (annotations, vocabulary, transitions, spec_table)
+        let obligations: Option<Vec<Obligation>> = parse_ron(obl_src, &mut diags);
+        let (
+            Some(annotations),
+            Some(vocabulary),
+            Some(transitions),
+            Some(spec_table),
+            Some(obligations),
+        ) = (annotations, vocabulary, transitions, spec_table, obligations)
         else {
             return Err(diags);
         };
@@ -241,9 +248,13 @@ impl Rulebook {
         checker.check_vocabulary();
         let handlers = checker.check_transitions(&transitions);
         checker.check_spec_table(spec_src, &spec_table, &handlers);
+        if checker.diags.is_empty() {
+            // Obligations speak of a rulebook that is otherwise well formed.
+            checker.check_obligations(obl_src, &obligations, &transitions, &spec_table, &handlers);
+        }
         diags.extend(checker.diags);
         if diags.is_empty() {
-            Ok(Rulebook { annotations, vocabulary, transitions, spec_table, handlers })
+            Ok(Rulebook { annotations, vocabulary, transitions, spec_table, obligations, handlers })
         } else {
             Err(diags)
         }
@@ -276,15 +287,78 @@ fn parse_ron<T: serde::de::DeserializeOwned>(
     match options.from_str::<T>(&src.text) {
         Ok(v) => Some(v),
         Err(e) => {
-            diags.push(Diagnostic {
-                file: src.path.clone(),
-                line: e.span.start.line,
-                col: e.span.start.col,
-                message: e.code.to_string(),
+            let (line, col) = (e.span.start.line, e.span.start.col);
+            diags.push(match token_before(&src.text, line, col) {
+                // RON notices a missing `)`, `]` or `,` only at the next token, often a line
+                // later: point at the end of the last token before it, where the fix goes.
+                Some(offset) => {
+                    let (l, c) = src.line_col(offset);
+                    Diagnostic {
+                        file: src.path.clone(),
+                        line: l,
+                        col: c,
+                        message: format!(
+                            "{} at line {line}:{col}: is a `,` or a closing `)` or `]` missing here?",
+                            e.code
+                        ),
+                    }
+                }
+                None => Diagnostic {
+                    file: src.path.clone(),
+                    line,
+                    col,
+                    message: e.code.to_string(),
+                },
             });
             None
         }
     }
+}
+
+/// The offset just after the last token before (`line`, `col`), if only whitespace and comments
+/// that span a line break lie between them; `None` when the error is on that token's line.
+fn token_before(text: &str, line: usize, col: usize) -> Option<usize> {
+    let line_start: usize =
+        text.split_inclusive('\n').take(line.saturating_sub(1)).map(str::len).sum();
+    let offset = line_start
+        + text
+            .get(line_start..)?
+            .chars()
+            .take(col.saturating_sub(1))
+            .map(char::len_utf8)
+            .sum::<usize>();
+    let mut before = text.get(..offset)?;
+    let mut crossed = false;
+    loop {
+        let trimmed = before.trim_end();
+        crossed |= before[trimmed.len()..].contains('\n');
+        before = trimmed;
+        // A comment at the end of `before` (outside any string) is skipped too.
+        let last_line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let last_line = &before[last_line_start..];
+        match comment_start(last_line) {
+            Some(i) => before = &before[..last_line_start + i],
+            None => break,
+        }
+    }
+    (crossed && !before.is_empty()).then_some(before.len())
+}
+
+/// Where a `//` comment starts in `line`, outside string literals.
+fn comment_start(line: &str) -> Option<usize> {
+    let mut in_string = false;
+    let mut escaped = false;
+    let bytes = line.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            _ if escaped => escaped = false,
+            b'\\' if in_string => escaped = true,
+            b'"' => in_string = !in_string,
+            b'/' if !in_string && bytes.get(i + 1) == Some(&b'/') => return Some(i),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// An error inside one guard or statement string: offset within that string.
@@ -484,7 +558,7 @@ impl<'a> Checker<'a> {
             ValueType::Int => Ty::Int,
             ValueType::ClaimName => Ty::Name,
             ValueType::Enum(values) => {
-                Ty::Enum { label: format!("`{}` value", k.key), values: values.clone() }
+                Ty::Enum { label: format!("annotation `{}`", k.key), values: values.clone() }
             }
             ValueType::True => Ty::Bool,
         }
@@ -948,7 +1022,10 @@ impl<'a> Checker<'a> {
                             if !values.contains(w) {
                                 return Err(local(
                                     at,
-                                    format!("`{w}` is not a {label} value ({})", values.join(", ")),
+                                    format!(
+                                        "`{w}` is not a value of {label} ({})",
+                                        values.join(", ")
+                                    ),
                                 ));
                             }
                             (
@@ -1462,6 +1539,249 @@ impl<'a> Checker<'a> {
             }
         }
     }
+}
+
+// ---- spec obligations ------------------------------------------------------------------------
+
+/// How a spec row or step is named in messages: `spec row 5 (pending → failed: readyTimeout)`,
+/// else the obligation's own `spec` text.
+fn spec_label(o: &Obligation, table: &[SpecRow]) -> String {
+    match o.table_row.and_then(|n| table.iter().find(|r| r.n == n)) {
+        Some(r) => format!("spec row {} ({} → {}: {})", r.n, r.from, r.to, r.event),
+        None => o.spec.clone(),
+    }
+}
+
+/// Does statement `text` (canonical form) match the obligation item `item`?
+fn statement_matches(stmt: &RStatement, item: &str) -> bool {
+    if item.contains('(') { stmt.text.starts_with(item) } else { stmt.verb == item }
+}
+
+fn canonical(expr: &str) -> Result<String, syntax::SyntaxError> {
+    syntax::parse_guard(expr).map(|e| e.to_string())
+}
+
+impl Checker<'_> {
+    fn check_obligations(
+        &mut self,
+        src: &Source,
+        obligations: &[Obligation],
+        tr: &Transitions,
+        table: &[SpecRow],
+        handlers: &[CheckedHandler],
+    ) {
+        for o in obligations {
+            let at = src.string_after(0, &o.spec).unwrap_or(0);
+            if let Some(n) = o.table_row
+                && !table.iter().any(|r| r.n == n)
+            {
+                self.diags
+                    .push(src.diag(at, format!("`table_row: {n}` is not a row of spec-table.ron")));
+            }
+            if o.must.is_empty() {
+                self.diags.push(src.diag(at, format!("obligation `{}` requires nothing: list what the rules must contain in `must`", o.spec)));
+            }
+            let who = spec_label(o, table);
+            for m in &o.must {
+                match m {
+                    Must::Conjunct { of, expr } => {
+                        self.obliged_conjunct(src, at, &who, of, expr, tr, handlers)
+                    }
+                    Must::Verbs { handler, order } => self.obliged_verbs(
+                        src,
+                        at,
+                        &who,
+                        o.table_row,
+                        handler,
+                        order,
+                        table,
+                        handlers,
+                    ),
+                    Must::ClearSet { keys } => {
+                        self.obliged_clear_set(src, at, &who, keys, handlers)
+                    }
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn obliged_conjunct(
+        &mut self,
+        src: &Source,
+        at: usize,
+        who: &str,
+        of: &str,
+        expr: &str,
+        tr: &Transitions,
+        handlers: &[CheckedHandler],
+    ) {
+        let want = match canonical(expr) {
+            Ok(w) => w,
+            Err(e) => {
+                let off = src.string_after(at, expr).map(|o| o + e.offset).unwrap_or(at);
+                self.diags.push(src.diag(off, format!("obligation expression: {}", e.message)));
+                return;
+            }
+        };
+        let negated = canonical(&format!("not ({expr})")).unwrap_or_default();
+        let (target, text, place) = if let Some(d) = tr.definitions.iter().find(|d| d.name == of) {
+            let users: Vec<&str> = handlers
+                .iter()
+                .flat_map(|h| &h.rows)
+                .filter(|r| r.decl.when.as_deref().is_some_and(|w| mentions(w, of)))
+                .map(|r| r.decl.id.as_str())
+                .collect();
+            let users = if users.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (used by rows {})",
+                    users.iter().map(|u| format!("`{u}`")).collect::<Vec<_>>().join(", ")
+                )
+            };
+            (
+                format!("definition `{of}`{users}"),
+                Some(d.expr.clone()),
+                self.tr_src.decl("name", of),
+            )
+        } else if let Some(r) = handlers.iter().flat_map(|h| &h.rows).find(|r| r.decl.id == of) {
+            (format!("row `{of}`"), r.decl.when.clone(), self.tr_src.decl("id", of))
+        } else {
+            let off = src.string_after(at, of).unwrap_or(at);
+            self.diags.push(src.diag(
+                off,
+                format!("{who}: `{of}` is neither a definition nor a row of transitions.ron"),
+            ));
+            return;
+        };
+        let have: Vec<String> = text
+            .as_deref()
+            .and_then(|t| syntax::parse_guard(t).ok())
+            .map(|e| conjuncts(&e).into_iter().map(|c| c.to_string()).collect())
+            .unwrap_or_default();
+        if have.contains(&want) {
+            return;
+        }
+        let how = if have.contains(&negated) { "it is negated" } else { "it is missing" };
+        self.err_tr(
+            place,
+            format!("{who} requires {target} to keep the conjunct `{want}`; {how} (obligation at {}:{})", src.path, src.line_col(at).0),
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn obliged_verbs(
+        &mut self,
+        src: &Source,
+        at: usize,
+        who: &str,
+        table_row: Option<u32>,
+        handler: &str,
+        order: &[String],
+        table: &[SpecRow],
+        handlers: &[CheckedHandler],
+    ) {
+        let Some(h) = handlers.iter().find(|h| h.name == handler) else {
+            let off = src.string_after(at, handler).unwrap_or(at);
+            self.diags.push(
+                src.diag(off, format!("{who}: `{handler}` is not a handler of transitions.ron")),
+            );
+            return;
+        };
+        let stmts: Vec<(&str, &RStatement)> = h
+            .rows
+            .iter()
+            .flat_map(|r| r.statements.iter().map(move |s| (r.decl.id.as_str(), s)))
+            .collect();
+        let mut next = 0;
+        let mut after: Option<(&str, &str)> = None; // (item, row) of the last match
+        for item in order {
+            match stmts[next..].iter().position(|(_, s)| statement_matches(s, item)) {
+                Some(i) => {
+                    after = Some((item.as_str(), stmts[next + i].0));
+                    next += i + 1;
+                }
+                None => {
+                    let mapped: Vec<&str> = table_row
+                        .and_then(|n| table.iter().find(|r| r.n == n))
+                        .map(|r| {
+                            r.rules
+                                .iter()
+                                .filter(|id| h.rows.iter().any(|x| &x.decl.id == *id))
+                                .map(String::as_str)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let rows = if mapped.is_empty() {
+                        h.rows.iter().map(|r| r.decl.id.as_str()).collect::<Vec<_>>()
+                    } else {
+                        mapped
+                    };
+                    let rows = rows.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", ");
+                    let elsewhere = stmts.iter().find(|(_, s)| statement_matches(s, item));
+                    let how = match (elsewhere, after) {
+                        (Some((row, _)), Some((prev, prev_row))) => format!(
+                            "it is in row `{row}`, but not after `{prev}` (row `{prev_row}`)"
+                        ),
+                        (Some((row, _)), None) => format!("it is in row `{row}` but out of order"),
+                        (None, Some((prev, prev_row))) => {
+                            format!("it is missing after `{prev}` (row `{prev_row}`)")
+                        }
+                        (None, None) => "it is missing".to_string(),
+                    };
+                    let sequence =
+                        order.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(" → ");
+                    self.err_tr(
+                        self.tr_src.decl("name", handler),
+                        format!("{who} requires handler `{handler}` (rows {rows}) to run {sequence}; `{item}`: {how}"),
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    fn obliged_clear_set(
+        &mut self,
+        src: &Source,
+        at: usize,
+        who: &str,
+        keys: &[String],
+        handlers: &[CheckedHandler],
+    ) {
+        let clearing: Vec<String> = handlers
+            .iter()
+            .flat_map(|h| &h.rows)
+            .filter(|r| {
+                r.statements.iter().any(|s| s.verb == "clear_anchor" || s.verb == "release_anchor")
+            })
+            .map(|r| format!("`{}`", r.decl.id))
+            .collect();
+        for k in keys {
+            if !self.ann.keys.iter().any(|x| &x.key == k) {
+                let off = src.string_after(at, k).unwrap_or(at);
+                self.diags
+                    .push(src.diag(off, format!("{who}: `{k}` is not a key of annotations.ron")));
+                continue;
+            }
+            if !self.ann.anchor_clear_set.contains(k) {
+                let off = self.ann_src.find(0, "anchor_clear_set").unwrap_or(0);
+                self.err_ann(
+                    off,
+                    format!("{who} requires `anchor_clear_set` to contain `{k}` (cleared by rows {}); it is missing", clearing.join(", ")),
+                );
+            }
+        }
+    }
+}
+
+/// Does guard text `text` name `word` as a whole word?
+fn mentions(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(i, _)| {
+        let ok = |c: Option<char>| c.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+        ok(text[..i].chars().next_back()) && ok(text[i + word.len()..].chars().next())
+    })
 }
 
 fn words(v: &Expr, what: &str) -> Result<Vec<(String, usize)>, LocalError> {

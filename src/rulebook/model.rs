@@ -295,3 +295,50 @@ pub struct SpecRow {
     pub effects: String,
     pub rules: Vec<String>,
 }
+
+/// `rules/obligations.ron`: what the spec obliges the rules to contain, beside the table that
+/// maps spec rows to rule rows. `rules check` fails when an edit drops one; changing one is a
+/// change of the spec contract, and `rules diff` shows it as such.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Obligation {
+    /// The spec text it comes from (`§5.2 step 2`, `§5.3 row 5`, ...), quoted by diagnostics.
+    pub spec: String,
+    /// The row `n` of `spec-table.ron` it belongs to, if any.
+    #[serde(default)]
+    pub table_row: Option<u32>,
+    pub must: Vec<Must>,
+}
+
+/// One thing the rules must contain.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub enum Must {
+    /// The guard of row (or the expression of definition) `of` has `expr` as one of its
+    /// top-level `and` conjuncts, compared in canonical form (not negated, not weakened).
+    Conjunct { of: String, expr: String },
+    /// The rows of `handler` run these statements in this order (other statements may come
+    /// between). An item is a verb name (`unfreeze`) or the start of a statement in canonical
+    /// form (`clear_anchor(np, name=cand.name`).
+    Verbs { handler: String, order: Vec<String> },
+    /// `anchor_clear_set` of annotations.ron contains these keys.
+    ClearSet { keys: Vec<String> },
+}
+
+impl Must {
+    /// The obligation in one line, for messages and `rules diff`.
+    pub fn describe(&self) -> String {
+        match self {
+            Must::Conjunct { of, expr } => format!("`{of}` has the conjunct `{expr}`"),
+            Must::Verbs { handler, order } => {
+                format!(
+                    "`{handler}` runs {}",
+                    order.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(" → ")
+                )
+            }
+            Must::ClearSet { keys } => format!(
+                "the anchor clear set contains {}",
+                keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+}
