@@ -360,3 +360,297 @@ fn helm_uninstall_runs_noderotation_uninstall_as_a_pre_delete_hook() {
     );
     assert_eq!(values_with(None)["uninstallHook"]["enabled"], json!(true));
 }
+
+// ---- the Dockerfile copies everything the build reads ------------------------------------------
+
+/// `[section]` / `[[section]]` headers and their `key = "value"` lines.
+fn manifest_sections(text: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let mut out: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            out.push((line.trim_matches(['[', ']']).to_string(), Vec::new()));
+        } else if let (Some((k, v)), Some(last)) = (line.split_once('='), out.last_mut()) {
+            let v = v.trim();
+            if v.starts_with('"') {
+                last.1.push((k.trim().to_string(), v.trim_matches('"').to_string()));
+            }
+        }
+    }
+    out
+}
+
+fn get<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// Every path `cargo build --release` of the image reads, relative to the repository root.
+///
+/// Targets: the lib (default `src/lib.rs`), every `[[bin]]` and every `[[bench]]` (a declared
+/// target that is missing fails the manifest); `[[test]]` and `[[example]]` targets would count
+/// too (there are none). Auto-discovered tests and examples are not needed: cargo discovers only
+/// what exists, and the Dockerfile leaves `tests/` out on purpose. Then `build.rs` with what it
+/// reads (`rules/`, `#[path]` modules), and every file `src/` embeds.
+fn build_inputs() -> BTreeSet<String> {
+    let repo = Path::new(REPO);
+    let manifest = read(repo.join("Cargo.toml"));
+    let mut needed: BTreeSet<String> =
+        ["Cargo.toml", "Cargo.lock"].into_iter().map(String::from).collect();
+    let mut has_lib = repo.join("src/lib.rs").exists();
+    for (section, pairs) in manifest_sections(&manifest) {
+        match section.as_str() {
+            "package" => {
+                needed.insert(get(&pairs, "build").unwrap_or("build.rs").to_string());
+            }
+            "lib" => {
+                has_lib = false;
+                needed.insert(get(&pairs, "path").unwrap_or("src/lib.rs").to_string());
+            }
+            "bin" | "bench" | "test" | "example" => {
+                let name = get(&pairs, "name").expect("a declared target has a name");
+                let dir = match section.as_str() {
+                    "bin" => "src/bin",
+                    "bench" => "benches",
+                    "test" => "tests",
+                    _ => "examples",
+                };
+                let path = get(&pairs, "path").map(String::from).unwrap_or_else(|| {
+                    let single = format!("{dir}/{name}.rs");
+                    if repo.join(&single).exists() {
+                        single
+                    } else {
+                        format!("{dir}/{name}/main.rs")
+                    }
+                });
+                assert!(repo.join(&path).exists(), "Cargo.toml target {name}: {path} is missing");
+                // A target is a module tree: its directory comes along.
+                needed.insert(match path.strip_suffix("/main.rs") {
+                    Some(dir) if section != "bin" || dir != "src" => dir.to_string(),
+                    _ => path,
+                });
+            }
+            _ => {}
+        }
+    }
+    if has_lib {
+        needed.insert("src/lib.rs".into());
+    }
+    needed.insert("src".into());
+    // build.rs: its rerun-if-changed paths and #[path] modules are what it reads.
+    let build = read(repo.join("build.rs"));
+    for line in build.lines() {
+        if let Some(rest) = line.split("cargo::rerun-if-changed=").nth(1) {
+            let path = rest.split(['"', '{']).next().unwrap_or_default().trim_end_matches('/');
+            if !path.is_empty() {
+                needed.insert(path.to_string());
+            }
+        }
+    }
+    for (file, target) in embedded(repo, &repo.join("build.rs"), &build) {
+        needed.insert(resolve(repo, &file, &target));
+    }
+    // Everything src/ embeds.
+    let mut stack = vec![repo.join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                for (file, target) in embedded(repo, &path, &read(&path)) {
+                    needed.insert(resolve(repo, &file, &target));
+                }
+            }
+        }
+    }
+    needed
+}
+
+/// How a macro names a file, and where it resolves it from.
+enum Base {
+    /// `include_str!` / `include_bytes!` / `#[path]`: relative to the including file's directory.
+    File,
+    /// `#[grammar]` (pest_derive): relative to `src/`.
+    Src,
+    /// `include_dir!("$CARGO_MANIFEST_DIR/...")`: the path after the variable.
+    Manifest,
+}
+
+fn embedded(repo: &Path, file: &Path, text: &str) -> Vec<(PathBuf, (Base, String))> {
+    let mut out = Vec::new();
+    for (marker, base) in [
+        ("include_str!(", Base::File),
+        ("include_bytes!(", Base::File),
+        ("include_dir!(", Base::Manifest),
+        ("#[path = ", Base::File),
+        ("#[grammar = ", Base::Src),
+    ] {
+        for (i, _) in text.match_indices(marker) {
+            // Skip mentions in comments and docs.
+            let line_start = text[..i].rfind('\n').map_or(0, |p| p + 1);
+            if text[line_start..i].contains("//") {
+                continue;
+            }
+            let rest = &text[i + marker.len()..];
+            let Some(literal) = rest.trim_start().strip_prefix('"') else { continue };
+            let path = literal.split('"').next().unwrap_or_default().to_string();
+            let base = match base {
+                Base::File => Base::File,
+                Base::Src => Base::Src,
+                Base::Manifest => {
+                    assert!(
+                        path.starts_with("$CARGO_MANIFEST_DIR/"),
+                        "{}: include_dir!({path}) is not under $CARGO_MANIFEST_DIR",
+                        file.display()
+                    );
+                    Base::Manifest
+                }
+            };
+            out.push((file.to_path_buf(), (base, path)));
+        }
+    }
+    let _ = repo;
+    out
+}
+
+/// The repository-relative path a macro reads.
+fn resolve(repo: &Path, file: &Path, (base, path): &(Base, String)) -> String {
+    let joined = match base {
+        Base::File => file.parent().expect("a file has a directory").join(path),
+        Base::Src => repo.join("src").join(path),
+        Base::Manifest => repo.join(path.trim_start_matches("$CARGO_MANIFEST_DIR/")),
+    };
+    // Normalise `..` without touching the file system.
+    let mut parts: Vec<String> = Vec::new();
+    for c in joined.strip_prefix(repo).expect("inside the repository").components() {
+        match c {
+            std::path::Component::ParentDir => {
+                parts.pop();
+            }
+            std::path::Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
+            _ => {}
+        }
+    }
+    let rel = parts.join("/");
+    assert!(repo.join(&rel).exists(), "{} embeds {rel}, which does not exist", file.display());
+    rel
+}
+
+/// (source, destination) of every `COPY` from the build context (not `--from`), relative to the
+/// WORKDIR (`/src`), which is where cargo runs.
+fn copies(dockerfile: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let joined = dockerfile.replace("\\\n", " ");
+    for line in joined.lines().map(str::trim) {
+        let Some(rest) = line.strip_prefix("COPY ") else { continue };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        if words.iter().any(|w| w.starts_with("--from")) {
+            continue;
+        }
+        let words: Vec<&str> = words.into_iter().filter(|w| !w.starts_with("--")).collect();
+        let Some((dest, sources)) = words.split_last() else { continue };
+        for source in sources {
+            let source = source.trim_end_matches('/');
+            let base = source.rsplit('/').next().unwrap_or(source);
+            let into_dir = dest.ends_with('/') || *dest == "." || sources.len() > 1;
+            let dir = dest.trim_end_matches('/').trim_start_matches("./").trim_start_matches('.');
+            let dest = match (into_dir, dir.is_empty()) {
+                (true, true) => base.to_string(),
+                (true, false) => format!("{dir}/{base}"),
+                (false, _) => dir.to_string(),
+            };
+            out.push((source.to_string(), dest.trim_start_matches('/').to_string()));
+        }
+    }
+    out
+}
+
+/// Whether a `.dockerignore` pattern (as `deploy/Dockerfile.dockerignore` writes them) excludes
+/// `path` or a directory above it.
+fn ignored(pattern: &str, path: &str) -> bool {
+    fn glob(p: &[u8], s: &[u8]) -> bool {
+        match (p.first(), s.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => {
+                glob(&p[1..], s) || (!s.is_empty() && s[0] != b'/' && glob(p, &s[1..]))
+            }
+            (Some(a), Some(b)) if a == b => glob(&p[1..], &s[1..]),
+            _ => false,
+        }
+    }
+    let pattern = pattern.trim_end_matches('/');
+    let parts: Vec<&str> = path.split('/').collect();
+    (1..=parts.len()).any(|n| {
+        let prefix = parts[..n].join("/");
+        match pattern.strip_prefix("**/") {
+            Some(tail) => (0..n).any(|k| glob(tail.as_bytes(), parts[k..n].join("/").as_bytes())),
+            None => glob(pattern.as_bytes(), prefix.as_bytes()),
+        }
+    })
+}
+
+#[test]
+fn the_dockerfile_copies_every_path_the_build_reads() {
+    let dockerfile = read(Path::new(REPO).join("deploy/Dockerfile"));
+    let copied = copies(&dockerfile);
+    let needed = build_inputs();
+    for must in [
+        "Cargo.toml",
+        "build.rs",
+        "rules",
+        "src",
+        "benches/suite",
+        "deploy/examples/scenarios/default.yaml",
+        "src/rulebook/guard.pest",
+    ] {
+        assert!(needed.contains(must), "the build's inputs should include {must}: {needed:?}");
+    }
+    let mut missing = Vec::new();
+    for path in &needed {
+        let covered = copied.iter().any(|(source, dest)| {
+            (path == source || path.starts_with(&format!("{source}/"))) && dest == source
+        });
+        if !covered {
+            missing.push(path.clone());
+        }
+    }
+    assert!(missing.is_empty(), "deploy/Dockerfile does not COPY (to the same path) {missing:?}");
+
+    let ignore = read(Path::new(REPO).join("deploy/Dockerfile.dockerignore"));
+    for pattern in ignore.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        assert!(!pattern.starts_with('!'), "re-inclusion patterns are not handled by this check");
+        for path in &needed {
+            assert!(
+                !ignored(pattern, path),
+                "deploy/Dockerfile.dockerignore `{pattern}` excludes {path}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_dockerfile_checks_catch_a_missing_copy_and_an_ignored_input() {
+    let dockerfile = read(Path::new(REPO).join("deploy/Dockerfile"));
+    let without_benches = dockerfile.replace("COPY benches benches\n", "");
+    assert!(!copies(&without_benches).iter().any(|(s, _)| s == "benches"));
+    assert!(copies(&dockerfile).iter().any(|(s, d)| s == "benches" && d == "benches"));
+    assert!(
+        copies("COPY Cargo.toml Cargo.lock build.rs ./\n")
+            .contains(&("build.rs".into(), "build.rs".into()))
+    );
+    assert!(copies("COPY --from=build /out/x /x\n").is_empty());
+    assert!(ignored("target/", "target/release/x"));
+    assert!(ignored("**/*.swp", "src/a.swp"));
+    assert!(ignored("deploy/", "deploy/examples/scenarios/default.yaml"));
+    assert!(!ignored("tests/.bin/", "src/lib.rs"));
+    assert!(!ignored(".git/", "src/sim/scenario.rs"));
+}
+
+#[test]
+fn the_dockerfile_cross_compiles_both_platforms_on_the_build_platform() {
+    let dockerfile = read(Path::new(REPO).join("deploy/Dockerfile"));
+    assert!(dockerfile.contains("FROM --platform=$BUILDPLATFORM "));
+    assert!(dockerfile.contains("ARG TARGETARCH"));
+    for triple in ["x86_64-unknown-linux-musl", "aarch64-unknown-linux-musl"] {
+        assert!(dockerfile.contains(triple), "{triple}");
+    }
+}
