@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use noderotation::{cli, policy, runtime, sim};
 
 #[derive(Debug, Parser)]
-#[command(name = "noderotation", version, about, long_about = None)]
+#[command(name = "noderotation", version = noderotation::VERSION_LINE, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

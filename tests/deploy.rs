@@ -361,6 +361,35 @@ fn helm_uninstall_runs_noderotation_uninstall_as_a_pre_delete_hook() {
     assert_eq!(values_with(None)["uninstallHook"]["enabled"], json!(true));
 }
 
+// ---- version -----------------------------------------------------------------------------------
+#[test]
+fn version_prints_the_crate_version_and_the_git_commit() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_noderotation"))
+        .arg("--version")
+        .output()
+        .expect("run noderotation");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        format!("noderotation {} (commit {})", env!("CARGO_PKG_VERSION"), noderotation::COMMIT)
+    );
+    // Built from a git checkout (and not told otherwise), the commit is HEAD's.
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match head {
+        Some(head) if std::env::var_os("NODEROTATION_GIT_COMMIT").is_none() => {
+            assert_eq!(noderotation::COMMIT, head)
+        }
+        _ => assert!(!noderotation::COMMIT.is_empty()),
+    }
+}
+
 // ---- the Dockerfile copies everything the build reads ------------------------------------------
 
 /// `[section]` / `[[section]]` headers and their `key = "value"` lines.
