@@ -34,6 +34,44 @@ fn main() {
     };
     let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
     std::fs::write(Path::new(&out).join("vocab.rs"), generate(&book)).expect("write vocab.rs");
+    println!("cargo::rustc-env=NODEROTATION_COMMIT={}", git_commit());
+}
+
+/// The commit `noderotation --version` and `noderotation_build_info` report:
+/// `NODEROTATION_GIT_COMMIT` when set (the Docker build passes it: its context has no `.git`),
+/// else `git rev-parse --short HEAD`, else `unknown`. Reruns only when HEAD or the branch it
+/// points to moves (paths from git itself, so a worktree's `.git` file works too), never on
+/// every build.
+fn git_commit() -> String {
+    println!("cargo::rerun-if-env-changed=NODEROTATION_GIT_COMMIT");
+    if let Ok(commit) = std::env::var("NODEROTATION_GIT_COMMIT")
+        && !commit.trim().is_empty()
+    {
+        return commit.trim().to_string();
+    }
+    let git = |args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new("git").args(args).output().ok()?;
+        let text = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !text.is_empty()).then_some(text)
+    };
+    let Some(commit) = git(&["rev-parse", "--short", "HEAD"]) else {
+        return "unknown".into();
+    };
+    let mut watched = vec!["HEAD".to_string(), "packed-refs".to_string()];
+    if let Some(branch) = git(&["rev-parse", "--symbolic-full-name", "HEAD"])
+        && branch.starts_with("refs/")
+    {
+        watched.push(branch);
+    }
+    for name in watched {
+        // A path that does not exist would make cargo rerun this script on every build.
+        if let Some(path) = git(&["rev-parse", "--git-path", &name])
+            && Path::new(&path).exists()
+        {
+            println!("cargo::rerun-if-changed={path}");
+        }
+    }
+    commit
 }
 
 /// `in_window` / `active-rotation` / `RotationStarted` -> `InWindow` / `ActiveRotation` / ...

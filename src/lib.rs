@@ -3,6 +3,14 @@
 //! See `ARCHITECTURE.md` for the codemap and the dependency rules between modules.
 #![forbid(unsafe_code)]
 
+/// The crate version (`Cargo.toml`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git commit the binary was built from (short hash), or `unknown` (see `build.rs`).
+pub const COMMIT: &str = env!("NODEROTATION_COMMIT");
+/// What `noderotation --version` prints after the name.
+pub const VERSION_LINE: &str =
+    concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("NODEROTATION_COMMIT"), ")");
+
 pub mod cli;
 pub mod clock;
 pub mod cluster;

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use noderotation::{cli, policy, runtime, sim};
 
 #[derive(Debug, Parser)]
-#[command(name = "noderotation", version, about, long_about = None)]
+#[command(name = "noderotation", version = noderotation::VERSION_LINE, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -28,6 +28,22 @@ enum Command {
     Run(runtime::RunArgs),
     /// Simulate a fleet over weeks of virtual time, next to Karpenter alone (no cluster needed).
     Simulate(sim::cli::SimulateArgs),
+    /// Remove every annotation, cordon, do-not-disrupt and placeholder pod the operator owns.
+    /// `noderotation run` must not be running (stop it first, or pass --stop-deployment).
+    ///
+    /// On every NodePool: the rotation anchor, its mirrors, the window stamp and the gate
+    /// anchors (the operator's own `noderotation.io/freeze` stays). On every NodeClaim: the
+    /// state of in-flight and failed rotations. On Nodes: `noderotation.io/surge-for`, and our
+    /// cordon and `karpenter.sh/do-not-disrupt` only where our markers say we set them (an
+    /// operator's own cordon or do-not-disrupt is never touched), and the markers. Placeholder
+    /// pods in --namespace are deleted.
+    ///
+    /// `noderotation run` must not be running: a leader would re-assert what this removes. The
+    /// command refuses while the leader Lease is held; --stop-deployment scales the operator's
+    /// Deployment to zero and waits first (the Helm chart's pre-delete hook does this).
+    /// Idempotent; every write is conditional (fresh read + resourceVersion). Exit code 0 when
+    /// everything was cleaned, 1 otherwise.
+    Uninstall(cli::uninstall::UninstallArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +55,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => policy::plan::run(args),
         Command::Run(args) => runtime::run(args),
         Command::Simulate(args) => sim::cli::simulate(args),
+        Command::Uninstall(args) => cli::uninstall::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -27,6 +27,7 @@ pub const COMPLETED_TOTAL: &str = "noderotation_completed_total";
 pub const FORCEFUL_FALLBACK_TOTAL: &str = "noderotation_forceful_fallback_total";
 pub const WINDOW_MISSED_TOTAL: &str = "noderotation_window_missed_total";
 pub const DURATION_SECONDS: &str = "noderotation_duration_seconds";
+pub const BUILD_INFO: &str = "noderotation_build_info";
 
 const POOL: &str = "nodepool";
 
@@ -325,6 +326,17 @@ impl Telemetry {
                 &[POOL, "phase"],
             ),
         );
+        let build_info = registered(
+            &registry,
+            GaugeVec::new(
+                Opts::new(
+                    BUILD_INFO,
+                    "Always 1; its labels say which noderotation version and git commit runs.",
+                ),
+                &["version", "commit"],
+            ),
+        );
+        build_info.with_label_values(&[crate::VERSION, crate::COMMIT]).set(1.0);
         Telemetry { registry, gauges, completed, forceful_fallback, window_missed, duration }
     }
 
@@ -541,6 +553,26 @@ impl<K: Ord> WarningLatch<K> {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn build_info_names_the_version_and_commit_with_value_one() {
+        let t = Telemetry::new();
+        let m = t
+            .find(BUILD_INFO, &[("version", crate::VERSION), ("commit", crate::COMMIT)])
+            .expect("noderotation_build_info is registered");
+        assert_eq!(m.get_gauge().get_value(), 1.0);
+        assert_eq!(crate::VERSION, env!("CARGO_PKG_VERSION"));
+        assert!(!crate::COMMIT.is_empty());
+        let line = format!(
+            "noderotation_build_info{{commit=\"{}\",version=\"{}\"}} 1",
+            crate::COMMIT,
+            crate::VERSION
+        );
+        assert!(t.render().lines().any(|l| l == line), "{line} not in\n{}", t.render());
+        // Forgetting a pool does not touch it.
+        t.forget_pool("p");
+        assert!(t.render().contains(&line));
+    }
 
     fn full() -> PoolGauges {
         PoolGauges {

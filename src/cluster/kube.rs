@@ -170,6 +170,32 @@ where
 
 use kube::runtime::watcher::watcher;
 
+/// One list of `api` as a ready store (see [`KubeCluster::listed`]).
+async fn list_into_store<K>(
+    api: Api<K>,
+    params: &ListParams,
+    modify: fn(&mut K),
+) -> Result<Store<K>, ApiError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let mut writer = reflector::store::Writer::<K>::default();
+    let items = match api.list(params).await {
+        Ok(list) => list.items,
+        Err(err) => match map_error(err, false) {
+            ApiError::NotFound => Vec::new(),
+            other => return Err(other),
+        },
+    };
+    writer.apply_watcher_event(&WatchEvent::Init);
+    for mut item in items {
+        modify(&mut item);
+        writer.apply_watcher_event(&WatchEvent::InitApply(item));
+    }
+    writer.apply_watcher_event(&WatchEvent::InitDone);
+    Ok(writer.as_reader())
+}
+
 impl KubeCluster {
     /// Starts the five watches on the current runtime and returns the cluster and the stream
     /// of changes. Must be called inside the runtime (it spawns tasks).
@@ -241,6 +267,43 @@ impl KubeCluster {
             recorder,
         };
         (Arc::new(cluster), rx)
+    }
+
+    /// A cluster whose stores hold one list of each kind, taken now, with no watches: for
+    /// one-shot commands (`noderotation uninstall`) that read the cache to find objects and
+    /// then verify each with a fresh read before a preconditioned write. A kind whose API is not
+    /// served (404: its CRD is gone) lists as empty. Must be called inside the runtime.
+    pub async fn listed(
+        client: Client,
+        namespace: impl Into<String>,
+        reporter: Reporter,
+    ) -> Result<Arc<KubeCluster>, ApiError> {
+        let namespace = namespace.into();
+        let all = ListParams::default();
+        let stores = Stores {
+            pools: list_into_store(Api::<NodePool>::all(client.clone()), &all, strip).await?,
+            claims: list_into_store(Api::<NodeClaim>::all(client.clone()), &all, strip).await?,
+            nodes: list_into_store(Api::<Node>::all(client.clone()), &all, strip_node).await?,
+            placeholders: list_into_store(
+                Api::<Pod>::namespaced(client.clone(), &namespace),
+                &ListParams::default().labels(&placeholder_selector()),
+                strip,
+            )
+            .await?,
+            policies: list_into_store(Api::<RotationPolicy>::all(client.clone()), &all, strip)
+                .await?,
+        };
+        let recorder = EventSink::new(client.clone(), reporter.controller, reporter.instance);
+        Ok(Arc::new(KubeCluster {
+            client,
+            handle: Handle::current(),
+            namespace,
+            stores,
+            generation: Arc::new(AtomicU64::new(0)),
+            view: Mutex::new(None),
+            synced: Arc::new(AtomicBool::new(true)),
+            recorder,
+        }))
     }
 
     /// Waits until every store has completed its first list (async; call from the runtime).

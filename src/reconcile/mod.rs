@@ -27,6 +27,7 @@ pub use snapshot::{
     BUFFER, ClaimIndex, DEFAULT_TGP, GovernanceView, PolicyView, Snapshot, SweepSubject,
 };
 use verbs::PassHost;
+pub use verbs::release_patch;
 
 /// Deployment-specific settings.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -79,6 +79,30 @@ fn unreadable(meta: &ObjectMeta, key: Key) -> bool {
     }
 }
 
+/// Lifts what we set on a node: `surge-for` (with `with_surge_for`), `do-not-disrupt` only
+/// where our owned marker says we set it, our cordon only where our `cordoned` marker says we
+/// flipped it, and the markers themselves (§3.4). An operator's own cordon or do-not-disrupt
+/// carries no marker and is never touched. `noderotation uninstall` builds its node patch here
+/// too, so the two cannot disagree on what is ours.
+pub fn release_patch(node: &Node, with_surge_for: bool) -> Patch {
+    let meta = &node.metadata;
+    let mut patch = Patch::default();
+    if with_surge_for && annotation(meta, Key::SurgeFor).is_some() {
+        patch.remove.insert(full(Key::SurgeFor));
+    }
+    if annotation(meta, Key::DoNotDisruptOwned).is_some() {
+        patch.remove.insert(full(Key::DoNotDisruptOwned));
+        patch.remove.insert(full(Key::DoNotDisrupt));
+    }
+    if annotation(meta, Key::Cordoned).is_some() {
+        patch.remove.insert(full(Key::Cordoned));
+        if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+            patch.unschedulable = Some(false);
+        }
+    }
+    patch
+}
+
 impl<'c> PassHost<'c> {
     pub fn new(snap: Snapshot, ctx: &'c mut Ctx) -> Self {
         PassHost { snap, ctx, observed: Vec::new(), released: None, cleared: None, wrote: false }
@@ -555,25 +579,6 @@ impl<'c> PassHost<'c> {
         })
     }
 
-    /// Lifts what we set on a node: surge-for, our do-not-disrupt, our cordon.
-    fn release_patch(meta: &ObjectMeta, node: &Node, with_surge_for: bool) -> Patch {
-        let mut patch = Patch::default();
-        if with_surge_for && annotation(meta, Key::SurgeFor).is_some() {
-            patch.remove.insert(full(Key::SurgeFor));
-        }
-        if annotation(meta, Key::DoNotDisruptOwned).is_some() {
-            patch.remove.insert(full(Key::DoNotDisruptOwned));
-            patch.remove.insert(full(Key::DoNotDisrupt));
-        }
-        if annotation(meta, Key::Cordoned).is_some() {
-            patch.remove.insert(full(Key::Cordoned));
-            if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
-                patch.unschedulable = Some(false);
-            }
-        }
-        patch
-    }
-
     fn unfreeze(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(owner) = a.for_.clone() else { return Ok(Outcome::Won) };
         // Nodes the cache shows frozen for this rotation, plus the two this rotation can have
@@ -614,7 +619,7 @@ impl<'c> PassHost<'c> {
                 if annotation(&node.metadata, Key::SurgeFor) != Some(owner.as_str()) {
                     return Decide::Skip(Outcome::Won);
                 }
-                Decide::Write(Self::release_patch(&node.metadata, node, true), Outcome::Won)
+                Decide::Write(release_patch(node, true), Outcome::Won)
             })?;
         }
         Ok(Outcome::Won)
@@ -771,14 +776,14 @@ impl<'c> PassHost<'c> {
             let meta = &node.metadata;
             match annotation(meta, Key::SurgeFor) {
                 Some(owner) if anchors.contains(owner) => Decide::Skip(Outcome::Raced),
-                Some(_) => Decide::Write(Self::release_patch(meta, node, true), Outcome::Unfroze),
+                Some(_) => Decide::Write(release_patch(node, true), Outcome::Unfroze),
                 None => {
                     let claim_anchored =
                         claim_of_node.as_ref().is_some_and(|c| anchors.contains(c));
                     if claim_anchored {
                         return Decide::Skip(Outcome::Raced);
                     }
-                    let patch = Self::release_patch(meta, node, false);
+                    let patch = release_patch(node, false);
                     if patch.is_empty() {
                         Decide::Skip(Outcome::Raced)
                     } else if patch.unschedulable.is_some()

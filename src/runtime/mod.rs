@@ -193,13 +193,19 @@ fn identity(args: &RunArgs) -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// The Kubernetes client of every command that talks to a cluster: in-cluster from the
+/// service account, else from `KUBECONFIG` / `~/.kube/config`.
+pub async fn client() -> anyhow::Result<Client> {
+    Client::try_default()
+        .await
+        .context("no Kubernetes client configuration (in-cluster service account or KUBECONFIG)")
+}
+
 async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
     if args.lease_grace == 0 || args.lease_grace >= args.lease_duration {
         anyhow::bail!("--lease-grace must be > 0 and < --lease-duration");
     }
-    let client = Client::try_default()
-        .await
-        .context("no Kubernetes client configuration (in-cluster service account or KUBECONFIG)")?;
+    let client = client().await?;
     if let Err(err) = preflight::preflight(&client).await {
         tracing::error!(error = %err, "preflight failed");
         eprintln!("error: preflight: {err}");

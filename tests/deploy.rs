@@ -1,0 +1,685 @@
+//! The install artefacts, checked without a cluster, Helm or Docker: the chart's values files
+//! against its schema, the templates' use of the standard keys, the alerts' runbooks, the RBAC
+//! `noderotation uninstall` needs, and the Dockerfile copying everything the build reads.
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+fn chart() -> PathBuf {
+    Path::new(REPO).join("deploy/helm/noderotation")
+}
+
+fn read(path: impl AsRef<Path>) -> String {
+    let path = path.as_ref();
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn yaml(path: impl AsRef<Path>) -> Value {
+    let path = path.as_ref();
+    serde_yaml::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+// ---- values against the schema -----------------------------------------------------------------
+
+/// Helm's coalescing of user values over the chart's: maps merge, `null` deletes, the rest
+/// (lists included) replaces.
+fn coalesce(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                if v.is_null() {
+                    b.remove(k);
+                } else if let Some(existing) = b.get_mut(k).filter(|e| e.is_object()) {
+                    coalesce(existing, v);
+                } else {
+                    b.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        (b, o) => *b = o.clone(),
+    }
+}
+
+fn type_ok(value: &Value, ty: &str) -> bool {
+    match ty {
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "string" => value.is_string(),
+        "boolean" => value.is_boolean(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "null" => value.is_null(),
+        other => panic!("schema type {other} is not handled by this check"),
+    }
+}
+
+/// The draft-07 subset `values.schema.json` uses: type, enum, required, properties,
+/// additionalProperties, items, minimum, maximum, minLength. (`pattern` is left to Helm.)
+fn validate(value: &Value, schema: &Value, path: &str, errors: &mut Vec<String>) {
+    if let Some(ty) = schema.get("type") {
+        let ok = match ty {
+            Value::String(t) => type_ok(value, t),
+            Value::Array(ts) => ts.iter().any(|t| type_ok(value, t.as_str().unwrap_or(""))),
+            _ => false,
+        };
+        if !ok {
+            errors.push(format!("{path}: {value} is not of type {ty}"));
+            return;
+        }
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        errors.push(format!("{path}: {value} is not one of {allowed:?}"));
+    }
+    if let Some(n) = value.as_f64() {
+        if schema.get("minimum").and_then(Value::as_f64).is_some_and(|m| n < m) {
+            errors.push(format!("{path}: {n} is below the minimum"));
+        }
+        if schema.get("maximum").and_then(Value::as_f64).is_some_and(|m| n > m) {
+            errors.push(format!("{path}: {n} is above the maximum"));
+        }
+    }
+    if let (Some(s), Some(min)) = (value.as_str(), schema.get("minLength").and_then(Value::as_u64))
+        && (s.chars().count() as u64) < min
+    {
+        errors.push(format!("{path}: {s:?} is shorter than {min}"));
+    }
+    if let Some(obj) = value.as_object() {
+        for required in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+            let key = required.as_str().unwrap_or_default();
+            if !obj.contains_key(key) {
+                errors.push(format!("{path}: required {key} is missing"));
+            }
+        }
+        let props = schema.get("properties").and_then(Value::as_object);
+        for (k, v) in obj {
+            let sub = format!("{path}.{k}");
+            match (props.and_then(|p| p.get(k)), schema.get("additionalProperties")) {
+                (Some(s), _) => validate(v, s, &sub, errors),
+                (None, Some(Value::Bool(false))) => {
+                    errors.push(format!("{sub}: not allowed by the schema"))
+                }
+                (None, Some(s @ Value::Object(_))) => validate(v, s, &sub, errors),
+                (None, _) => {}
+            }
+        }
+    }
+    if let (Some(items), Some(schema)) = (value.as_array(), schema.get("items")) {
+        for (i, item) in items.iter().enumerate() {
+            validate(item, schema, &format!("{path}[{i}]"), errors);
+        }
+    }
+}
+
+fn schema() -> Value {
+    serde_json::from_str(&read(chart().join("values.schema.json"))).expect("schema is JSON")
+}
+
+fn values_with(file: Option<&Path>) -> Value {
+    let mut values = yaml(chart().join("values.yaml"));
+    if let Some(file) = file {
+        let over = yaml(file);
+        coalesce(&mut values, &over);
+    }
+    values
+}
+
+fn ci_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(chart().join("ci"))
+        .expect("deploy/helm/noderotation/ci")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn chart_values_and_every_ci_values_file_satisfy_the_schema() {
+    let schema = schema();
+    let files = ci_files();
+    for name in ["default-values.yaml", "all-options-values.yaml", "servicemonitor-values.yaml"] {
+        assert!(files.iter().any(|f| f.ends_with(name)), "ci/{name} is missing");
+    }
+    let mut errors = Vec::new();
+    validate(&values_with(None), &schema, "values.yaml", &mut errors);
+    for file in &files {
+        let name = file.file_name().unwrap_or_default().to_string_lossy();
+        validate(&values_with(Some(file)), &schema, &name, &mut errors);
+    }
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+#[test]
+fn the_schema_check_rejects_what_helm_would() {
+    let schema = schema();
+    let bad = [
+        json!({"serviceMonitor": {"enabled": "yes"}}),
+        json!({"extraArgs": "--tick-seconds=30"}),
+        json!({"tolerations": {"key": "x"}}),
+        json!({"placeholder": {"priorityClass": {"value": 10}}}),
+        json!({"uninstallHook": {"waitSeconds": 0}}),
+        json!({"typo": true}),
+    ];
+    for over in bad {
+        let mut values = values_with(None);
+        coalesce(&mut values, &over);
+        let mut errors = Vec::new();
+        validate(&values, &schema, "", &mut errors);
+        assert!(!errors.is_empty(), "{over} passed the schema");
+    }
+}
+
+#[test]
+fn every_standard_key_is_in_values_schema_and_templates() {
+    let values = values_with(None);
+    let schema = schema();
+    let templates: String = std::fs::read_dir(chart().join("templates"))
+        .expect("templates")
+        .map(|e| read(e.expect("dir entry").path()))
+        .collect();
+    for key in [
+        "nameOverride",
+        "fullnameOverride",
+        "podAnnotations",
+        "podLabels",
+        "podSecurityContext",
+        "securityContext",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "topologySpreadConstraints",
+        "priorityClassName",
+        "extraArgs",
+        "extraEnv",
+        "serviceMonitor",
+        "uninstallHook",
+    ] {
+        assert!(values.get(key).is_some(), "values.yaml lacks {key}");
+        assert!(schema["properties"].get(key).is_some(), "values.schema.json lacks {key}");
+        assert!(templates.contains(&format!(".Values.{key}")), "no template uses {key}");
+    }
+    assert_eq!(values["serviceMonitor"]["enabled"], json!(false));
+    assert_eq!(values["priorityClassName"], json!("system-cluster-critical"));
+    let term = &values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"][0]["matchExpressions"][0];
+    assert_eq!(term, &json!({"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"}));
+    let sm = read(chart().join("templates/servicemonitor.yaml"));
+    assert!(sm.starts_with("{{- if .Values.serviceMonitor.enabled }}"), "ServiceMonitor is opt-in");
+    assert!(sm.contains("kind: ServiceMonitor"));
+}
+
+/// The anchor GitHub gives a Markdown heading.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn operations_anchors() -> BTreeSet<String> {
+    read(Path::new(REPO).join("docs/operations.md"))
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| anchor(l.trim_start_matches('#')))
+        .collect()
+}
+
+#[test]
+fn every_alert_has_a_description_and_a_runbook_heading_in_operations_md() {
+    let rules = read(chart().join("templates/prometheusrule.yaml"));
+    let anchors = operations_anchors();
+    assert!(
+        values_with(None)["prometheusRule"]["runbookBaseUrl"]
+            .as_str()
+            .is_some_and(|u| u.ends_with("docs/operations.md"))
+    );
+    let blocks: Vec<&str> = rules.split("- alert: ").skip(1).collect();
+    assert!(blocks.len() >= 10, "alerts not found");
+    for block in blocks {
+        let name = block.lines().next().unwrap_or_default().trim();
+        assert!(block.contains("description: "), "{name}: no description");
+        let runbook = block
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("runbook_url: "))
+            .unwrap_or_else(|| panic!("{name}: no runbook_url"));
+        let want = format!("\"{{{{ $runbook }}}}#{}\"", name.to_lowercase());
+        assert_eq!(runbook, want, "{name}: runbook_url");
+        assert!(anchors.contains(&name.to_lowercase()), "docs/operations.md has no heading {name}");
+        // A healthy install, scraped or not, fires nothing: no alert on a missing series.
+        let expr = block.lines().find(|l| l.trim().starts_with("expr:")).unwrap_or_default();
+        assert!(!expr.contains("absent"), "{name}: {expr} fires when nothing is scraped");
+    }
+}
+
+// ---- uninstall: the hook and the RBAC it needs -------------------------------------------------
+
+/// The chart's templates with every action replaced, enough to parse them as YAML.
+fn pseudo_render(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with("{{") && t.ends_with("}}") && !t.contains(':') {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(start) = rest.find("{{") {
+            out.push_str(&rest[..start]);
+            let end = rest[start..].find("}}").map_or(rest.len(), |e| start + e + 2);
+            let action = &rest[start..end];
+            out.push_str(if action.contains("nindent") { " {}" } else { "x" });
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        out.push('\n');
+    }
+    out
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    text.split("\n---")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_yaml::from_str(d).unwrap_or_else(|e| panic!("{e}\n{d}")))
+        .collect()
+}
+
+fn grants(docs: &[Value], kind: &str, group: &str, resource: &str, verb: &str) -> bool {
+    docs.iter().filter(|d| d["kind"] == json!(kind)).any(|d| {
+        d["rules"].as_array().into_iter().flatten().any(|r| {
+            let has = |field: &str, want: &str| {
+                r[field].as_array().is_some_and(|v| v.iter().any(|x| x == want || x == "*"))
+            };
+            has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+        })
+    })
+}
+
+fn assert_uninstall_rbac(docs: &[Value], which: &str) {
+    for (kind, group, resource, verb) in [
+        ("ClusterRole", "karpenter.sh", "nodepools", "list"),
+        ("ClusterRole", "karpenter.sh", "nodepools", "get"),
+        ("ClusterRole", "karpenter.sh", "nodepools", "patch"),
+        ("ClusterRole", "karpenter.sh", "nodeclaims", "list"),
+        ("ClusterRole", "karpenter.sh", "nodeclaims", "patch"),
+        ("ClusterRole", "", "nodes", "list"),
+        ("ClusterRole", "", "nodes", "patch"),
+        ("ClusterRole", "", "pods", "list"),
+        ("ClusterRole", "noderotation.io", "rotationpolicies", "list"),
+        ("Role", "", "pods", "delete"),
+        ("Role", "coordination.k8s.io", "leases", "get"),
+        ("Role", "apps", "deployments", "get"),
+        ("Role", "apps", "deployments/scale", "patch"),
+    ] {
+        assert!(
+            grants(docs, kind, group, resource, verb),
+            "{which}: {kind} lacks {verb} {group}/{resource}"
+        );
+    }
+}
+
+#[test]
+fn chart_and_kustomize_rbac_grant_what_uninstall_needs() {
+    let chart_rbac = documents(&pseudo_render(&read(chart().join("templates/rbac.yaml"))));
+    assert_uninstall_rbac(&chart_rbac, "chart");
+    let base = documents(&read(Path::new(REPO).join("deploy/base/rbac.yaml")));
+    assert_uninstall_rbac(&base, "deploy/base");
+}
+
+#[test]
+fn helm_uninstall_runs_noderotation_uninstall_as_a_pre_delete_hook() {
+    let text = read(chart().join("templates/uninstall-job.yaml"));
+    assert!(text.starts_with("{{- if .Values.uninstallHook.enabled }}"));
+    let job = &documents(&pseudo_render(&text))[0];
+    assert_eq!(job["kind"], json!("Job"));
+    assert_eq!(job["metadata"]["annotations"]["helm.sh/hook"], json!("pre-delete"));
+    assert_eq!(
+        job["metadata"]["annotations"]["helm.sh/hook-delete-policy"],
+        json!("before-hook-creation,hook-succeeded")
+    );
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], json!("Never"));
+    assert!(
+        text.contains("serviceAccountName: {{ include \"noderotation.serviceAccountName\" . }}")
+    );
+    let args = &pod["containers"][0]["args"];
+    assert_eq!(args[0], json!("uninstall"));
+    assert_eq!(args[1], json!("--stop-deployment"));
+    // The hook's pod must not match the Deployment's selector, or it would wait for itself.
+    assert!(
+        text.contains("app.kubernetes.io/name: {{ include \"noderotation.name\" . }}-uninstall")
+    );
+    assert_eq!(values_with(None)["uninstallHook"]["enabled"], json!(true));
+}
+
+// ---- version -----------------------------------------------------------------------------------
+#[test]
+fn version_prints_the_crate_version_and_the_git_commit() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_noderotation"))
+        .arg("--version")
+        .output()
+        .expect("run noderotation");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        format!("noderotation {} (commit {})", env!("CARGO_PKG_VERSION"), noderotation::COMMIT)
+    );
+    // Built from a git checkout (and not told otherwise), the commit is HEAD's.
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match head {
+        Some(head) if std::env::var_os("NODEROTATION_GIT_COMMIT").is_none() => {
+            assert_eq!(noderotation::COMMIT, head)
+        }
+        _ => assert!(!noderotation::COMMIT.is_empty()),
+    }
+}
+
+// ---- the Dockerfile copies everything the build reads ------------------------------------------
+
+/// `[section]` / `[[section]]` headers and their `key = "value"` lines.
+fn manifest_sections(text: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let mut out: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            out.push((line.trim_matches(['[', ']']).to_string(), Vec::new()));
+        } else if let (Some((k, v)), Some(last)) = (line.split_once('='), out.last_mut()) {
+            let v = v.trim();
+            if v.starts_with('"') {
+                last.1.push((k.trim().to_string(), v.trim_matches('"').to_string()));
+            }
+        }
+    }
+    out
+}
+
+fn get<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// Every path `cargo build --release` of the image reads, relative to the repository root.
+///
+/// Targets: the lib (default `src/lib.rs`), every `[[bin]]` and every `[[bench]]` (a declared
+/// target that is missing fails the manifest); `[[test]]` and `[[example]]` targets would count
+/// too (there are none). Auto-discovered tests and examples are not needed: cargo discovers only
+/// what exists, and the Dockerfile leaves `tests/` out on purpose. Then `build.rs` with what it
+/// reads (`rules/`, `#[path]` modules), and every file `src/` embeds.
+fn build_inputs() -> BTreeSet<String> {
+    let repo = Path::new(REPO);
+    let manifest = read(repo.join("Cargo.toml"));
+    let mut needed: BTreeSet<String> =
+        ["Cargo.toml", "Cargo.lock"].into_iter().map(String::from).collect();
+    let mut has_lib = repo.join("src/lib.rs").exists();
+    for (section, pairs) in manifest_sections(&manifest) {
+        match section.as_str() {
+            "package" => {
+                needed.insert(get(&pairs, "build").unwrap_or("build.rs").to_string());
+            }
+            "lib" => {
+                has_lib = false;
+                needed.insert(get(&pairs, "path").unwrap_or("src/lib.rs").to_string());
+            }
+            "bin" | "bench" | "test" | "example" => {
+                let name = get(&pairs, "name").expect("a declared target has a name");
+                let dir = match section.as_str() {
+                    "bin" => "src/bin",
+                    "bench" => "benches",
+                    "test" => "tests",
+                    _ => "examples",
+                };
+                let path = get(&pairs, "path").map(String::from).unwrap_or_else(|| {
+                    let single = format!("{dir}/{name}.rs");
+                    if repo.join(&single).exists() {
+                        single
+                    } else {
+                        format!("{dir}/{name}/main.rs")
+                    }
+                });
+                assert!(repo.join(&path).exists(), "Cargo.toml target {name}: {path} is missing");
+                // A target is a module tree: its directory comes along.
+                needed.insert(match path.strip_suffix("/main.rs") {
+                    Some(dir) if section != "bin" || dir != "src" => dir.to_string(),
+                    _ => path,
+                });
+            }
+            _ => {}
+        }
+    }
+    if has_lib {
+        needed.insert("src/lib.rs".into());
+    }
+    needed.insert("src".into());
+    // build.rs: its rerun-if-changed paths and #[path] modules are what it reads.
+    let build = read(repo.join("build.rs"));
+    for line in build.lines() {
+        if let Some(rest) = line.split("cargo::rerun-if-changed=").nth(1) {
+            let path = rest.split(['"', '{']).next().unwrap_or_default().trim_end_matches('/');
+            if !path.is_empty() {
+                needed.insert(path.to_string());
+            }
+        }
+    }
+    for (file, target) in embedded(repo, &repo.join("build.rs"), &build) {
+        needed.insert(resolve(repo, &file, &target));
+    }
+    // Everything src/ embeds.
+    let mut stack = vec![repo.join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                for (file, target) in embedded(repo, &path, &read(&path)) {
+                    needed.insert(resolve(repo, &file, &target));
+                }
+            }
+        }
+    }
+    needed
+}
+
+/// How a macro names a file, and where it resolves it from.
+enum Base {
+    /// `include_str!` / `include_bytes!` / `#[path]`: relative to the including file's directory.
+    File,
+    /// `#[grammar]` (pest_derive): relative to `src/`.
+    Src,
+    /// `include_dir!("$CARGO_MANIFEST_DIR/...")`: the path after the variable.
+    Manifest,
+}
+
+fn embedded(repo: &Path, file: &Path, text: &str) -> Vec<(PathBuf, (Base, String))> {
+    let mut out = Vec::new();
+    for (marker, base) in [
+        ("include_str!(", Base::File),
+        ("include_bytes!(", Base::File),
+        ("include_dir!(", Base::Manifest),
+        ("#[path = ", Base::File),
+        ("#[grammar = ", Base::Src),
+    ] {
+        for (i, _) in text.match_indices(marker) {
+            // Skip mentions in comments and docs.
+            let line_start = text[..i].rfind('\n').map_or(0, |p| p + 1);
+            if text[line_start..i].contains("//") {
+                continue;
+            }
+            let rest = &text[i + marker.len()..];
+            let Some(literal) = rest.trim_start().strip_prefix('"') else { continue };
+            let path = literal.split('"').next().unwrap_or_default().to_string();
+            let base = match base {
+                Base::File => Base::File,
+                Base::Src => Base::Src,
+                Base::Manifest => {
+                    assert!(
+                        path.starts_with("$CARGO_MANIFEST_DIR/"),
+                        "{}: include_dir!({path}) is not under $CARGO_MANIFEST_DIR",
+                        file.display()
+                    );
+                    Base::Manifest
+                }
+            };
+            out.push((file.to_path_buf(), (base, path)));
+        }
+    }
+    let _ = repo;
+    out
+}
+
+/// The repository-relative path a macro reads.
+fn resolve(repo: &Path, file: &Path, (base, path): &(Base, String)) -> String {
+    let joined = match base {
+        Base::File => file.parent().expect("a file has a directory").join(path),
+        Base::Src => repo.join("src").join(path),
+        Base::Manifest => repo.join(path.trim_start_matches("$CARGO_MANIFEST_DIR/")),
+    };
+    // Normalise `..` without touching the file system.
+    let mut parts: Vec<String> = Vec::new();
+    for c in joined.strip_prefix(repo).expect("inside the repository").components() {
+        match c {
+            std::path::Component::ParentDir => {
+                parts.pop();
+            }
+            std::path::Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
+            _ => {}
+        }
+    }
+    let rel = parts.join("/");
+    assert!(repo.join(&rel).exists(), "{} embeds {rel}, which does not exist", file.display());
+    rel
+}
+
+/// (source, destination) of every `COPY` from the build context (not `--from`), relative to the
+/// WORKDIR (`/src`), which is where cargo runs.
+fn copies(dockerfile: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let joined = dockerfile.replace("\\\n", " ");
+    for line in joined.lines().map(str::trim) {
+        let Some(rest) = line.strip_prefix("COPY ") else { continue };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        if words.iter().any(|w| w.starts_with("--from")) {
+            continue;
+        }
+        let words: Vec<&str> = words.into_iter().filter(|w| !w.starts_with("--")).collect();
+        let Some((dest, sources)) = words.split_last() else { continue };
+        for source in sources {
+            let source = source.trim_end_matches('/');
+            let base = source.rsplit('/').next().unwrap_or(source);
+            let into_dir = dest.ends_with('/') || *dest == "." || sources.len() > 1;
+            let dir = dest.trim_end_matches('/').trim_start_matches("./").trim_start_matches('.');
+            let dest = match (into_dir, dir.is_empty()) {
+                (true, true) => base.to_string(),
+                (true, false) => format!("{dir}/{base}"),
+                (false, _) => dir.to_string(),
+            };
+            out.push((source.to_string(), dest.trim_start_matches('/').to_string()));
+        }
+    }
+    out
+}
+
+/// Whether a `.dockerignore` pattern (as `deploy/Dockerfile.dockerignore` writes them) excludes
+/// `path` or a directory above it.
+fn ignored(pattern: &str, path: &str) -> bool {
+    fn glob(p: &[u8], s: &[u8]) -> bool {
+        match (p.first(), s.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => {
+                glob(&p[1..], s) || (!s.is_empty() && s[0] != b'/' && glob(p, &s[1..]))
+            }
+            (Some(a), Some(b)) if a == b => glob(&p[1..], &s[1..]),
+            _ => false,
+        }
+    }
+    let pattern = pattern.trim_end_matches('/');
+    let parts: Vec<&str> = path.split('/').collect();
+    (1..=parts.len()).any(|n| {
+        let prefix = parts[..n].join("/");
+        match pattern.strip_prefix("**/") {
+            Some(tail) => (0..n).any(|k| glob(tail.as_bytes(), parts[k..n].join("/").as_bytes())),
+            None => glob(pattern.as_bytes(), prefix.as_bytes()),
+        }
+    })
+}
+
+#[test]
+fn the_dockerfile_copies_every_path_the_build_reads() {
+    let dockerfile = read(Path::new(REPO).join("deploy/Dockerfile"));
+    let copied = copies(&dockerfile);
+    let needed = build_inputs();
+    for must in [
+        "Cargo.toml",
+        "build.rs",
+        "rules",
+        "src",
+        "benches/suite",
+        "deploy/examples/scenarios/default.yaml",
+        "src/rulebook/guard.pest",
+    ] {
+        assert!(needed.contains(must), "the build's inputs should include {must}: {needed:?}");
+    }
+    let mut missing = Vec::new();
+    for path in &needed {
+        let covered = copied.iter().any(|(source, dest)| {
+            (path == source || path.starts_with(&format!("{source}/"))) && dest == source
+        });
+        if !covered {
+            missing.push(path.clone());
+        }
+    }
+    assert!(missing.is_empty(), "deploy/Dockerfile does not COPY (to the same path) {missing:?}");
+
+    let ignore = read(Path::new(REPO).join("deploy/Dockerfile.dockerignore"));
+    for pattern in ignore.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        assert!(!pattern.starts_with('!'), "re-inclusion patterns are not handled by this check");
+        for path in &needed {
+            assert!(
+                !ignored(pattern, path),
+                "deploy/Dockerfile.dockerignore `{pattern}` excludes {path}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_dockerfile_checks_catch_a_missing_copy_and_an_ignored_input() {
+    let dockerfile = read(Path::new(REPO).join("deploy/Dockerfile"));
+    let without_benches = dockerfile.replace("COPY benches benches\n", "");
+    assert!(!copies(&without_benches).iter().any(|(s, _)| s == "benches"));
+    assert!(copies(&dockerfile).iter().any(|(s, d)| s == "benches" && d == "benches"));
+    assert!(
+        copies("COPY Cargo.toml Cargo.lock build.rs ./\n")
+            .contains(&("build.rs".into(), "build.rs".into()))
+    );
+    assert!(copies("COPY --from=build /out/x /x\n").is_empty());
+    assert!(ignored("target/", "target/release/x"));
+    assert!(ignored("**/*.swp", "src/a.swp"));
+    assert!(ignored("deploy/", "deploy/examples/scenarios/default.yaml"));
+    assert!(!ignored("tests/.bin/", "src/lib.rs"));
+    assert!(!ignored(".git/", "src/sim/scenario.rs"));
+}
+
+#[test]
+fn the_dockerfile_cross_compiles_both_platforms_on_the_build_platform() {
+    let dockerfile = read(Path::new(REPO).join("deploy/Dockerfile"));
+    assert!(dockerfile.contains("FROM --platform=$BUILDPLATFORM "));
+    assert!(dockerfile.contains("ARG TARGETARCH"));
+    for triple in ["x86_64-unknown-linux-musl", "aarch64-unknown-linux-musl"] {
+        assert!(dockerfile.contains(triple), "{triple}");
+    }
+}
