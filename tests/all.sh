@@ -33,11 +33,25 @@ tests/k8s-harness/build.sh >/dev/null
 tier_build=$(( $(date +%s) - tier_build_start ))
 echo "apiserver tier build: ${tier_build}s"
 
+# The operator image, in the layout of deploy/Dockerfile's final stage, built with podman from the
+# release binary (no Docker daemon or public registry here); the apiserver tier runs it in-cluster
+# under the ServiceAccount an install creates.
+step "image"
+image_start=$(date +%s)
+cargo build --release --locked --quiet
+eval "$(tests/image/build.sh)"
+$NODEROTATION_PODMAN run --rm --read-only --user 65532 "$NODEROTATION_IMAGE" --version
+export NODEROTATION_IMAGE_REQUIRED=1
+echo "image: $((NODEROTATION_IMAGE_SIZE / 1000000)) MB, built in $(( $(date +%s) - image_start ))s (release build included)"
+
 step "apiserver tier: tests"
 tier_run_start=$(date +%s)
 eval "$(tests/k8s-harness/start.sh --karpenter-crds)"
 trap 'tests/k8s-harness/stop.sh || true' EXIT
 cargo test --locked --test apiserver
+# helm install + a rotation in the image under the chart's RBAC + helm uninstall through its
+# pre-delete hook: uninstall cleans the whole cluster, so it runs alone, last.
+cargo test --locked --test apiserver -- --ignored --test-threads=1
 tests/k8s-harness/stop.sh
 trap - EXIT
 tier_run=$(( $(date +%s) - tier_run_start ))

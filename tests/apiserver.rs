@@ -6,6 +6,8 @@
 //! manifest checks at the bottom need no cluster.
 #[path = "apiserver/actor.rs"]
 mod actor;
+#[path = "apiserver/kubelet.rs"]
+mod kubelet;
 #[path = "apiserver/support.rs"]
 mod support;
 
@@ -655,6 +657,8 @@ struct Rotation {
     candidate: String,
     node: String,
     dir: std::path::PathBuf,
+    /// Where the controller under test runs (its placeholders live there).
+    ns: String,
 }
 
 impl Rotation {
@@ -684,7 +688,15 @@ impl Rotation {
             }
         });
         env.kubectl_ok(&["apply", "-f", "-"], Some(&policy.to_string()))?;
-        Ok(Rotation { env: env.clone(), admin, dir: scratch(test), pool, candidate, node })
+        Ok(Rotation {
+            env: env.clone(),
+            admin,
+            dir: scratch(test),
+            pool,
+            candidate,
+            node,
+            ns: CONTROLLER_NS.to_string(),
+        })
     }
 
     fn controller(&self, name: &str) -> Result<ControllerProcess, Error> {
@@ -719,7 +731,7 @@ impl Rotation {
     }
 
     async fn placeholders(&self) -> Result<Vec<Pod>, Error> {
-        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), CONTROLLER_NS);
+        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), &self.ns);
         let list = pods
             .list(
                 &kube::api::ListParams::default()
@@ -867,6 +879,439 @@ async fn rotation_full_surge_completes_once_and_counts_one_success() -> TestResu
     }
     actor.stop().await;
     fx.cleanup().await;
+    result
+}
+
+// ---- (f) in-cluster: the image, under the RBAC an install creates -----------------------------
+
+/// The image is needed: `tests/all.sh` builds it and sets `NODEROTATION_IMAGE_REQUIRED=1`, so a
+/// missing image fails CI instead of skipping.
+fn image_or_skip(test: &str) -> Result<bool, Error> {
+    if kubelet::image().is_some() {
+        return Ok(true);
+    }
+    if std::env::var("NODEROTATION_IMAGE_REQUIRED").as_deref() == Ok("1") {
+        return Err(format!("{test}: NODEROTATION_IMAGE unset: run tests/image/build.sh").into());
+    }
+    eprintln!("skipping {test}: no image (eval \"$(tests/image/build.sh)\")");
+    Ok(false)
+}
+
+/// A full surge rotation driven by the operator running in its image as pod `pod` of
+/// `deployment` (as installed), with only the RBAC the install created for its ServiceAccount.
+async fn in_cluster_rotation(env: &Env, deployment: &Value, pod: &str, test: &str) -> TestResult {
+    let mut fx = Rotation::new(env, test, surge("2m")).await?;
+    fx.ns = deployment["metadata"]["namespace"].as_str().ok_or("namespace")?.to_string();
+    let actor = actor::Actor::start(
+        fx.admin.clone(),
+        &fx.pool,
+        actor::Mode::Ready,
+        Duration::from_secs(3),
+        Duration::from_secs(3),
+    );
+    // The Lease timings of the other rotation tests (busy CI cores); the metrics address is a
+    // free host port, since the container shares the host's network.
+    let mut ctl = kubelet::PodContainer::start(
+        env,
+        deployment,
+        pod,
+        &[("NODEROTATION_LOG_LEVEL", "info,noderotation=debug".to_string())],
+        &["--lease-duration", "10", "--lease-grace", "4", "--tick-seconds", "2"],
+        &fx.dir,
+    )?;
+    let result = async {
+        fx.wait_claim_state("pending", Duration::from_secs(90)).await?;
+        fx.wait_claim_state("draining", Duration::from_secs(60)).await?;
+        fx.wait_settled("last-rotation-at", Duration::from_secs(60)).await?;
+        assert!(dyn_api(&fx.admin, "NodeClaim").get_opt(&fx.candidate).await?.is_none());
+        fx.assert_clean().await?;
+        assert_eq!(actor.surge_claims().len(), 1, "one surge claim");
+        let metrics = eventually("the success in /metrics", Duration::from_secs(10), || async {
+            let m = ctl.metrics().await.ok()?;
+            (completed(&m, &fx.pool, "success") == Some(1.0)).then_some(m)
+        })
+        .await?;
+        assert!(metrics.lines().any(|l| l == "noderotation_leader 1"), "{metrics}");
+        assert!(ctl.exited().is_none(), "the container is still running");
+        Ok::<(), Error>(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("container log:\n{}", ctl.log_text());
+    }
+    actor.stop().await;
+    fx.cleanup().await;
+    result
+}
+
+/// A relative path from `from` to `to` (kustomize refuses absolute resource paths).
+fn relative(from: &Path, to: &Path) -> std::path::PathBuf {
+    let (from, to) =
+        (from.canonicalize().unwrap_or_default(), to.canonicalize().unwrap_or_default());
+    let common = from.components().zip(to.components()).take_while(|(a, b)| a == b).count();
+    let mut rel = std::path::PathBuf::new();
+    for _ in from.components().skip(common) {
+        rel.push("..");
+    }
+    for c in to.components().skip(common) {
+        rel.push(c);
+    }
+    rel
+}
+
+/// `kubectl apply -k` of the base (through an overlay that renames it, as users do, so that it
+/// does not touch the harness's own RBAC), then the image under the base's ServiceAccount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_cluster_the_kustomize_base_completes_a_rotation_under_its_own_rbac() -> TestResult {
+    let env = harness!();
+    if !image_or_skip("kustomize in-cluster")? {
+        return Ok(());
+    }
+    let _one = ROTATION.lock().await;
+    let overlay = scratch("kustomize-overlay");
+    let base = relative(&overlay, &Path::new(REPO).join("deploy/base"));
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             namespace: noderotation-kz\nnamePrefix: kz-\nresources:\n  - {}\n",
+            base.display()
+        ),
+    )?;
+    env.kubectl_ok(&["apply", "-k", &overlay.display().to_string()], None)?;
+    let deployment: Value = serde_json::from_str(&env.kubectl_ok(
+        &["get", "deployment", "kz-noderotation", "-n", "noderotation-kz", "-o", "json"],
+        None,
+    )?)?;
+    assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], "kz-noderotation");
+    in_cluster_rotation(&env, &deployment, "kz-noderotation-0", "kz-rot").await
+}
+
+// ---- (g) the Helm chart under real Helm ----------------------------------------------------------
+
+const CHART: &str = "deploy/helm/noderotation";
+
+/// `helm` from the harness (tests/k8s-harness/build.sh installs it), run from the repository.
+fn helm(env: &Env, args: &[&str]) -> Result<String, Error> {
+    let bin = env.bin.as_ref().ok_or("HARNESS_BIN unset")?.join("helm");
+    let out = std::process::Command::new(&bin)
+        .args(args)
+        .env("KUBECONFIG", &env.kubeconfig)
+        .env("HELM_CACHE_HOME", scratch("helm-home").join("cache"))
+        .env("HELM_CONFIG_HOME", scratch("helm-home").join("config"))
+        .env("HELM_DATA_HOME", scratch("helm-home").join("data"))
+        .current_dir(REPO)
+        .output()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    if !out.status.success() {
+        return Err(format!(
+            "helm {}: {}{text}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(text)
+}
+
+/// The monitoring CRDs (ServiceMonitor, PrometheusRule) the chart's options render.
+fn apply_monitoring_crds(env: &Env) -> TestResult {
+    let dir = env.bin.as_ref().ok_or("HARNESS_BIN unset")?.join("prometheus-operator-crd");
+    for kind in ["servicemonitors", "prometheusrules"] {
+        let f = dir.join(format!("monitoring.coreos.com_{kind}.yaml"));
+        env.kubectl_ok(&["apply", "--server-side", "-f", &f.display().to_string()], None)?;
+        env.kubectl_ok(
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{kind}.monitoring.coreos.com"),
+            ],
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+/// `helm lint` is clean, and `helm template` of the defaults and of every values file in the
+/// chart's `ci/` folder is accepted by `kubectl apply --dry-run=server`.
+#[tokio::test]
+async fn helm_lint_is_clean_and_every_ci_values_file_passes_a_server_dry_run() -> TestResult {
+    let env = harness!();
+    let lint = helm(&env, &["lint", "--strict", CHART])?;
+    assert!(lint.contains("0 chart(s) failed"), "{lint}");
+    apply_monitoring_crds(&env)?;
+    let ns = "noderotation-dryrun";
+    let _ = env.kubectl(&["create", "namespace", ns]);
+    let ci = Path::new(REPO).join(CHART).join("ci");
+    let mut files: Vec<_> =
+        std::fs::read_dir(&ci)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    files.sort();
+    assert!(files.len() >= 3, "the chart's ci/ folder has values files: {files:?}");
+    let mut renders = vec![(
+        "defaults".to_string(),
+        helm(&env, &["template", "nr", CHART, "-n", ns, "--include-crds"])?,
+    )];
+    for f in &files {
+        let name = f.file_name().unwrap_or_default().to_string_lossy().to_string();
+        let out = helm(
+            &env,
+            &["template", "nr", CHART, "-n", ns, "--include-crds", "-f", &f.display().to_string()],
+        )?;
+        renders.push((name, out));
+    }
+    for (name, manifest) in renders {
+        let out = env.kubectl_as(
+            &env.kubeconfig,
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&manifest),
+        );
+        assert!(
+            out.status.success(),
+            "{name}: kubectl apply --dry-run=server rejected the rendering: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// A pod of the uninstall hook and of the operator, played by [`kubelet::PodContainer`]: when
+/// the hook's Job appears its pod runs to completion and the Job is marked Complete; when the
+/// Deployment is scaled to zero the operator's container is stopped (SIGTERM), as the
+/// ReplicaSet controller and the kubelet would.
+async fn play_uninstall_hook(
+    env: &Env,
+    admin: &kube::Client,
+    ns: &str,
+    deployment: &str,
+    operator: &mut Option<kubelet::PodContainer>,
+    dir: &Path,
+) -> TestResult {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::batch::v1::Job;
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let job_name = format!("{deployment}-uninstall");
+    let job = eventually("the pre-delete hook Job", Duration::from_secs(60), || async {
+        jobs.get_opt(&job_name).await.ok()?
+    })
+    .await?;
+    let job_json = serde_json::to_value(&job)?;
+    let mut hook =
+        kubelet::PodContainer::start(env, &job_json, &format!("{job_name}-pod"), &[], &[], dir)?;
+    let started = std::time::Instant::now();
+    let status = loop {
+        if operator.is_some()
+            && deployments.get_opt(deployment).await?.and_then(|d| d.spec?.replicas) == Some(0)
+        {
+            // SIGTERM: the operator releases its Lease on the way out.
+            if let Some(op) = operator.take() {
+                op.stop();
+            }
+        }
+        if let Some(status) = hook.exited() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(240) {
+            return Err(format!("the uninstall hook did not finish:\n{}", hook.log_text()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let log = hook.log_text();
+    if !status.success() {
+        return Err(format!("the uninstall hook failed ({status}):\n{log}").into());
+    }
+    let now = noderotation::clock::Clock::now(&noderotation::clock::SystemClock)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let cond = |t: &str| json!({"type": t, "status": "True", "lastProbeTime": now, "lastTransitionTime": now});
+    jobs.patch_status(
+        &job_name,
+        &PatchParams::default(),
+        &KubePatch::Merge(&json!({"status": {
+            "startTime": now, "completionTime": now, "succeeded": 1,
+            "conditions": [cond("SuccessCriteriaMet"), cond("Complete")]}})),
+    )
+    .await?;
+    eprintln!("uninstall hook log:\n{log}");
+    Ok(())
+}
+
+/// `helm install`, the image under the chart's ServiceAccount completes a surge rotation, a
+/// second one starts, and `helm uninstall` (its pre-delete hook) leaves nothing of ours behind
+/// while the user's own cordon, do-not-disrupt and freeze stay. Uninstall cleans every pool,
+/// claim and node in the cluster, so this runs alone, after the rest of the tier (tests/all.sh:
+/// `cargo test --test apiserver -- --ignored`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "cluster-wide uninstall: tests/all.sh runs it alone after the rest of the tier"]
+async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ours() -> TestResult {
+    let env = harness!();
+    if !image_or_skip("helm in-cluster")? {
+        return Ok(());
+    }
+    let _one = ROTATION.lock().await;
+    let (release, ns) = ("nr", "noderotation-helm");
+    // The placeholder PriorityClass exists already (the harness setup applies deploy/base's).
+    helm(
+        &env,
+        &[
+            "install",
+            release,
+            CHART,
+            "-n",
+            ns,
+            "--create-namespace",
+            "--set",
+            "placeholder.priorityClass.create=false",
+        ],
+    )?;
+    let name = format!("{release}-noderotation");
+    let deployment: Value = serde_json::from_str(
+        &env.kubectl_ok(&["get", "deployment", &name, "-n", ns, "-o", "json"], None)?,
+    )?;
+    assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], name.as_str());
+
+    // A short cooldown: the second rotation starts soon after the first, once the test has put
+    // a workload on the surge node (an empty node is refused a placeholder).
+    let policy = json!({"readyTimeout": "10m", "cooldownAfter": "20s", "retryBackoff": "30m"});
+    let mut fx = Rotation::new(&env, "helm-rot", policy).await?;
+    fx.ns = ns.to_string();
+    let mut actor = Some(actor::Actor::start(
+        fx.admin.clone(),
+        &fx.pool,
+        actor::Mode::Ready,
+        Duration::from_secs(3),
+        Duration::from_secs(3),
+    ));
+    let mut operator = Some(kubelet::PodContainer::start(
+        &env,
+        &deployment,
+        &format!("{name}-0"),
+        &[("NODEROTATION_LOG_LEVEL", "info,noderotation=debug".to_string())],
+        &["--lease-duration", "10", "--lease-grace", "4", "--tick-seconds", "2"],
+        &fx.dir,
+    )?);
+    let result = async {
+        // One whole rotation under the chart's RBAC.
+        fx.wait_claim_state("pending", Duration::from_secs(90)).await?;
+        fx.wait_settled("last-rotation-at", Duration::from_secs(120)).await?;
+        let surge_node = format!("{}-s1-node", fx.pool);
+        running_pod(&fx.admin, "default", &format!("{}-app2", fx.pool), &surge_node, "500m")
+            .await?;
+        fx.assert_clean().await?;
+        let op = operator.as_ref().ok_or("operator")?;
+        eventually("the success in /metrics", Duration::from_secs(10), || async {
+            let m = op.metrics().await.ok()?;
+            (completed(&m, &fx.pool, "success") == Some(1.0)).then_some(())
+        })
+        .await?;
+        // The user's own markers, which uninstall must leave alone.
+        let user_pool = format!("{}-user", fx.pool);
+        let mut frozen = nodepool_json(&user_pool, &user_pool);
+        frozen["metadata"]["annotations"] =
+            json!({"noderotation.io/freeze": "2099-01-01T00:00:00Z"});
+        create(&fx.admin, &frozen).await?;
+        let (cordoned, dnd) = (format!("{}-user-cordon", fx.pool), format!("{}-user-dnd", fx.pool));
+        let mut n = node_json(&cordoned, &fx.pool);
+        n["spec"] = json!({"unschedulable": true});
+        create(&fx.admin, &n).await?;
+        let mut n = node_json(&dnd, &fx.pool);
+        n["metadata"]["annotations"] = json!({"karpenter.sh/do-not-disrupt": "true"});
+        create(&fx.admin, &n).await?;
+        // A second rotation starts (the surge claim is a candidate now) and stays pending: no
+        // more capacity comes.
+        if let Some(a) = actor.take() {
+            a.stop().await;
+        }
+        let second = eventually("a second rotation anchored", Duration::from_secs(90), || async {
+            let a = fx.ann("NodePool", &fx.pool, "active-rotation").await?;
+            (fx.ann("NodeClaim", &a, "state").await.as_deref() == Some("pending")).then_some(a)
+        })
+        .await?;
+        eventually("its placeholder", Duration::from_secs(30), || async {
+            (!fx.placeholders().await.ok()?.is_empty()).then_some(())
+        })
+        .await?;
+
+        // helm uninstall, its hook played by podman.
+        let uninstall = {
+            let env = env.clone();
+            tokio::task::spawn_blocking(move || {
+                helm(&env, &["uninstall", release, "-n", ns, "--timeout", "5m"])
+            })
+        };
+        play_uninstall_hook(&env, &fx.admin, ns, &name, &mut operator, &fx.dir).await?;
+        let out = uninstall.await??;
+        assert!(out.contains("uninstalled"), "{out}");
+
+        // Nothing of ours: no noderotation.io key on the pool, the claims or any node but the
+        // user's freeze; no cordon or do-not-disrupt of ours; no placeholder.
+        let ours = |a: &BTreeMap<String, String>| -> Vec<String> {
+            a.keys()
+                .filter(|k| k.starts_with(ANN) && k.as_str() != "noderotation.io/freeze")
+                .cloned()
+                .collect()
+        };
+        for (kind, obj) in [("NodePool", fx.pool.clone()), ("NodeClaim", second.clone())] {
+            let a = fx.annotations(kind, &obj).await?.unwrap_or_default();
+            assert!(ours(&a).is_empty(), "{kind} {obj} keeps {:?}", ours(&a));
+        }
+        let nodes = dyn_api(&fx.admin, "Node")
+            .list(
+                &kube::api::ListParams::default().labels(&format!("{NODEPOOL_LABEL}={}", fx.pool)),
+            )
+            .await?;
+        for n in &nodes.items {
+            let a = n.annotations();
+            assert!(ours(a).is_empty(), "node {} keeps {:?}", n.name_any(), ours(a));
+            let user = [cordoned.as_str(), dnd.as_str()].contains(&n.name_any().as_str());
+            if !user {
+                assert_ne!(
+                    n.data["spec"]["unschedulable"],
+                    json!(true),
+                    "node {} stays cordoned",
+                    n.name_any()
+                );
+                assert!(
+                    !a.contains_key("karpenter.sh/do-not-disrupt"),
+                    "node {} keeps do-not-disrupt",
+                    n.name_any()
+                );
+            }
+        }
+        let node = dyn_api(&fx.admin, "Node").get(&cordoned).await?;
+        assert_eq!(node.data["spec"]["unschedulable"], json!(true), "the user's cordon stays");
+        let node = dyn_api(&fx.admin, "Node").get(&dnd).await?;
+        assert_eq!(
+            node.annotations().get("karpenter.sh/do-not-disrupt").map(String::as_str),
+            Some("true")
+        );
+        let pool = fx.annotations("NodePool", &user_pool).await?.unwrap_or_default();
+        assert_eq!(
+            pool.get("noderotation.io/freeze").map(String::as_str),
+            Some("2099-01-01T00:00:00Z")
+        );
+        let live: Vec<_> = fx
+            .placeholders()
+            .await?
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        assert!(live.is_empty(), "placeholders left: {}", live.len());
+        Ok::<(), Error>(())
+    }
+    .await;
+    if result.is_err()
+        && let Some(op) = &operator
+    {
+        eprintln!("operator log:\n{}", op.log_text());
+    }
+    if let Some(a) = actor.take() {
+        a.stop().await;
+    }
+    fx.cleanup().await;
+    drop(operator);
+    let _ = helm(&env, &["uninstall", release, "-n", ns, "--no-hooks"]);
     result
 }
 

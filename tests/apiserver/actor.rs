@@ -127,13 +127,16 @@ impl World {
     }
 
     async fn provision(&mut self) -> Result<(), Error> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), CONTROLLER_NS);
-        let list = pods
+        // Placeholders of any namespace: the in-cluster tests install the operator elsewhere.
+        let all: Api<Pod> = Api::all(self.client.clone());
+        let list = all
             .list(&ListParams::default().labels("app.kubernetes.io/managed-by=noderotation"))
             .await?;
         let mode = self.mode();
         for pod in list.items {
             let name = pod.name_any();
+            let ns = pod.namespace().unwrap_or_else(|| CONTROLLER_NS.to_string());
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
             let ours = pod
                 .spec
                 .as_ref()
@@ -179,7 +182,7 @@ impl World {
             }
             let binding = json!({
                 "apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": name, "namespace": CONTROLLER_NS},
+                "metadata": {"name": name, "namespace": ns},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}
             });
             pods.create_subresource::<serde_json::Value, serde_json::Value>(

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the apiserver-tier binaries (kube-apiserver, etcd, kubectl, up) from the Go modules
-# pinned in go.mod/go.sum. Idempotent: skips binaries whose inputs did not change.
+# pinned in go.mod/go.sum, and `go install` Helm at its tag (linked as `helm`). Idempotent:
+# skips binaries whose inputs did not change.
 #
 #   build.sh               the apiserver tier
 #   build.sh --full-stack  also kube-scheduler, kube-controller-manager (same k8s module), and
@@ -22,6 +23,8 @@ for a in "$@"; do
 done
 KARPENTER_VERSION=v1.14.1   # sigs.k8s.io/karpenter, its kwok/ main package
 KWOK_VERSION=v0.8.0         # sigs.k8s.io/kwok/cmd/kwok
+HELM_VERSION=v3.22.0        # helm.sh/helm/v3/cmd/helm: installs the chart in the apiserver tier
+PROMETHEUS_OPERATOR_VERSION=v0.85.0  # its ServiceMonitor/PrometheusRule CRDs, for the chart's dry runs
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -88,10 +91,10 @@ fi
 # go.mod (their k8s library versions differ from ours and from each other). Both binaries are
 # named kwok, so each gets its own dir, keyed by version; a stamp (Go version + flags) decides
 # whether to reinstall. Run outside any module: go.mod/go.sum here are never touched.
-install_at() { # <dir name> <package@version>
+install_at() { # <dir name> <package@version> [<binary name>, default kwok]
   local dir="${NODEROTATION_BIN_CACHE:-$REPO/tests/.bin}/$1" want
   want=$(printf '%s\n' "$(go env GOVERSION)" "$2" "-trimpath $CGO_ENABLED" | sha256sum | cut -c1-16)
-  if [ -x "$dir/kwok" ] && [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$want" ]; then
+  if [ -x "$dir/${3:-kwok}" ] && [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$want" ]; then
     return 0
   fi
   echo "build.sh: go install $2 into $dir" >&2
@@ -99,6 +102,14 @@ install_at() { # <dir name> <package@version>
   (cd / && GOFLAGS= GOBIN="$dir" $NICE go install -trimpath "$2")
   echo "$want" > "$dir/.stamp"
 }
+# Helm, for `helm lint`/`helm template` and installing the chart into the apiserver tier.
+install_at "helm-$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" helm
+ln -sfn "../helm-$HELM_VERSION/helm" "$OUT/helm"
+# The monitoring CRDs the chart's optional ServiceMonitor and PrometheusRule need, read from the
+# module cache at run time (never copied into the repo), linked as prometheus-operator-crd/.
+PROM_MOD=github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION
+(cd / && GOFLAGS= $NICE go mod download "$PROM_MOD")
+ln -sfn "$(go env GOMODCACHE)/$PROM_MOD/example/prometheus-operator-crd" "$OUT/prometheus-operator-crd"
 if [ "$FULL" = 1 ]; then
   install_at "karpenter-kwok-$KARPENTER_VERSION" "sigs.k8s.io/karpenter/kwok@$KARPENTER_VERSION"
   install_at "kwok-$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
