@@ -176,7 +176,7 @@ impl Facts for Toy {
             Pred::PlaceholderNode => Value::Object(ObjRef::Node("surge-node".into())),
             Pred::InducedClaim | Pred::SurgePath => Value::Nil,
             Pred::DrainBound => Value::Duration(Duration::minutes(62)),
-            Pred::Anchored => Value::Bool(false),
+            Pred::Anchored | Pred::ForeignAnchor => Value::Bool(false),
             Pred::Latest => {
                 let times: Vec<DateTime<Utc>> = args.iter().filter_map(Value::as_time).collect();
                 times.into_iter().max().map(Value::Time).unwrap_or(Value::Nil)

@@ -923,6 +923,16 @@ const SCENARIOS: &[(&str, fn())] = &[
         "mirror_reasserted",
         a_draining_mirror_stripped_by_a_gitops_sync_is_reasserted_and_the_rotation_succeeds,
     ),
+    (
+        "foreign_anchor",
+        an_anchor_naming_another_pools_claim_is_cleared_with_a_warning_and_touches_nothing,
+    ),
+    ("foreign_reap", the_readytimeout_reap_never_deletes_another_pools_claim),
+    ("surge_unschedulable", an_unschedulable_placeholder_is_warned_once_with_the_schedulers_reason),
+    (
+        "surge_path_unknown",
+        surge_ready_before_the_host_claim_is_matched_holds_the_escalation_until_the_path_is_known,
+    ),
 ];
 
 #[test]
@@ -1096,4 +1106,109 @@ fn a_throughput_warning_is_not_raised_again_when_the_node_count_moves() {
     fx.world.delete_now(&obj(noderotation::cluster::ObjectKind::NodeClaim, "c1"));
     fx.pass();
     assert_eq!(fx.events("ThroughputBelowArrival"), 1, "{:?}", fx.world.events());
+}
+
+/// A copy of pool-a named `name`, annotations and all (a copied manifest, a GitOps template),
+/// with `team` as its selector label.
+fn clone_pool(fx: &Fx, name: &str, team: &str) {
+    let mut pool = fx.world.pool(POOL).expect("pool-a").as_ref().clone();
+    pool.metadata.name = Some(name.into());
+    pool.metadata.uid = None;
+    pool.metadata.resource_version = None;
+    pool.metadata.creation_timestamp = None;
+    pool.metadata.labels.get_or_insert_with(Default::default).insert("team".into(), team.into());
+    fx.world.apply_pool(pool).expect("pool copy");
+}
+
+fn other_pool_ann(fx: &Fx, pool: &str, key: Key) -> Option<String> {
+    fx.world.pool(pool)?.metadata.annotations.as_ref()?.get(key.full()).cloned()
+}
+
+fn pass_on(fx: &mut Fx, pool: &str) {
+    fx.client.flush_cache();
+    fx.ctl.reconcile_pool(pool).unwrap_or_else(|e| panic!("pass failed: {e}"));
+}
+
+/// pool-a's rotation of c1 is intact: anchored, pending, frozen, cordoned, placeholder kept.
+fn rotation_of_c1_untouched(fx: &Fx) {
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(fx.placeholder("c1").is_some(), "the other pool's placeholder is not deleted");
+    assert_eq!(fx.node_ann("node-c1", Key::SurgeFor).as_deref(), Some("c1"), "still frozen");
+    assert!(fx.cordoned("node-c1"), "still cordoned");
+    assert!(!fx.deleting("c1"));
+}
+
+#[test]
+fn an_anchor_naming_another_pools_claim_is_cleared_with_a_warning_and_touches_nothing() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    // A governed copy of pool-a carries pool-a's anchor: it must not drive c1's rotation.
+    clone_pool(&fx, "pool-b", "a");
+    pass_on(&mut fx, "pool-b");
+    assert!(other_pool_ann(&fx, "pool-b", Key::ActiveRotation).is_none(), "foreign anchor cleared");
+    assert!(other_pool_ann(&fx, "pool-b", Key::ActiveRotationState).is_none());
+    assert_eq!(fx.events("ForeignAnchor"), 1);
+    assert!(
+        fx.event_messages("ForeignAnchor").iter().all(|m| m.contains("c1") && m.contains(POOL)),
+        "{:?}",
+        fx.event_messages("ForeignAnchor")
+    );
+    rotation_of_c1_untouched(&fx);
+    // Past readyTimeout, pool-b still has nothing to roll back: only pool-a rolls c1 back.
+    fx.advance(Duration::minutes(16));
+    pass_on(&mut fx, "pool-b");
+    rotation_of_c1_untouched(&fx);
+    assert_eq!(fx.events("RotationStarted"), 1, "pool-b started nothing");
+
+    // An ungoverned copy must not run the governance-loss rollback on pool-a's objects either.
+    clone_pool(&fx, "pool-c", "c");
+    pass_on(&mut fx, "pool-c");
+    assert!(other_pool_ann(&fx, "pool-c", Key::ActiveRotation).is_none());
+    assert_eq!(fx.events("ForeignAnchor"), 2);
+    assert_eq!(fx.events("GovernanceLost"), 0);
+    rotation_of_c1_untouched(&fx);
+
+    // Seen through a stale cache after someone else cleared it: nothing owned, nothing said.
+    clone_pool(&fx, "pool-d", "a");
+    fx.client.flush_cache();
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::Fixed(Duration::hours(1)));
+    fx.world
+        .update_pool("pool-d", |p| {
+            p.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .remove(Key::ActiveRotation.full());
+        })
+        .expect("pool-d");
+    fx.ctl.reconcile_pool("pool-d").unwrap_or_else(|e| panic!("pass failed: {e}"));
+    assert_eq!(fx.events("ForeignAnchor"), 2, "a lost clear announces nothing");
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::None);
+
+    // pool-a itself rolls its own rotation back as usual.
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert!(fx.placeholder("c1").is_none());
+    assert_eq!(fx.events("RotationFailed"), 1);
+}
+
+#[test]
+fn the_readytimeout_reap_never_deletes_another_pools_claim() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    // A claim of another pool, created after started-at and not registered yet: the reap guard
+    // alone would allow it. A hand edit (or a copied claim) names it as c1's surge claim.
+    fx.advance(Duration::minutes(1));
+    let mut foreign = claim_obj("b1", fx.clock.now(), None);
+    foreign
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("karpenter.sh/nodepool".into(), "pool-b".into());
+    fx.world.apply_claim(foreign).expect("b1");
+    fx.set_claim_ann("c1", Key::SurgeClaim, Some("b1"));
+    fx.advance(Duration::minutes(16));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "rolled back");
+    assert!(fx.world.claim("b1").is_some() && !fx.deleting("b1"), "pool-b's claim is not reaped");
 }

@@ -319,10 +319,18 @@ impl Snapshot {
         annotation(&self.pool.as_ref()?.metadata, Key::ActiveRotation)
     }
 
-    /// The claim the anchor names (`cand`).
+    /// The claim the anchor names (`cand`), among this pool's own claims (label
+    /// `karpenter.sh/nodepool`): an anchor copied from another pool never drives its claim.
     pub fn anchored_claim(&self) -> Option<&str> {
         let name = self.anchor_name()?;
-        self.claim(name).map(|_| name)
+        self.claim(name).filter(|c| c.node_pool() == Some(self.pool_name())).map(|_| name)
+    }
+
+    /// The anchor names a live claim that is not this pool's (`foreign_anchor`). A name no
+    /// claim has is not foreign: this pool's claim was finalized (the completion path).
+    pub fn foreign_anchor(&self) -> Option<&NodeClaim> {
+        let claim = self.claim(self.anchor_name()?)?;
+        (claim.node_pool() != Some(self.pool_name())).then_some(claim)
     }
 
     /// Claims of this pool, by label.
@@ -777,6 +785,7 @@ impl Facts for Snapshot {
                 (Some(Value::Nil), _) => Value::Bool(false),
                 _ => Value::Nil,
             },
+            Pred::ForeignAnchor => Value::Bool(self.foreign_anchor().is_some()),
             Pred::Latest => {
                 let times: Vec<DateTime<Utc>> = args.iter().filter_map(Value::as_time).collect();
                 times.into_iter().max().map(Value::Time).unwrap_or(Value::Nil)

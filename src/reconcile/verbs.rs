@@ -256,6 +256,17 @@ impl<'c> PassHost<'c> {
                     .collect();
                 format!("no rotation starts in NodePool {pool}: {}", fatal.join("; "))
             }
+            Reason::ForeignAnchor => {
+                let owner = self
+                    .snap
+                    .claim(&claim)
+                    .and_then(|c| c.node_pool())
+                    .map(|p| format!("NodePool {p}"))
+                    .unwrap_or_else(|| "no NodePool".into());
+                format!(
+                    "noderotation.io/active-rotation of NodePool {pool} named NodeClaim {claim}, which belongs to {owner}: cleared without touching that rotation (was the NodePool copied with its annotations?)"
+                )
+            }
             Reason::InvalidFreeze => {
                 "noderotation.io/freeze is not an RFC3339 time: treated as frozen".into()
             }
@@ -740,6 +751,10 @@ impl<'c> PassHost<'c> {
         else {
             return Ok(Outcome::Gone);
         };
+        // Only this pool's claims are ours to reap (a hand-edited surge-claim may name any).
+        if surge.node_pool() != Some(self.snap.pool_name()) {
+            return Ok(Outcome::Gone);
+        }
         // Its node: by status.nodeName, else by providerID (Karpenter writes the nodeName a
         // moment after the Node registers). No node known: not registered, nothing to strand.
         let host = surge.status.as_ref().and_then(|s| {
