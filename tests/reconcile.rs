@@ -929,6 +929,7 @@ const SCENARIOS: &[(&str, fn())] = &[
     ),
     ("foreign_reap", the_readytimeout_reap_never_deletes_another_pools_claim),
     ("surge_unschedulable", an_unschedulable_placeholder_is_warned_once_with_the_schedulers_reason),
+    ("forceful_crash", a_crash_after_the_first_write_of_a_forceful_start_never_becomes_a_surge),
     (
         "surge_path_unknown",
         surge_ready_before_the_host_claim_is_matched_holds_the_escalation_until_the_path_is_known,
@@ -1211,4 +1212,56 @@ fn the_readytimeout_reap_never_deletes_another_pools_claim() {
     fx.pass();
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "rolled back");
     assert!(fx.world.claim("b1").is_some() && !fx.deleting("b1"), "pool-b's claim is not reaped");
+}
+
+#[test]
+fn a_crash_after_the_first_write_of_a_forceful_start_never_becomes_a_surge() {
+    let policy = policy_yaml(", forcefulFallback: {enabled: true}", None);
+    let mut fx = Fx::with(policy, pool_yaml(""));
+    fx.claim("close", Duration::days(14) - Duration::minutes(30)); // deadline in 30m < t_rot
+    let hook = fx.intercept();
+    // The process dies right after the start's first write (the anchor) reached the API server.
+    let anchored = std::sync::atomic::AtomicBool::new(false);
+    hook.before_write(
+        move |w| {
+            let after = anchored.load(std::sync::atomic::Ordering::SeqCst);
+            if w.contains("noderotation.io/active-rotation=close") {
+                anchored.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            after
+        },
+        || panic!("crash after the first write"),
+    );
+    let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fx.pass()));
+    assert!(crashed.is_err(), "{:?}", hook.writes());
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("close"));
+    assert_eq!(
+        fx.pool_ann(Key::RotationMode).as_deref(),
+        Some("forceful-fallback"),
+        "the mode is written with the anchor"
+    );
+    assert_eq!(fx.pool_ann(Key::ActiveRotationState).as_deref(), Some("draining"));
+    assert!(fx.pool_ann(Key::DrainingAt).is_some());
+    fx.restart();
+    fx.ctl.startup_sweep();
+    // A stale view of the claim (another pass marked it already) must not announce twice.
+    lagging(&mut fx);
+    fx.set_claim_ann("close", Key::State, Some("draining"));
+    fx.stale_pass();
+    assert_eq!(fx.announced("emit:forceful_fallback"), 0, "a lost claim write announces nothing");
+    assert!(!fx.deleting("close"));
+    // (Undone again: the resume below is this process's own.)
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::None);
+    fx.set_claim_ann("close", Key::State, None);
+    fx.pass();
+    assert!(fx.placeholder("close").is_none(), "resumed as a forceful fallback, not a surge");
+    assert_eq!(fx.claim_ann("close", Key::State).as_deref(), Some("draining"));
+    assert!(fx.deleting("close"));
+    assert_eq!(fx.announced("emit:forceful_fallback"), 1);
+    assert_eq!(fx.events("ForcefulFallback"), 1);
+    assert_eq!(fx.events("RotationStarted"), 0);
+    fx.finalize("close");
+    fx.pass();
+    assert_eq!(fx.announced("emit:success"), 1);
+    assert!(fx.pool_ann(Key::RotationMode).is_none());
 }
