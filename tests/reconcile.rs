@@ -930,6 +930,7 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("foreign_reap", the_readytimeout_reap_never_deletes_another_pools_claim),
     ("surge_unschedulable", an_unschedulable_placeholder_is_warned_once_with_the_schedulers_reason),
     ("forceful_crash", a_crash_after_the_first_write_of_a_forceful_start_never_becomes_a_surge),
+    ("mirrors_write_once", a_retried_escalation_keeps_the_first_draining_mirrors),
     (
         "surge_path_unknown",
         surge_ready_before_the_host_claim_is_matched_holds_the_escalation_until_the_path_is_known,
@@ -1264,4 +1265,33 @@ fn a_crash_after_the_first_write_of_a_forceful_start_never_becomes_a_surge() {
     fx.pass();
     assert_eq!(fx.announced("emit:success"), 1);
     assert!(fx.pool_ann(Key::RotationMode).is_none());
+}
+
+#[test]
+fn a_retried_escalation_keeps_the_first_draining_mirrors() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(3));
+    fx.provision_surge("c1", "s1");
+    let hook = fx.intercept();
+    // The mirrors are written, then the process dies before the claim's draining write.
+    hook.before_write(
+        |w| w.starts_with("patch NodeClaim c1") && w.contains("/state=draining"),
+        || panic!("crash before the draining write"),
+    );
+    let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fx.pass()));
+    assert!(crashed.is_err());
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    let draining_at = fx.pool_ann(Key::DrainingAt).expect("draining-at written");
+    assert_eq!(fx.pool_ann(Key::SurgeWait).as_deref(), Some("3m0s"));
+    assert_eq!(fx.pool_ann(Key::SurgePath).as_deref(), Some("provisioned"));
+    fx.advance(Duration::minutes(2));
+    fx.restart();
+    fx.ctl.startup_sweep();
+    fx.pass(); // the escalation is retried
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+    assert!(fx.deleting("c1"));
+    assert_eq!(fx.pool_ann(Key::DrainingAt), Some(draining_at), "draining-at is write-once");
+    assert_eq!(fx.pool_ann(Key::SurgeWait).as_deref(), Some("3m0s"), "surge-wait is write-once");
+    assert_eq!(fx.pool_ann(Key::SurgePath).as_deref(), Some("provisioned"));
 }
