@@ -1295,3 +1295,14 @@ fn a_retried_escalation_keeps_the_first_draining_mirrors() {
     assert_eq!(fx.pool_ann(Key::SurgeWait).as_deref(), Some("3m0s"), "surge-wait is write-once");
     assert_eq!(fx.pool_ann(Key::SurgePath).as_deref(), Some("provisioned"));
 }
+
+#[test]
+fn an_unknown_state_on_an_unanchored_claim_reads_as_none_and_is_rotated() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.set_claim_ann("c1", Key::State, Some("rotating-v2")); // a future or hand-edited value
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "a candidate like none");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"), "claimed as pending");
+    assert_eq!(fx.events("RotationStarted"), 1);
+}

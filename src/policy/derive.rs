@@ -118,19 +118,20 @@ pub enum ClaimState {
     Idle,
     /// The last attempt failed; eligible again after its backoff.
     Failed,
-    /// A rotation is pending or draining (or a state this version does not know: never
-    /// started over).
+    /// A rotation is pending or draining, or ended by a forced expiry.
     InRotation,
 }
 
-impl ClaimState {
-    /// Maps the state annotation's value: absent or empty -> Idle, `failed` -> Failed, anything
-    /// else (`pending`, `draining`, unknown) -> InRotation.
-    pub fn from_annotation(value: Option<&str>) -> ClaimState {
-        match value {
-            None | Some("") => ClaimState::Idle,
-            Some("failed") => ClaimState::Failed,
-            Some(_) => ClaimState::InRotation,
+/// Candidate selection's view of the rules' claim state, which is read once for everyone by
+/// [`crate::engine::claim_state`] (absent or unknown = `none` = Idle): selection and the guards
+/// cannot disagree about a value.
+impl From<crate::engine::ClaimState> for ClaimState {
+    fn from(state: crate::engine::ClaimState) -> ClaimState {
+        use crate::engine::ClaimState as Rules;
+        match state {
+            Rules::None => ClaimState::Idle,
+            Rules::Failed => ClaimState::Failed,
+            Rules::Pending | Rules::Draining | Rules::Expired => ClaimState::InRotation,
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::cluster::{CacheView, Patch};
 use crate::engine::{Facts, Field, Key, ObjRef, Pred, Root, Value};
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::placeholder;
-use crate::policy::derive::{self, ClaimFacts, ClaimState, RotationOrder};
+use crate::policy::derive::{self, ClaimFacts, RotationOrder};
 use crate::policy::duration::ExpireAfter;
 use crate::policy::settings::Effective;
 
@@ -139,7 +139,7 @@ impl Derived {
             termination_grace_period: self.termination_grace_period,
             ready: self.ready,
             deleting: self.deleting,
-            state: ClaimState::from_annotation(annotation(&claim.metadata, Key::State)),
+            state: crate::engine::claim_state(annotation(&claim.metadata, Key::State)).into(),
             retry_count: annotation(&claim.metadata, Key::RetryCount)
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
@@ -397,7 +397,7 @@ impl Snapshot {
             termination_grace_period: claim.termination_grace_period().ok().flatten(),
             ready: claim.is_ready(),
             deleting: claim.is_deleting(),
-            state: ClaimState::from_annotation(annotation(&claim.metadata, Key::State)),
+            state: crate::engine::claim_state(annotation(&claim.metadata, Key::State)).into(),
             retry_count: annotation(&claim.metadata, Key::RetryCount)
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
@@ -588,8 +588,7 @@ impl Facts for Snapshot {
                 // Absent, or a value this version does not know, reads as `none` (the entry
                 // write then claims it as pending, which the conditional writes re-check).
                 let raw = self.claim(n).and_then(|c| annotation(&c.metadata, Key::State));
-                let known = ["pending", "draining", "failed", "expired"];
-                Value::Sym(raw.filter(|s| known.contains(s)).unwrap_or("none").to_string())
+                Value::Sym(crate::engine::claim_state(raw).name().to_string())
             }
             (Field::NodeClaimDeletionTimestamp, ObjRef::Claim(n)) => self
                 .claim(n)

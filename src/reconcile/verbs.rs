@@ -66,9 +66,9 @@ fn full(k: Key) -> String {
     k.full().to_string()
 }
 
-/// The claim state as the conditional writes read it (unknown values read as `none`).
+/// The claim state as the conditional writes read it ([`crate::engine::claim_state`]).
 fn state_of(meta: &ObjectMeta) -> ClaimState {
-    annotation(meta, Key::State).and_then(ClaimState::from_name).unwrap_or(ClaimState::None)
+    crate::engine::claim_state(annotation(meta, Key::State))
 }
 
 /// Whether an annotation is absent or unreadable for its declared type (`once` writes).
