@@ -932,6 +932,14 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("forceful_crash", a_crash_after_the_first_write_of_a_forceful_start_never_becomes_a_surge),
     ("mirrors_write_once", a_retried_escalation_keeps_the_first_draining_mirrors),
     (
+        "failed_at_unreadable",
+        a_failed_claim_without_a_readable_failed_at_is_retried_once_not_restarted_every_minute,
+    ),
+    (
+        "gate_stamp_unreadable",
+        an_unreadable_gate_stamp_is_warned_once_and_restamped_so_the_gate_reopens,
+    ),
+    (
         "surge_path_unknown",
         surge_ready_before_the_host_claim_is_matched_holds_the_escalation_until_the_path_is_known,
     ),
@@ -1305,4 +1313,74 @@ fn an_unknown_state_on_an_unanchored_claim_reads_as_none_and_is_rotated() {
     assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "a candidate like none");
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"), "claimed as pending");
     assert_eq!(fx.events("RotationStarted"), 1);
+}
+
+#[test]
+fn an_unreadable_gate_stamp_is_warned_once_and_restamped_so_the_gate_reopens() {
+    for key in [Key::LastRotationAt, Key::LastFailureAt] {
+        let mut fx = Fx::new();
+        fx.claim("c1", Duration::days(10));
+        fx.set_pool_ann(key, Some("last tuesday"));
+        let now = fx.clock.now();
+        fx.pass();
+        assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "{key:?}: the gate holds");
+        let stamped = fx.pool_ann(key).expect("re-stamped");
+        let stamped = chrono::DateTime::parse_from_rfc3339(&stamped).expect("RFC3339");
+        assert_eq!(stamped, now, "{key:?} re-stamped with now");
+        assert_eq!(fx.events("InvalidGateStamp"), 1, "{key:?}");
+        assert!(
+            fx.event_messages("InvalidGateStamp").iter().all(|m| m.contains(key.full())),
+            "{:?}",
+            fx.event_messages("InvalidGateStamp")
+        );
+        fx.advance(Duration::minutes(5));
+        fx.pass();
+        assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "{key:?}: one pause (10m) from now");
+        assert_eq!(fx.events("InvalidGateStamp"), 1, "{key:?}: warned once");
+        fx.advance(Duration::minutes(6));
+        fx.pass();
+        assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "{key:?}: reopened");
+    }
+}
+
+#[test]
+fn a_failed_claim_without_a_readable_failed_at_is_retried_once_not_restarted_every_minute() {
+    for failed_at in [None, Some("soon")] {
+        let mut fx = Fx::new();
+        fx.claim("c1", Duration::days(10));
+        fx.set_claim_ann("c1", Key::State, Some("failed"));
+        fx.set_claim_ann("c1", Key::RetryCount, Some("1"));
+        fx.set_claim_ann("c1", Key::FailedAt, failed_at);
+        for _ in 0..5 {
+            fx.pass();
+            fx.advance(Duration::minutes(1));
+        }
+        assert_eq!(fx.events("RotationStarted"), 1, "failed-at {failed_at:?}: started once");
+        assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "{failed_at:?}");
+        assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"), "retried");
+    }
+}
+
+#[test]
+fn retry_count_saturates_instead_of_wrapping_or_panicking() {
+    let cases = [
+        ("18446744073709551615", "18446744073709551615"), // u64::MAX stays u64::MAX
+        ("9223372036854775807", "9223372036854775808"),   // past i64::MAX, no overflow
+        ("99999999999999999999999", "18446744073709551615"), // longer still: saturated
+        ("many", "1"),                                    // garbage: no failure recorded
+    ];
+    for (before, after) in cases {
+        let mut fx = Fx::new();
+        fx.claim("c1", Duration::days(10));
+        fx.set_claim_ann("c1", Key::State, Some("failed"));
+        fx.set_claim_ann("c1", Key::RetryCount, Some(before));
+        fx.set_claim_ann("c1", Key::FailedAt, Some("2026-11-27T03:00:00Z")); // a day ago
+        fx.pass();
+        assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"), "{before}: retried");
+        fx.advance(Duration::minutes(16));
+        fx.pass(); // readyTimeout: the failure write increments the count
+        assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "{before}");
+        assert_eq!(fx.claim_ann("c1", Key::RetryCount).as_deref(), Some(after), "{before}");
+        assert_eq!(fx.announced("emit:failure"), 1, "{before}");
+    }
 }

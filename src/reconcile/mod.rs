@@ -537,7 +537,7 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
     }
     if let Some(cand) = snap.anchored_claim().and_then(|n| snap.claim(n)) {
         g.retry_count =
-            annotation(&cand.metadata, Key::RetryCount).and_then(|v| v.parse().ok()).unwrap_or(0);
+            crate::policy::derive::parse_retry_count(annotation(&cand.metadata, Key::RetryCount));
         let tgp = cand.termination_grace_period().ok().flatten().unwrap_or(DEFAULT_TGP);
         let deleted =
             cand.metadata.deletion_timestamp.as_ref().and_then(crate::cluster::chrono_time);

@@ -140,9 +140,7 @@ impl Derived {
             ready: self.ready,
             deleting: self.deleting,
             state: crate::engine::claim_state(annotation(&claim.metadata, Key::State)).into(),
-            retry_count: annotation(&claim.metadata, Key::RetryCount)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            retry_count: derive::retry_count_u32(annotation(&claim.metadata, Key::RetryCount)),
             failed_at: time_annotation(&claim.metadata, Key::FailedAt),
             operator_do_not_disrupt: node.is_some_and(|n| operator_do_not_disrupt(&n.metadata)),
         })
@@ -398,9 +396,7 @@ impl Snapshot {
             ready: claim.is_ready(),
             deleting: claim.is_deleting(),
             state: crate::engine::claim_state(annotation(&claim.metadata, Key::State)).into(),
-            retry_count: annotation(&claim.metadata, Key::RetryCount)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            retry_count: derive::retry_count_u32(annotation(&claim.metadata, Key::RetryCount)),
             failed_at: time_annotation(&claim.metadata, Key::FailedAt),
             operator_do_not_disrupt: node_dnd,
         })
@@ -709,9 +705,7 @@ impl Facts for Snapshot {
                     let Some(failed_at) = time_annotation(&c.metadata, Key::FailedAt) else {
                         return Value::Duration(Duration::zero());
                     };
-                    let count = annotation(&c.metadata, Key::RetryCount)
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(1);
+                    let count = derive::retry_count_u32(annotation(&c.metadata, Key::RetryCount));
                     let at = derive::eligible_at(
                         failed_at,
                         count,
