@@ -468,6 +468,8 @@ fn the_cluster_role_is_exactly_the_supplement_list() -> TestResult {
         "karpenter.sh/nodepools: get,list,patch,update,watch",
         "noderotation.io/rotationpolicies: get,list,watch",
         "noderotation.io/rotationpolicies/status: patch,update",
+        // Beyond the supplement: the preflight reads the placeholder PriorityClass.
+        "scheduling.k8s.io/priorityclasses: get",
     ];
     want.sort();
     assert_eq!(got, want);

@@ -176,7 +176,7 @@ impl Facts for Toy {
             Pred::PlaceholderNode => Value::Object(ObjRef::Node("surge-node".into())),
             Pred::InducedClaim | Pred::SurgePath => Value::Nil,
             Pred::DrainBound => Value::Duration(Duration::minutes(62)),
-            Pred::Anchored => Value::Bool(false),
+            Pred::Anchored | Pred::ForeignAnchor => Value::Bool(false),
             Pred::Latest => {
                 let times: Vec<DateTime<Utc>> = args.iter().filter_map(Value::as_time).collect();
                 times.into_iter().max().map(Value::Time).unwrap_or(Value::Nil)
@@ -209,6 +209,9 @@ impl Host for Toy {
                     }
                     for (k, v) in &a.set {
                         self.store.pool.insert(*k, show(v));
+                    }
+                    for (k, v) in &a.once {
+                        self.store.pool.entry(*k).or_insert_with(|| show(v));
                     }
                     for k in a.clear {
                         self.store.pool.remove(k);
@@ -323,7 +326,7 @@ fn pending_with_ready_surge_moves_to_draining() {
     assert_eq!(requeue, Duration::seconds(30));
     assert_eq!(
         toy.verbs(),
-        ["annotate_if", "freeze", "cordon", "freeze", "annotate", "annotate", "delete_claim"]
+        ["annotate_if", "freeze", "cordon", "freeze", "annotate_if", "annotate", "delete_claim"]
     );
     assert_eq!(toy.store.pool[&Key::ActiveRotationState], "draining");
     assert_eq!(toy.store.pool[&Key::SurgeWait], "5m0s");

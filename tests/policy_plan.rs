@@ -1,6 +1,7 @@
 //! `noderotation plan` and `noderotation crd` end to end: human output snapshots for two example
-//! policies, `--output json` round-trip, exit code 2 on a fatal finding, input errors naming
-//! file, field and problem, and the checked-in CRD.
+//! policies, `--output json` round-trip, exit codes (1 input, 2 usage, 3 fatal finding), input
+//! errors naming file, field and problem, unknown fields, a closed stdout, and the checked-in
+//! CRD.
 use std::path::Path;
 use std::process::Command;
 
@@ -91,7 +92,7 @@ fn plan_json_round_trips() {
 }
 
 #[test]
-fn fatal_policy_exits_2() {
+fn fatal_policy_exits_3() {
     // Worked example with expireAfter 7d: A = 7d - (2*4d + 1h17m) < 0.
     let run = noderotation(&[
         "plan",
@@ -104,7 +105,7 @@ fn fatal_policy_exits_2() {
         "--now",
         NOW,
     ]);
-    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(run.code, 3, "{}", run.stderr);
     assert!(run.stdout.contains("FATAL    AgeThresholdNotPositive"), "{}", run.stdout);
     assert!(run.stdout.contains("INFEASIBLE"), "{}", run.stdout);
     let json = noderotation(&[
@@ -118,14 +119,14 @@ fn fatal_policy_exits_2() {
         "-o",
         "json",
     ]);
-    assert_eq!(json.code, 2);
+    assert_eq!(json.code, 3);
     let report: PlanReport = serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}"));
     assert!(report.fatal);
 }
 
 #[test]
 fn input_errors_name_file_field_and_problem() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 4] = [
         (
             &[
                 "plan",
@@ -157,10 +158,6 @@ fn input_errors_name_file_field_and_problem() {
             "deploy/examples/invalid/min-rotation-chances-string.yaml: document 1: spec.minRotationChances: invalid type: string \"two\", expected i32",
         ),
         (
-            &["plan", "-f", "deploy/examples/single-pool.yaml", "--expire-after", "14days"],
-            "--expire-after: \"14days\" is not a duration",
-        ),
-        (
             &[
                 "plan",
                 "-f",
@@ -189,4 +186,158 @@ fn crd_command_matches_the_checked_in_file() {
         run.stdout == on_disk,
         "crds/rotationpolicy.yaml is stale; regenerate it with `cargo run -- crd > crds/rotationpolicy.yaml`"
     );
+}
+
+/// A copy of deploy/examples/single-pool.yaml with `edit` applied, in a scratch file.
+fn policy_file(name: &str, edit: impl Fn(&str) -> String) -> String {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/examples/single-pool.yaml"),
+    )
+    .unwrap_or_else(|e| panic!("example: {e}"));
+    let dir = std::env::temp_dir().join(format!("noderotation-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.join(name);
+    std::fs::write(&path, edit(&text)).unwrap_or_else(|e| panic!("{e}"));
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn unknown_fields_in_the_policy_are_rejected_by_name() {
+    // A typo must not yield a confident plan built on the default it silently fell back to.
+    let typo = policy_file("typo.yaml", |t| {
+        t.replace("readyTimeout: 15m", "readyTimout: 45m")
+            .replace("  ageThreshold: auto", "  ageThreshold: auto\n  minRotationChance: 3")
+            .replace("  name: api", "  name: api\n  labelz: {a: b}")
+    });
+    let run = noderotation(&["plan", "-f", &typo, "--expire-after", "14d", "--now", NOW]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.is_empty(), "no plan: {}", run.stdout);
+    for field in ["spec.surge.readyTimout", "spec.minRotationChance", "metadata.labelz"] {
+        assert!(run.stderr.contains(field), "{field}: {}", run.stderr);
+    }
+    assert!(run.stderr.contains(&typo), "{}", run.stderr);
+    assert!(run.stderr.contains("unknown field"), "{}", run.stderr);
+}
+
+#[test]
+fn usage_errors_input_errors_and_infeasible_exit_differently() {
+    let infeasible = noderotation(&[
+        "plan",
+        "-f",
+        "deploy/examples/single-pool.yaml",
+        "--expire-after",
+        "7d",
+        "--now",
+        NOW,
+    ]);
+    let usage = [
+        // Flags clap rejects, and flag combinations and values plan rejects.
+        vec!["plan", "-f", "deploy/examples/single-pool.yaml", "--bogus"],
+        vec!["plan", "-f", "deploy/examples/single-pool.yaml"],
+        vec![
+            "plan",
+            "-f",
+            "deploy/examples/single-pool.yaml",
+            "--nodepool",
+            "deploy/examples/nodepools/general.yaml",
+            "--expire-after",
+            "14d",
+        ],
+        vec!["plan", "-f", "deploy/examples/single-pool.yaml", "--expire-after", "14days"],
+        vec![
+            "plan",
+            "-f",
+            "deploy/examples/single-pool.yaml",
+            "--expire-after",
+            "14d",
+            "--now",
+            "x",
+        ],
+    ];
+    let input =
+        noderotation(&["plan", "-f", "deploy/examples/missing.yaml", "--expire-after", "14d"]);
+    let bad_value = noderotation(&[
+        "plan",
+        "-f",
+        "deploy/examples/single-pool.yaml",
+        "--expire-after",
+        "14days",
+    ]);
+    assert!(
+        bad_value.stderr.contains("--expire-after: \"14days\" is not a duration"),
+        "{}",
+        bad_value.stderr
+    );
+    assert_eq!(infeasible.code, 3, "{}", infeasible.stderr);
+    assert_eq!(input.code, 1, "{}", input.stderr);
+    for args in usage {
+        let run = noderotation(&args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+    }
+    let help = noderotation(&["plan", "--help"]);
+    assert!(help.stdout.contains("Exit codes"), "{}", help.stdout);
+    for line in ["0 ", "1 ", "2 ", "3 "] {
+        assert!(
+            help.stdout.lines().any(|l| l.trim_start().starts_with(line)),
+            "{line}: {}",
+            help.stdout
+        );
+    }
+}
+
+#[test]
+fn an_infeasible_plan_prints_no_negative_lifetime() {
+    let run = noderotation(&[
+        "plan",
+        "-f",
+        "deploy/examples/single-pool.yaml",
+        "--expire-after",
+        "3d",
+        "--now",
+        NOW,
+    ]);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    let life: Vec<&str> = run.stdout.lines().filter(|l| l.contains("node lifetime used")).collect();
+    for l in &life {
+        assert!(!l.contains("%-") || !l.contains("-%"), "{l}");
+        assert!(!l.contains(" -") && !l.contains("%--"), "negative figure: {l}");
+    }
+    let feasible = noderotation(&[
+        "plan",
+        "-f",
+        "deploy/examples/single-pool.yaml",
+        "--expire-after",
+        "14d",
+        "--now",
+        NOW,
+    ]);
+    assert!(feasible.stdout.contains("node lifetime used"), "{}", feasible.stdout);
+}
+
+#[test]
+fn a_closed_stdout_ends_plan_quietly() {
+    // `noderotation plan ... | head -1`: the reader is gone before the plan is written.
+    let (reader, writer) = std::io::pipe().unwrap_or_else(|e| panic!("pipe: {e}"));
+    drop(reader);
+    for output in ["human", "json"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_noderotation"))
+            .args([
+                "plan",
+                "-f",
+                "deploy/examples/single-pool.yaml",
+                "--expire-after",
+                "14d",
+                "--now",
+                NOW,
+                "-o",
+                output,
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(writer.try_clone().unwrap_or_else(|e| panic!("{e}")))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run noderotation: {e}"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{output}: {stderr}");
+        assert_ne!(out.status.code(), Some(101), "{output}: {stderr}");
+    }
 }

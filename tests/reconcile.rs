@@ -927,6 +927,26 @@ const SCENARIOS: &[(&str, fn())] = &[
         "mirror_reasserted",
         a_draining_mirror_stripped_by_a_gitops_sync_is_reasserted_and_the_rotation_succeeds,
     ),
+    (
+        "foreign_anchor",
+        an_anchor_naming_another_pools_claim_is_cleared_with_a_warning_and_touches_nothing,
+    ),
+    ("foreign_reap", the_readytimeout_reap_never_deletes_another_pools_claim),
+    ("surge_unschedulable", an_unschedulable_placeholder_is_warned_once_with_the_schedulers_reason),
+    ("forceful_crash", a_crash_after_the_first_write_of_a_forceful_start_never_becomes_a_surge),
+    ("mirrors_write_once", a_retried_escalation_keeps_the_first_draining_mirrors),
+    (
+        "failed_at_unreadable",
+        a_failed_claim_without_a_readable_failed_at_is_retried_once_not_restarted_every_minute,
+    ),
+    (
+        "gate_stamp_unreadable",
+        an_unreadable_gate_stamp_is_warned_once_and_restamped_so_the_gate_reopens,
+    ),
+    (
+        "surge_path_unknown",
+        surge_ready_before_the_host_claim_is_matched_holds_the_escalation_until_the_path_is_known,
+    ),
 ];
 
 #[test]
@@ -1100,4 +1120,271 @@ fn a_throughput_warning_is_not_raised_again_when_the_node_count_moves() {
     fx.world.delete_now(&obj(noderotation::cluster::ObjectKind::NodeClaim, "c1"));
     fx.pass();
     assert_eq!(fx.events("ThroughputBelowArrival"), 1, "{:?}", fx.world.events());
+}
+
+/// A copy of pool-a named `name`, annotations and all (a copied manifest, a GitOps template),
+/// with `team` as its selector label.
+fn clone_pool(fx: &Fx, name: &str, team: &str) {
+    let mut pool = fx.world.pool(POOL).expect("pool-a").as_ref().clone();
+    pool.metadata.name = Some(name.into());
+    pool.metadata.uid = None;
+    pool.metadata.resource_version = None;
+    pool.metadata.creation_timestamp = None;
+    pool.metadata.labels.get_or_insert_with(Default::default).insert("team".into(), team.into());
+    fx.world.apply_pool(pool).expect("pool copy");
+}
+
+fn other_pool_ann(fx: &Fx, pool: &str, key: Key) -> Option<String> {
+    fx.world.pool(pool)?.metadata.annotations.as_ref()?.get(key.full()).cloned()
+}
+
+fn pass_on(fx: &mut Fx, pool: &str) {
+    fx.client.flush_cache();
+    fx.ctl.reconcile_pool(pool).unwrap_or_else(|e| panic!("pass failed: {e}"));
+}
+
+/// pool-a's rotation of c1 is intact: anchored, pending, frozen, cordoned, placeholder kept.
+fn rotation_of_c1_untouched(fx: &Fx) {
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(fx.placeholder("c1").is_some(), "the other pool's placeholder is not deleted");
+    assert_eq!(fx.node_ann("node-c1", Key::SurgeFor).as_deref(), Some("c1"), "still frozen");
+    assert!(fx.cordoned("node-c1"), "still cordoned");
+    assert!(!fx.deleting("c1"));
+}
+
+#[test]
+fn an_anchor_naming_another_pools_claim_is_cleared_with_a_warning_and_touches_nothing() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    // A governed copy of pool-a carries pool-a's anchor: it must not drive c1's rotation.
+    clone_pool(&fx, "pool-b", "a");
+    pass_on(&mut fx, "pool-b");
+    assert!(other_pool_ann(&fx, "pool-b", Key::ActiveRotation).is_none(), "foreign anchor cleared");
+    assert!(other_pool_ann(&fx, "pool-b", Key::ActiveRotationState).is_none());
+    assert_eq!(fx.events("ForeignAnchor"), 1);
+    assert!(
+        fx.event_messages("ForeignAnchor").iter().all(|m| m.contains("c1") && m.contains(POOL)),
+        "{:?}",
+        fx.event_messages("ForeignAnchor")
+    );
+    rotation_of_c1_untouched(&fx);
+    // Past readyTimeout, pool-b still has nothing to roll back: only pool-a rolls c1 back.
+    fx.advance(Duration::minutes(16));
+    pass_on(&mut fx, "pool-b");
+    rotation_of_c1_untouched(&fx);
+    assert_eq!(fx.events("RotationStarted"), 1, "pool-b started nothing");
+
+    // An ungoverned copy must not run the governance-loss rollback on pool-a's objects either.
+    clone_pool(&fx, "pool-c", "c");
+    pass_on(&mut fx, "pool-c");
+    assert!(other_pool_ann(&fx, "pool-c", Key::ActiveRotation).is_none());
+    assert_eq!(fx.events("ForeignAnchor"), 2);
+    assert_eq!(fx.events("GovernanceLost"), 0);
+    rotation_of_c1_untouched(&fx);
+
+    // Seen through a stale cache after someone else cleared it: nothing owned, nothing said.
+    clone_pool(&fx, "pool-d", "a");
+    fx.client.flush_cache();
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::Fixed(Duration::hours(1)));
+    fx.world
+        .update_pool("pool-d", |p| {
+            p.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .remove(Key::ActiveRotation.full());
+        })
+        .expect("pool-d");
+    fx.ctl.reconcile_pool("pool-d").unwrap_or_else(|e| panic!("pass failed: {e}"));
+    assert_eq!(fx.events("ForeignAnchor"), 2, "a lost clear announces nothing");
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::None);
+
+    // pool-a itself rolls its own rotation back as usual.
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert!(fx.placeholder("c1").is_none());
+    assert_eq!(fx.events("RotationFailed"), 1);
+}
+
+#[test]
+fn the_readytimeout_reap_never_deletes_another_pools_claim() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    // A claim of another pool, created after started-at and not registered yet: the reap guard
+    // alone would allow it. A hand edit (or a copied claim) names it as c1's surge claim.
+    fx.advance(Duration::minutes(1));
+    let mut foreign = claim_obj("b1", fx.clock.now(), None);
+    foreign
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("karpenter.sh/nodepool".into(), "pool-b".into());
+    fx.world.apply_claim(foreign).expect("b1");
+    fx.set_claim_ann("c1", Key::SurgeClaim, Some("b1"));
+    fx.advance(Duration::minutes(16));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "rolled back");
+    assert!(fx.world.claim("b1").is_some() && !fx.deleting("b1"), "pool-b's claim is not reaped");
+}
+
+#[test]
+fn a_crash_after_the_first_write_of_a_forceful_start_never_becomes_a_surge() {
+    let policy = policy_yaml(", forcefulFallback: {enabled: true}", None);
+    let mut fx = Fx::with(policy, pool_yaml(""));
+    fx.claim("close", Duration::days(14) - Duration::minutes(30)); // deadline in 30m < t_rot
+    let hook = fx.intercept();
+    // The process dies right after the start's first write (the anchor) reached the API server.
+    let anchored = std::sync::atomic::AtomicBool::new(false);
+    hook.before_write(
+        move |w| {
+            let after = anchored.load(std::sync::atomic::Ordering::SeqCst);
+            if w.contains("noderotation.io/active-rotation=close") {
+                anchored.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            after
+        },
+        || panic!("crash after the first write"),
+    );
+    let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fx.pass()));
+    assert!(crashed.is_err(), "{:?}", hook.writes());
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("close"));
+    assert_eq!(
+        fx.pool_ann(Key::RotationMode).as_deref(),
+        Some("forceful-fallback"),
+        "the mode is written with the anchor"
+    );
+    assert_eq!(fx.pool_ann(Key::ActiveRotationState).as_deref(), Some("draining"));
+    assert!(fx.pool_ann(Key::DrainingAt).is_some());
+    fx.restart();
+    fx.ctl.startup_sweep();
+    // A stale view of the claim (another pass marked it already) must not announce twice.
+    lagging(&mut fx);
+    fx.set_claim_ann("close", Key::State, Some("draining"));
+    fx.stale_pass();
+    assert_eq!(fx.announced("emit:forceful_fallback"), 0, "a lost claim write announces nothing");
+    assert!(!fx.deleting("close"));
+    // (Undone again: the resume below is this process's own.)
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::None);
+    fx.set_claim_ann("close", Key::State, None);
+    fx.pass();
+    assert!(fx.placeholder("close").is_none(), "resumed as a forceful fallback, not a surge");
+    assert_eq!(fx.claim_ann("close", Key::State).as_deref(), Some("draining"));
+    assert!(fx.deleting("close"));
+    assert_eq!(fx.announced("emit:forceful_fallback"), 1);
+    assert_eq!(fx.events("ForcefulFallback"), 1);
+    assert_eq!(fx.events("RotationStarted"), 0);
+    fx.finalize("close");
+    fx.pass();
+    assert_eq!(fx.announced("emit:success"), 1);
+    assert!(fx.pool_ann(Key::RotationMode).is_none());
+}
+
+#[test]
+fn a_retried_escalation_keeps_the_first_draining_mirrors() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(3));
+    fx.provision_surge("c1", "s1");
+    let hook = fx.intercept();
+    // The mirrors are written, then the process dies before the claim's draining write.
+    hook.before_write(
+        |w| w.starts_with("patch NodeClaim c1") && w.contains("/state=draining"),
+        || panic!("crash before the draining write"),
+    );
+    let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fx.pass()));
+    assert!(crashed.is_err());
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    let draining_at = fx.pool_ann(Key::DrainingAt).expect("draining-at written");
+    assert_eq!(fx.pool_ann(Key::SurgeWait).as_deref(), Some("3m0s"));
+    assert_eq!(fx.pool_ann(Key::SurgePath).as_deref(), Some("provisioned"));
+    fx.advance(Duration::minutes(2));
+    fx.restart();
+    fx.ctl.startup_sweep();
+    fx.pass(); // the escalation is retried
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+    assert!(fx.deleting("c1"));
+    assert_eq!(fx.pool_ann(Key::DrainingAt), Some(draining_at), "draining-at is write-once");
+    assert_eq!(fx.pool_ann(Key::SurgeWait).as_deref(), Some("3m0s"), "surge-wait is write-once");
+    assert_eq!(fx.pool_ann(Key::SurgePath).as_deref(), Some("provisioned"));
+}
+
+#[test]
+fn an_unknown_state_on_an_unanchored_claim_reads_as_none_and_is_rotated() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.set_claim_ann("c1", Key::State, Some("rotating-v2")); // a future or hand-edited value
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "a candidate like none");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"), "claimed as pending");
+    assert_eq!(fx.events("RotationStarted"), 1);
+}
+
+#[test]
+fn an_unreadable_gate_stamp_is_warned_once_and_restamped_so_the_gate_reopens() {
+    for key in [Key::LastRotationAt, Key::LastFailureAt] {
+        let mut fx = Fx::new();
+        fx.claim("c1", Duration::days(10));
+        fx.set_pool_ann(key, Some("last tuesday"));
+        let now = fx.clock.now();
+        fx.pass();
+        assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "{key:?}: the gate holds");
+        let stamped = fx.pool_ann(key).expect("re-stamped");
+        let stamped = chrono::DateTime::parse_from_rfc3339(&stamped).expect("RFC3339");
+        assert_eq!(stamped, now, "{key:?} re-stamped with now");
+        assert_eq!(fx.events("InvalidGateStamp"), 1, "{key:?}");
+        assert!(
+            fx.event_messages("InvalidGateStamp").iter().all(|m| m.contains(key.full())),
+            "{:?}",
+            fx.event_messages("InvalidGateStamp")
+        );
+        fx.advance(Duration::minutes(5));
+        fx.pass();
+        assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "{key:?}: one pause (10m) from now");
+        assert_eq!(fx.events("InvalidGateStamp"), 1, "{key:?}: warned once");
+        fx.advance(Duration::minutes(6));
+        fx.pass();
+        assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "{key:?}: reopened");
+    }
+}
+
+#[test]
+fn a_failed_claim_without_a_readable_failed_at_is_retried_once_not_restarted_every_minute() {
+    for failed_at in [None, Some("soon")] {
+        let mut fx = Fx::new();
+        fx.claim("c1", Duration::days(10));
+        fx.set_claim_ann("c1", Key::State, Some("failed"));
+        fx.set_claim_ann("c1", Key::RetryCount, Some("1"));
+        fx.set_claim_ann("c1", Key::FailedAt, failed_at);
+        for _ in 0..5 {
+            fx.pass();
+            fx.advance(Duration::minutes(1));
+        }
+        assert_eq!(fx.events("RotationStarted"), 1, "failed-at {failed_at:?}: started once");
+        assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "{failed_at:?}");
+        assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"), "retried");
+    }
+}
+
+#[test]
+fn retry_count_saturates_instead_of_wrapping_or_panicking() {
+    let cases = [
+        ("18446744073709551615", "18446744073709551615"), // u64::MAX stays u64::MAX
+        ("9223372036854775807", "9223372036854775808"),   // past i64::MAX, no overflow
+        ("99999999999999999999999", "18446744073709551615"), // longer still: saturated
+        ("many", "1"),                                    // garbage: no failure recorded
+    ];
+    for (before, after) in cases {
+        let mut fx = Fx::new();
+        fx.claim("c1", Duration::days(10));
+        fx.set_claim_ann("c1", Key::State, Some("failed"));
+        fx.set_claim_ann("c1", Key::RetryCount, Some(before));
+        fx.set_claim_ann("c1", Key::FailedAt, Some("2026-11-27T03:00:00Z")); // a day ago
+        fx.pass();
+        assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"), "{before}: retried");
+        fx.advance(Duration::minutes(16));
+        fx.pass(); // readyTimeout: the failure write increments the count
+        assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "{before}");
+        assert_eq!(fx.claim_ann("c1", Key::RetryCount).as_deref(), Some(after), "{before}");
+        assert_eq!(fx.announced("emit:failure"), 1, "{before}");
+    }
 }

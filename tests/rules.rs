@@ -338,7 +338,7 @@ fn rules_diff_shows_each_kind_of_change_in_context() {
             )],
         ),
         ("a row moved", vec![("transitions.ron", moved_from, moved_to)]),
-        ("a verb removed", vec![("transitions.ron", "\"emit(forceful_fallback)\",", "")]),
+        ("a verb removed", vec![("transitions.ron", "\"event(np, ForcefulFallback)\", ", "")]),
         (
             "a requeue changed",
             vec![(

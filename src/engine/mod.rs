@@ -22,6 +22,13 @@ pub use vocab::*;
 
 use crate::rulebook::{Rulebook, Source, check::FILES};
 
+/// A claim's `state` annotation as every reader sees it (guards, conditional writes, candidate
+/// selection, the start-up sweep): absent, empty, or a value this version does not know reads
+/// as `none`, so the pending entry claims it instead of the pool wedging on it.
+pub fn claim_state(raw: Option<&str>) -> ClaimState {
+    raw.and_then(ClaimState::from_name).unwrap_or(ClaimState::None)
+}
+
 /// The rules compiled into the binary (checked by build.rs when it was built).
 static RULES_DIR: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/rules");
 

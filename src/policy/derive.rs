@@ -71,6 +71,24 @@ pub fn starts_per_occurrence(d: Duration, t_rot_est: Duration, cooldown_after: D
     u64::try_from((d + slot - 1) / slot).unwrap_or(0)
 }
 
+/// The `retry-count` annotation: decimal digits, saturating at `u64::MAX` (a huge count must
+/// not wrap back to a short backoff, nor panic); absent or anything else reads as 0, no failure
+/// recorded (the backoff treats 0 as 1). The one reading of the count, for selection, backoff,
+/// messages and the increment.
+pub fn parse_retry_count(raw: Option<&str>) -> u64 {
+    match raw {
+        Some(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            s.bytes().fold(0u64, |n, b| n.saturating_mul(10).saturating_add(u64::from(b - b'0')))
+        }
+        _ => 0,
+    }
+}
+
+/// [`parse_retry_count`] for the backoff, saturating at `u32::MAX` (past 4 the cap applies).
+pub fn retry_count_u32(raw: Option<&str>) -> u32 {
+    u32::try_from(parse_retry_count(raw)).unwrap_or(u32::MAX)
+}
+
 /// Escalating backoff: `retryBackoff * 2^(retry_count - 1)`, capped at `8 * retryBackoff`. A
 /// count of 0 (not yet failed) is treated as 1.
 pub fn backoff(retry_backoff: Duration, retry_count: u32) -> Duration {
@@ -118,19 +136,20 @@ pub enum ClaimState {
     Idle,
     /// The last attempt failed; eligible again after its backoff.
     Failed,
-    /// A rotation is pending or draining (or a state this version does not know: never
-    /// started over).
+    /// A rotation is pending or draining, or ended by a forced expiry.
     InRotation,
 }
 
-impl ClaimState {
-    /// Maps the state annotation's value: absent or empty -> Idle, `failed` -> Failed, anything
-    /// else (`pending`, `draining`, unknown) -> InRotation.
-    pub fn from_annotation(value: Option<&str>) -> ClaimState {
-        match value {
-            None | Some("") => ClaimState::Idle,
-            Some("failed") => ClaimState::Failed,
-            Some(_) => ClaimState::InRotation,
+/// Candidate selection's view of the rules' claim state, which is read once for everyone by
+/// [`crate::engine::claim_state`] (absent or unknown = `none` = Idle): selection and the guards
+/// cannot disagree about a value.
+impl From<crate::engine::ClaimState> for ClaimState {
+    fn from(state: crate::engine::ClaimState) -> ClaimState {
+        use crate::engine::ClaimState as Rules;
+        match state {
+            Rules::None => ClaimState::Idle,
+            Rules::Failed => ClaimState::Failed,
+            Rules::Pending | Rules::Draining | Rules::Expired => ClaimState::InRotation,
         }
     }
 }
@@ -293,6 +312,21 @@ pub fn forceful_fallback_due(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn retry_count_parses_saturating_and_reads_garbage_as_zero() {
+        assert_eq!(parse_retry_count(None), 0);
+        assert_eq!(parse_retry_count(Some("3")), 3);
+        assert_eq!(parse_retry_count(Some("18446744073709551615")), u64::MAX);
+        assert_eq!(parse_retry_count(Some("18446744073709551616")), u64::MAX);
+        assert_eq!(parse_retry_count(Some("99999999999999999999999999")), u64::MAX);
+        for garbage in ["", "many", "-1", "+1", "1.5", " 2", "0x10"] {
+            assert_eq!(parse_retry_count(Some(garbage)), 0, "{garbage:?}");
+        }
+        assert_eq!(retry_count_u32(Some("18446744073709551615")), u32::MAX);
+        // The backoff of a saturated count is the cap, not an overflow.
+        assert_eq!(backoff(Duration::minutes(30), u32::MAX), Duration::hours(4));
+    }
     use super::*;
     use crate::policy::settings::tests::spec_with;
     use crate::policy::window::Occurrence;

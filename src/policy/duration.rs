@@ -20,7 +20,7 @@ pub enum DurationError {
     MissingUnit(String),
     #[error("unknown unit {unit:?} in duration {input:?} (use one of ns, us, ms, s, m, h)")]
     UnknownUnit { unit: String, input: String },
-    #[error("duration {0:?} is out of range")]
+    #[error("duration {0:?} is out of range (the longest Go duration is 2562047h47m16.854775807s)")]
     Overflow(String),
 }
 
@@ -121,7 +121,9 @@ fn parse_inner(orig: &str, allow_days: bool) -> Result<Duration, DurationError> 
                 frac_nanos = frac_nanos * 10 + u128::from(digit - b'0');
                 divisor *= 10;
             }
-            value += frac_nanos * u128::from(scale) / divisor;
+            // Checked: the integer part alone can sit just below u128's limit.
+            value =
+                value.checked_add(frac_nanos * u128::from(scale) / divisor).ok_or_else(overflow)?;
         }
         total = total.checked_add(value).ok_or_else(overflow)?;
         if total > i64::MAX as u128 {
@@ -329,6 +331,22 @@ mod tests {
         assert!(matches!(parse("10x"), Err(DurationError::UnknownUnit { .. })));
         assert!(matches!(parse("2562047h47m16.854775808s"), Err(DurationError::Overflow(_))));
         assert!(matches!(parse("99999999999999999999999h"), Err(DurationError::Overflow(_))));
+    }
+
+    #[test]
+    fn a_fraction_that_overflows_is_rejected_not_wrapped() {
+        // The integer part times the unit fits u128 just below its limit; the fraction pushed
+        // the sum over it and wrapped to a small, valid-looking duration.
+        for bad in [
+            "94522879700260684295381835.9999h",
+            "94522879700260684295381835.9999h1s",
+            "5671372782015641057722910123.9999m",
+        ] {
+            let err = parse(bad).expect_err(bad);
+            assert!(matches!(err, DurationError::Overflow(_)), "{bad}: {err:?}");
+            assert!(err.to_string().contains("2562047h47m16.854775807s"), "{err}");
+            assert!(parse_with_days(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

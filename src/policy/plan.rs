@@ -6,9 +6,11 @@
 //! ```
 //!
 //! Prints P, A, t_rot, t_rot_est, C, G, every finding with severity and fix, and the next
-//! occurrences in the policy's time zones and UTC. Exit code 2 when a fatal finding exists;
-//! input errors (exit code 1) name the file, the field and the problem.
+//! occurrences in the policy's time zones and UTC. Exit codes: 0 feasible, 1 the input files
+//! (unreadable, invalid, unknown fields: named with file, field and problem), 2 the command line
+//! (as clap's own usage errors), 3 infeasible (a fatal finding).
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
@@ -25,9 +27,29 @@ use super::window::{HORIZON, Occurrence, Schedule};
 use crate::clock::{Clock, SystemClock};
 use crate::karpenter::NodePool;
 
-/// Process exit code when a fatal finding exists. (Input errors exit 1; only a command line
-/// clap itself cannot parse also exits 2.)
-pub const EXIT_FATAL: i32 = 2;
+/// Exit code when an input file cannot be used: unreadable, not YAML, an invalid value, an unknown
+/// field.
+pub const EXIT_INPUT: i32 = 1;
+/// Exit code of a command-line mistake: the code clap uses for the flags it rejects itself, so
+/// every usage error exits alike.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit code when the plan was printed and a fatal finding exists: no rotation would start.
+pub const EXIT_INFEASIBLE: i32 = 3;
+
+const EXIT_CODES_HELP: &str = "Exit codes:
+  0  feasible: the plan was printed
+  1  an input file cannot be used (unreadable, invalid, unknown field)
+  2  usage: the command line is wrong
+  3  infeasible: the plan was printed and has a fatal finding";
+
+/// A command-line mistake (exit [`EXIT_USAGE`]), as opposed to a problem in an input file.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(String);
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    UsageError(message.into()).into()
+}
 
 /// Output format of `plan`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -40,6 +62,7 @@ pub enum OutputFormat {
 
 /// The command line of `noderotation plan`.
 #[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES_HELP)]
 pub struct PlanArgs {
     /// The RotationPolicy manifest (YAML).
     #[arg(short = 'f', long = "filename", value_name = "POLICY_YAML")]
@@ -78,20 +101,42 @@ pub struct PlanArgs {
     pub occurrences: usize,
 }
 
-/// Runs `plan`; the result is the exit code (0, or [`EXIT_FATAL`]).
+/// Runs `plan`; the result is the exit code (0, [`EXIT_INFEASIBLE`], or [`EXIT_USAGE`] after
+/// printing the usage error). Input errors are returned (the caller prints them, exit 1).
 pub fn run(args: &PlanArgs) -> anyhow::Result<i32> {
-    let now = match &args.now {
-        Some(s) => DateTime::parse_from_rfc3339(s)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| anyhow!("--now: {s:?} is not an RFC 3339 time: {e}"))?,
-        None => SystemClock.now(),
+    let report = match args
+        .now
+        .as_deref()
+        .map(parse_now)
+        .transpose()
+        .and_then(|now| plan(args, now.unwrap_or_else(|| SystemClock.now())))
+    {
+        Ok(report) => report,
+        Err(err) if err.is::<UsageError>() => {
+            eprintln!("error: {err:#}");
+            eprintln!("\nFor more information, try 'noderotation plan --help'.");
+            return Ok(EXIT_USAGE);
+        }
+        Err(err) => return Err(err),
     };
-    let report = plan(args, now)?;
-    match args.output {
-        OutputFormat::Human => print!("{}", render_human(&report)),
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    let text = match args.output {
+        OutputFormat::Human => render_human(&report),
+        OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(&report)?),
+    };
+    // `plan ... | head -1`: a reader that went away is not an error worth a panic or a message.
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => return Err(anyhow!("cannot write the plan to stdout: {e}")),
     }
-    Ok(if report.fatal { EXIT_FATAL } else { 0 })
+    Ok(if report.fatal { EXIT_INFEASIBLE } else { 0 })
+}
+
+fn parse_now(s: &str) -> anyhow::Result<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| usage(format!("--now: {s:?} is not an RFC 3339 time: {e}")))
 }
 
 /// Builds the report for `args` at `now` (all input is read and checked here).
@@ -107,15 +152,18 @@ pub fn plan(args: &PlanArgs, now: DateTime<Utc>) -> anyhow::Result<PlanReport> {
         anyhow!("RotationPolicy {policy_name} is invalid:\n{}", lines.join("\n"))
     })?;
 
-    // Checked here rather than by clap so that a usage mistake exits 1, not 2 (2 = fatal).
     let (pool_input, facts) = match (&args.nodepool, &args.expire_after, &args.tgp) {
         (Some(path), None, None) => pool_from_file(path, &policy, args.nodes)?,
-        (Some(_), _, _) => bail!("--nodepool cannot be combined with --expire-after or --tgp"),
+        (Some(_), _, _) => {
+            return Err(usage("--nodepool cannot be combined with --expire-after or --tgp"));
+        }
         (None, Some(_), _) => pool_from_flags(args)?,
-        (None, None, _) => bail!(
-            "say which pool to plan for: --nodepool NODEPOOL_YAML, or --expire-after DURATION \
-             [--tgp DURATION] [--nodes N]"
-        ),
+        (None, None, _) => {
+            return Err(usage(
+                "say which pool to plan for: --nodepool NODEPOOL_YAML, or --expire-after \
+                 DURATION [--tgp DURATION] [--nodes N]",
+            ));
+        }
     };
     let assessment = feasibility::assess(&settings, &facts, now);
     // Open 24/7: there is nothing to list (the one run is clipped to the horizon).
@@ -156,6 +204,9 @@ pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
         kinds.push(Some(meta));
     }
     let mut policies = Vec::new();
+    let values: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(text)
+        .map(|doc| serde_yaml::Value::deserialize(doc).unwrap_or_default())
+        .collect();
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let Some(Some(meta)) = kinds.get(i) else { continue };
         if meta.kind != "RotationPolicy" || meta.api_version != "noderotation.io/v1alpha1" {
@@ -172,12 +223,69 @@ pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
         if policy.metadata.name.as_deref().is_none_or(str::is_empty) {
             bail!("document {}: metadata.name: required", i + 1);
         }
+        // Strict field validation, as `kubectl apply` does it: a misspelt field would otherwise
+        // be dropped and the plan computed from the default it fell back to.
+        let known =
+            serde_yaml::to_value(&policy).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
+        let mut unknown = Vec::new();
+        if let Some(original) = values.get(i) {
+            unknown_fields(original, &known, "", &mut unknown);
+        }
+        if !unknown.is_empty() {
+            bail!(
+                "document {}: unknown field{} {} (strict field validation, as kubectl apply)",
+                i + 1,
+                if unknown.len() == 1 { "" } else { "s" },
+                unknown.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", ")
+            );
+        }
         policies.push(policy);
     }
     if policies.is_empty() {
         bail!("no RotationPolicy in the file");
     }
     Ok(policies)
+}
+
+/// Paths of the mapping keys of `original` that the typed round trip `known` dropped: fields
+/// the RotationPolicy type does not have. A null, empty list or empty map is skipped (a known
+/// optional field written empty round-trips to nothing as well).
+fn unknown_fields(
+    original: &serde_yaml::Value,
+    known: &serde_yaml::Value,
+    path: &str,
+    out: &mut Vec<String>,
+) {
+    use serde_yaml::Value as Y;
+    let empty = |v: &Y| match v {
+        Y::Null => true,
+        Y::Sequence(s) => s.is_empty(),
+        Y::Mapping(m) => m.is_empty(),
+        _ => false,
+    };
+    match (original, known) {
+        (Y::Mapping(o), Y::Mapping(k)) => {
+            for (key, value) in o {
+                let name = match key {
+                    Y::String(s) => s.clone(),
+                    other => serde_yaml::to_string(other).unwrap_or_default().trim().to_string(),
+                };
+                let at = if path.is_empty() { name } else { format!("{path}.{name}") };
+                match k.get(key) {
+                    Some(kv) => unknown_fields(value, kv, &at, out),
+                    None if empty(value) => {}
+                    None => out.push(at),
+                }
+            }
+        }
+        (Y::Sequence(o), Y::Sequence(k)) => {
+            for (i, (ov, kv)) in o.iter().zip(k).enumerate() {
+                unknown_fields(ov, kv, &format!("{path}[{i}]"), out);
+            }
+        }
+        (Y::Tagged(o), _) => unknown_fields(&o.value, known, path, out),
+        _ => {}
+    }
 }
 
 fn pick_policy(
@@ -249,23 +357,22 @@ fn pool_from_flags(args: &PlanArgs) -> anyhow::Result<(PoolInput, PoolFacts)> {
     let raw = args
         .expire_after
         .as_deref()
-        .ok_or_else(|| anyhow!("give either --nodepool FILE or --expire-after DURATION"))?;
+        .ok_or_else(|| usage("give either --nodepool FILE or --expire-after DURATION"))?;
     let expire_after = ExpireAfter::parse_with_days(raw).map_err(|_| {
-        anyhow!(
+        usage(format!(
             "--expire-after: {raw:?} is not a duration: use a Go duration such as 336h, days \
              such as 14d, or Never"
-        )
+        ))
     })?;
-    let tgp = args
-        .tgp
-        .as_deref()
-        .map(|s| {
-            duration::parse_with_days(s)
-                .ok()
-                .filter(|d| *d >= Duration::zero())
-                .ok_or_else(|| anyhow!("--tgp: {s:?} is not a duration (e.g. 1h, 30m, 2d)"))
-        })
-        .transpose()?;
+    let tgp =
+        args.tgp
+            .as_deref()
+            .map(|s| {
+                duration::parse_with_days(s).ok().filter(|d| *d >= Duration::zero()).ok_or_else(
+                    || usage(format!("--tgp: {s:?} is not a duration (e.g. 1h, 30m, 2d)")),
+                )
+            })
+            .transpose()?;
     let input = PoolInput {
         source: "flags".into(),
         name: None,
@@ -311,7 +418,7 @@ pub struct PlanReport {
     pub windows: Vec<String>,
     pub derived: DerivedReport,
     pub findings: Vec<Finding>,
-    /// A fatal finding exists (exit code 2).
+    /// A fatal finding exists (exit code 3).
     pub fatal: bool,
     pub next_occurrences: Vec<OccurrenceReport>,
 }
@@ -570,7 +677,9 @@ pub fn render_human(r: &PlanReport) -> String {
         (d.age_threshold_seconds, d.lead_time_seconds, d.window_period_seconds)
     {
         let e = a + lead;
-        if e > 0 {
+        // A <= 0 is infeasible (reported as a fatal finding): no rotation starts, so there is
+        // no lifetime to show, and the figures would be negative.
+        if e > 0 && a > 0 {
             let last = (a + period).min(e);
             let pct = |x: i64| x * 100 / e;
             row(
@@ -687,7 +796,7 @@ pub fn render_human(r: &PlanReport) -> String {
         if r.fatal {
             format!(
                 "INFEASIBLE: {fatal} fatal finding(s), {warnings} warning(s); no rotation would \
-                 start in this pool (exit code {EXIT_FATAL})"
+                 start in this pool (exit code {EXIT_INFEASIBLE})"
             )
         } else {
             format!("Feasible: {warnings} warning(s)")

@@ -306,11 +306,20 @@ impl Controller {
         let now = self.clock.now();
         let cache = self.ctx.cluster.cache();
         let index = self.index.of(&cache);
+        // An anchor naming another pool's claim (a copied NodePool) protects nothing: that pool
+        // clears it, and an orphan it hid would never be swept.
         let anchors: Arc<BTreeSet<String>> = Arc::new(
             cache
                 .pools
                 .values()
-                .filter_map(|p| annotation(&p.metadata, Key::ActiveRotation).map(str::to_string))
+                .filter_map(|p| {
+                    let name = annotation(&p.metadata, Key::ActiveRotation)?;
+                    let foreign = cache
+                        .claims
+                        .get(name)
+                        .is_some_and(|c| c.node_pool() != p.metadata.name.as_deref());
+                    (!foreign).then(|| name.to_string())
+                })
                 .collect(),
         );
         let mut report = SweepReport::default();
@@ -529,7 +538,7 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
     }
     if let Some(cand) = snap.anchored_claim().and_then(|n| snap.claim(n)) {
         g.retry_count =
-            annotation(&cand.metadata, Key::RetryCount).and_then(|v| v.parse().ok()).unwrap_or(0);
+            crate::policy::derive::parse_retry_count(annotation(&cand.metadata, Key::RetryCount));
         let tgp = cand.termination_grace_period().ok().flatten().unwrap_or(DEFAULT_TGP);
         let deleted =
             cand.metadata.deletion_timestamp.as_ref().and_then(crate::cluster::chrono_time);

@@ -11,7 +11,7 @@ use crate::cluster::{CacheView, Patch};
 use crate::engine::{Facts, Field, Key, ObjRef, Pred, Root, Value};
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::placeholder;
-use crate::policy::derive::{self, ClaimFacts, ClaimState, RotationOrder};
+use crate::policy::derive::{self, ClaimFacts, RotationOrder};
 use crate::policy::duration::ExpireAfter;
 use crate::policy::settings::Effective;
 
@@ -139,10 +139,8 @@ impl Derived {
             termination_grace_period: self.termination_grace_period,
             ready: self.ready,
             deleting: self.deleting,
-            state: ClaimState::from_annotation(annotation(&claim.metadata, Key::State)),
-            retry_count: annotation(&claim.metadata, Key::RetryCount)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            state: crate::engine::claim_state(annotation(&claim.metadata, Key::State)).into(),
+            retry_count: derive::retry_count_u32(annotation(&claim.metadata, Key::RetryCount)),
             failed_at: time_annotation(&claim.metadata, Key::FailedAt),
             operator_do_not_disrupt: node.is_some_and(|n| operator_do_not_disrupt(&n.metadata)),
         })
@@ -319,10 +317,18 @@ impl Snapshot {
         annotation(&self.pool.as_ref()?.metadata, Key::ActiveRotation)
     }
 
-    /// The claim the anchor names (`cand`).
+    /// The claim the anchor names (`cand`), among this pool's own claims (label
+    /// `karpenter.sh/nodepool`): an anchor copied from another pool never drives its claim.
     pub fn anchored_claim(&self) -> Option<&str> {
         let name = self.anchor_name()?;
-        self.claim(name).map(|_| name)
+        self.claim(name).filter(|c| c.node_pool() == Some(self.pool_name())).map(|_| name)
+    }
+
+    /// The anchor names a live claim that is not this pool's (`foreign_anchor`). A name no
+    /// claim has is not foreign: this pool's claim was finalized (the completion path).
+    pub fn foreign_anchor(&self) -> Option<&NodeClaim> {
+        let claim = self.claim(self.anchor_name()?)?;
+        (claim.node_pool() != Some(self.pool_name())).then_some(claim)
     }
 
     /// Claims of this pool, by label.
@@ -389,10 +395,8 @@ impl Snapshot {
             termination_grace_period: claim.termination_grace_period().ok().flatten(),
             ready: claim.is_ready(),
             deleting: claim.is_deleting(),
-            state: ClaimState::from_annotation(annotation(&claim.metadata, Key::State)),
-            retry_count: annotation(&claim.metadata, Key::RetryCount)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            state: crate::engine::claim_state(annotation(&claim.metadata, Key::State)).into(),
+            retry_count: derive::retry_count_u32(annotation(&claim.metadata, Key::RetryCount)),
             failed_at: time_annotation(&claim.metadata, Key::FailedAt),
             operator_do_not_disrupt: node_dnd,
         })
@@ -580,8 +584,7 @@ impl Facts for Snapshot {
                 // Absent, or a value this version does not know, reads as `none` (the entry
                 // write then claims it as pending, which the conditional writes re-check).
                 let raw = self.claim(n).and_then(|c| annotation(&c.metadata, Key::State));
-                let known = ["pending", "draining", "failed", "expired"];
-                Value::Sym(raw.filter(|s| known.contains(s)).unwrap_or("none").to_string())
+                Value::Sym(crate::engine::claim_state(raw).name().to_string())
             }
             (Field::NodeClaimDeletionTimestamp, ObjRef::Claim(n)) => self
                 .claim(n)
@@ -702,9 +705,7 @@ impl Facts for Snapshot {
                     let Some(failed_at) = time_annotation(&c.metadata, Key::FailedAt) else {
                         return Value::Duration(Duration::zero());
                     };
-                    let count = annotation(&c.metadata, Key::RetryCount)
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(1);
+                    let count = derive::retry_count_u32(annotation(&c.metadata, Key::RetryCount));
                     let at = derive::eligible_at(
                         failed_at,
                         count,
@@ -777,6 +778,7 @@ impl Facts for Snapshot {
                 (Some(Value::Nil), _) => Value::Bool(false),
                 _ => Value::Nil,
             },
+            Pred::ForeignAnchor => Value::Bool(self.foreign_anchor().is_some()),
             Pred::Latest => {
                 let times: Vec<DateTime<Utc>> = args.iter().filter_map(Value::as_time).collect();
                 times.into_iter().max().map(Value::Time).unwrap_or(Value::Nil)

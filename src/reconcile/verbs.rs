@@ -66,9 +66,9 @@ fn full(k: Key) -> String {
     k.full().to_string()
 }
 
-/// The claim state as the conditional writes read it (unknown values read as `none`).
+/// The claim state as the conditional writes read it ([`crate::engine::claim_state`]).
 fn state_of(meta: &ObjectMeta) -> ClaimState {
-    annotation(meta, Key::State).and_then(ClaimState::from_name).unwrap_or(ClaimState::None)
+    crate::engine::claim_state(annotation(meta, Key::State))
 }
 
 /// Whether an annotation is absent or unreadable for its declared type (`once` writes).
@@ -280,6 +280,36 @@ impl<'c> PassHost<'c> {
                     .collect();
                 format!("no rotation starts in NodePool {pool}: {}", fatal.join("; "))
             }
+            Reason::ForeignAnchor => {
+                let owner = self
+                    .snap
+                    .claim(&claim)
+                    .and_then(|c| c.node_pool())
+                    .map(|p| format!("NodePool {p}"))
+                    .unwrap_or_else(|| "no NodePool".into());
+                format!(
+                    "noderotation.io/active-rotation of NodePool {pool} named NodeClaim {claim}, which belongs to {owner}: cleared without touching that rotation (was the NodePool copied with its annotations?)"
+                )
+            }
+            Reason::InvalidGateStamp => {
+                let meta = self.snap.pool.as_ref().map(|p| &p.metadata);
+                let unreadable = [
+                    (Key::LastRotationAt, "gate A holds for one cooldownAfter"),
+                    (Key::LastFailureAt, "gate B holds for one failurePause"),
+                ]
+                .into_iter()
+                .find_map(|(k, effect)| {
+                    let raw = annotation(meta?, k)?;
+                    DateTime::parse_from_rfc3339(raw).is_err().then_some((k, raw, effect))
+                });
+                match unreadable {
+                    Some((k, raw, effect)) => format!(
+                        "{} on NodePool {pool} is not an RFC3339 time ({raw:?}): re-stamped with now, so {effect} and then opens",
+                        k.full()
+                    ),
+                    None => format!("a gate stamp on NodePool {pool} was not an RFC3339 time"),
+                }
+            }
             Reason::InvalidFreeze => {
                 "noderotation.io/freeze is not an RFC3339 time: treated as frozen".into()
             }
@@ -331,7 +361,7 @@ impl<'c> PassHost<'c> {
             .ok()?
             .with_timezone(&Utc);
         let count =
-            annotation(&c.metadata, Key::RetryCount).and_then(|v| v.parse().ok()).unwrap_or(1);
+            crate::policy::derive::retry_count_u32(annotation(&c.metadata, Key::RetryCount));
         crate::policy::derive::next_attempt(
             failed_at,
             count,
@@ -378,8 +408,9 @@ impl<'c> PassHost<'c> {
         self.conditional(a.verb, &obj, |fresh| {
             let mut patch = Self::patch_of(&set, &clear, fresh.meta());
             for k in &incr {
-                let n: i64 = annotation(fresh.meta(), *k).and_then(|v| v.parse().ok()).unwrap_or(0);
-                patch.set.insert(full(*k), (n + 1).to_string());
+                // Saturating: a count at its limit stays there instead of wrapping or panicking.
+                let n = crate::policy::derive::parse_retry_count(annotation(fresh.meta(), *k));
+                patch.set.insert(full(*k), n.saturating_add(1).to_string());
             }
             Decide::Write(patch, Outcome::Won)
         })
@@ -745,6 +776,10 @@ impl<'c> PassHost<'c> {
         else {
             return Ok(Outcome::Gone);
         };
+        // Only this pool's claims are ours to reap (a hand-edited surge-claim may name any).
+        if surge.node_pool() != Some(self.snap.pool_name()) {
+            return Ok(Outcome::Gone);
+        }
         // Its node: by status.nodeName, else by providerID (Karpenter writes the nodeName a
         // moment after the Node registers). No node known: not registered, nothing to strand.
         let host = surge.status.as_ref().and_then(|s| {

@@ -206,13 +206,18 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
         anyhow::bail!("--lease-grace must be > 0 and < --lease-duration");
     }
     let client = client().await?;
-    if let Err(err) = preflight::preflight(&client).await {
+    let checked = match preflight::preflight(&client).await {
+        Ok(()) => preflight::check_priority_class(&client, &args.priority_class).await,
+        Err(err) => Err(err),
+    };
+    if let Err(err) = checked {
         tracing::error!(error = %err, "preflight failed");
         eprintln!("error: preflight: {err}");
         return Ok(2);
     }
     tracing::info!(
-        "preflight passed: karpenter.sh/v1 nodepools and nodeclaims are served and readable"
+        priority_class = %args.priority_class,
+        "preflight passed: karpenter.sh/v1 nodepools and nodeclaims are served and readable, the placeholder PriorityClass exists"
     );
 
     let identity = identity(&args);

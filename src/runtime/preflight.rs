@@ -2,6 +2,7 @@
 //! serve `karpenter.sh/v1` nodepools/nodeclaims (or our RotationPolicy), or RBAC cannot read
 //! them. A successful list that decodes into the v1 types confirms a wire-compatible schema; there
 //! is no per-field CRD introspection.
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -22,6 +23,59 @@ pub enum PreflightError {
     Incompatible { resource: String, api_version: String, message: String },
     #[error("preflight could not reach the API server while checking {resource}: {message}")]
     Unreachable { resource: String, message: String },
+    #[error(
+        "the placeholder PriorityClass {name:?} does not exist: every surge placeholder would be rejected at admission and every rotation rolled back at readyTimeout; apply deploy/base/priorityclass.yaml (the Helm chart installs it too), or set --priority-class / NODEROTATION_PRIORITY_CLASS to an existing PriorityClass"
+    )]
+    MissingPriorityClass { name: String },
+}
+
+/// What a GET of the placeholder PriorityClass found (the I/O half of the check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PriorityClassLookup {
+    Found,
+    NotFound,
+    /// 401/403, with the API server's message.
+    Forbidden(String),
+    /// Anything else (connection, 5xx), with its message.
+    Failed(String),
+}
+
+const PRIORITY_CLASSES: &str = "priorityclasses.scheduling.k8s.io/v1";
+
+/// The verdict on the placeholder PriorityClass (spec §5.1 preflight, SUPPLEMENT §3.7): the
+/// placeholder names it, and the Priority admission plugin rejects a pod whose class is missing.
+pub fn priority_class_verdict(
+    name: &str,
+    lookup: PriorityClassLookup,
+) -> Result<(), PreflightError> {
+    match lookup {
+        PriorityClassLookup::Found => Ok(()),
+        PriorityClassLookup::NotFound => {
+            Err(PreflightError::MissingPriorityClass { name: name.to_string() })
+        }
+        PriorityClassLookup::Forbidden(message) => Err(PreflightError::NotReadable {
+            resource: format!("{PRIORITY_CLASSES} {name:?}"),
+            message,
+        }),
+        PriorityClassLookup::Failed(message) => Err(PreflightError::Unreachable {
+            resource: format!("{PRIORITY_CLASSES} {name:?}"),
+            message,
+        }),
+    }
+}
+
+/// Checks that the PriorityClass the placeholders name exists.
+pub async fn check_priority_class(client: &Client, name: &str) -> Result<(), PreflightError> {
+    let api = Api::<PriorityClass>::all(client.clone());
+    let lookup = match api.get_opt(name).await {
+        Ok(Some(_)) => PriorityClassLookup::Found,
+        Ok(None) => PriorityClassLookup::NotFound,
+        Err(kube::Error::Api(status)) if status.code == 403 || status.code == 401 => {
+            PriorityClassLookup::Forbidden(status.message)
+        }
+        Err(err) => PriorityClassLookup::Failed(err.to_string()),
+    };
+    priority_class_verdict(name, lookup)
 }
 
 /// One resource to check: `plural.group/version`.
@@ -142,5 +196,23 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("nodeclaims.karpenter.sh/v1"), "{text}");
         assert!(text.contains("karpenter.sh/v1 is not served"), "{text}");
+    }
+
+    #[test]
+    fn a_missing_placeholder_priority_class_fails_with_what_to_do() {
+        assert_eq!(priority_class_verdict("p", PriorityClassLookup::Found), Ok(()));
+        let err = priority_class_verdict("noderotation-placeholder", PriorityClassLookup::NotFound)
+            .expect_err("missing");
+        let text = err.to_string();
+        assert!(text.contains("\"noderotation-placeholder\" does not exist"), "{text}");
+        assert!(text.contains("deploy/base/priorityclass.yaml"), "{text}");
+        assert!(text.contains("--priority-class"), "{text}");
+        let err = priority_class_verdict("p", PriorityClassLookup::Forbidden("no".into()))
+            .expect_err("forbidden");
+        assert!(matches!(err, PreflightError::NotReadable { .. }), "{err:?}");
+        assert!(err.to_string().contains("priorityclasses.scheduling.k8s.io/v1"), "{err}");
+        let err = priority_class_verdict("p", PriorityClassLookup::Failed("eof".into()))
+            .expect_err("failed");
+        assert!(matches!(err, PreflightError::Unreachable { .. }), "{err:?}");
     }
 }
