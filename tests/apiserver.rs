@@ -823,19 +823,35 @@ fn surge(ready_timeout: &str) -> Value {
     json!({"readyTimeout": ready_timeout, "cooldownAfter": "10m", "retryBackoff": "30m"})
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rotation_full_surge_completes_once_and_counts_one_success() -> TestResult {
-    let env = harness!();
-    let _one = ROTATION.lock().await;
-    let fx = Rotation::new(&env, "rot-full", surge("2m")).await?;
-    let actor = actor::Actor::start(
-        fx.admin.clone(),
-        &fx.pool,
-        actor::Mode::Ready,
-        Duration::from_secs(3),
-        Duration::from_secs(3),
-    );
-    let ctl = fx.controller("full-a")?;
+/// What a controller under test serves: a host process or the image in a container.
+trait Operator {
+    async fn metrics(&self) -> Result<String, Error>;
+    fn log_text(&self) -> String;
+}
+
+impl Operator for ControllerProcess {
+    async fn metrics(&self) -> Result<String, Error> {
+        ControllerProcess::metrics(self).await
+    }
+    fn log_text(&self) -> String {
+        ControllerProcess::log_text(self)
+    }
+}
+
+impl Operator for kubelet::PodContainer {
+    async fn metrics(&self) -> Result<String, Error> {
+        kubelet::PodContainer::metrics(self).await
+    }
+    fn log_text(&self) -> String {
+        kubelet::PodContainer::log_text(self)
+    }
+}
+
+/// One full surge rotation of `fx`'s candidate by `ctl`, checked step by step: pending with the
+/// candidate frozen, cordoned and one placeholder and no delete; draining; completed once, the
+/// pool clean, one surge claim, one success in `/metrics` from the leader. The actor is stopped
+/// and the policy removed whatever the outcome; the controller's log is printed on failure.
+async fn full_surge(fx: &Rotation, actor: actor::Actor, ctl: &impl Operator) -> TestResult {
     let result = async {
         // Anchor + pending: frozen, cordoned, placeholder, no delete before capacity is ready.
         fx.wait_claim_state("pending", Duration::from_secs(60)).await?;
@@ -884,6 +900,22 @@ async fn rotation_full_surge_completes_once_and_counts_one_success() -> TestResu
     result
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_full_surge_completes_once_and_counts_one_success() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let fx = Rotation::new(&env, "rot-full", surge("2m")).await?;
+    let actor = actor::Actor::start(
+        fx.admin.clone(),
+        &fx.pool,
+        actor::Mode::Ready,
+        Duration::from_secs(3),
+        Duration::from_secs(3),
+    );
+    let ctl = fx.controller("full-a")?;
+    full_surge(&fx, actor, &ctl).await
+}
+
 // ---- (f) in-cluster: the image, under the RBAC an install creates -----------------------------
 
 /// The image is needed: `tests/all.sh` builds it and sets `NODEROTATION_IMAGE_REQUIRED=1`, so a
@@ -921,28 +953,8 @@ async fn in_cluster_rotation(env: &Env, deployment: &Value, pod: &str, test: &st
         &["--lease-duration", "10", "--lease-grace", "4", "--tick-seconds", "2"],
         &fx.dir,
     )?;
-    let result = async {
-        fx.wait_claim_state("pending", Duration::from_secs(90)).await?;
-        fx.wait_claim_state("draining", Duration::from_secs(60)).await?;
-        fx.wait_settled("last-rotation-at", Duration::from_secs(60)).await?;
-        assert!(dyn_api(&fx.admin, "NodeClaim").get_opt(&fx.candidate).await?.is_none());
-        fx.assert_clean().await?;
-        assert_eq!(actor.surge_claims().len(), 1, "one surge claim");
-        let metrics = eventually("the success in /metrics", Duration::from_secs(10), || async {
-            let m = ctl.metrics().await.ok()?;
-            (completed(&m, &fx.pool, "success") == Some(1.0)).then_some(m)
-        })
-        .await?;
-        assert!(metrics.lines().any(|l| l == "noderotation_leader 1"), "{metrics}");
-        assert!(ctl.exited().is_none(), "the container is still running");
-        Ok::<(), Error>(())
-    }
-    .await;
-    if result.is_err() {
-        eprintln!("container log:\n{}", ctl.log_text());
-    }
-    actor.stop().await;
-    fx.cleanup().await;
+    let result = full_surge(&fx, actor, &ctl).await;
+    assert!(ctl.exited().is_none(), "the container is still running");
     result
 }
 
