@@ -78,10 +78,12 @@ echo "simulation sweeps: $(( $(date +%s) - sim_start ))s"
 # `noderotation run` against the real Karpenter v1.14.1 (KWOK provider), kube-scheduler,
 # kube-controller-manager and KWOK, with real Deployments and PDBs: five scenarios (tests/fullstack.rs),
 # figures in docs/validation.md. Scenario 4 waits out Karpenter's forced expiry (expireAfter 15m),
-# so the step takes ~17 min with cached binaries, +~11 min when the Go build cache is cold.
-# Measured on 2 busy cores: the steps above take ~48 min from a clean clone (cold cargo, cached
-# Go binaries), so the whole run is ~65 min warm and ~83 min fully cold, inside the 90-minute
-# budget. NODEROTATION_FULL_STACK=0 skips it (tests/k8s-harness/README.md has the measurements).
+# so the step takes ~16 min with cached binaries, +~5 min when the Go build cache is cold (it shares
+# the apiserver tier's k8s build). Measured fully cold (fresh clone; no target/, cargo registry, Go
+# module or build cache) on 2 cores also busy with other builds: 56 min, of which this tier 21 min;
+# the image, Helm and the in-cluster tests added since cost ~5 min more cold (Helm's go install
+# ~3 min, podman from Debian ~20 s, the image ~15 s, the tests ~1.5 min). CI's limit is 90 min.
+# NODEROTATION_FULL_STACK=0 skips it (tests/k8s-harness/README.md has the measurements).
 if [ "${NODEROTATION_FULL_STACK:-1}" != 0 ]; then
   step "full-stack tier: build"
   fs_build_start=$(date +%s)
