@@ -2,7 +2,7 @@
 //! controller against. Production code, not a mock: it is faithful where the spec depends on the
 //! API server's behaviour (resourceVersion and 409 Conflict, 404 NotFound, uid preconditions,
 //! finalizers holding a deleting object with its `deletionTimestamp`, a reflector cache that lags
-//! the store) and nothing else. See `/work/shared/guides/simulation.md`.
+//! the store) and nothing else.
 //!
 //! Two sides, kept apart by name:
 //!

@@ -1,5 +1,5 @@
 //! The actors that play the rest of the cluster, each a small state machine on the virtual
-//! clock (`/work/shared/guides/simulation.md`):
+//! clock:
 //!
 //! - **Karpenter**: provisions claims for unschedulable pods of a pool (placeholders and evicted
 //!   workload) after a provisioning delay, or never (shortage), within `spec.limits`; static pools

@@ -1,8 +1,8 @@
-//! The deterministic simulation behind `noderotation simulate` (issue 5,
-//! `/work/shared/guides/simulation.md`): the real controller, on a [`MemoryCluster`] and a
-//! virtual clock, against actors that play Karpenter, the kubelet and scheduler, and an
-//! operator. One seed gives one exact history; with `--faults` the same seed also decides every
-//! crash, conflict, lag and misbehaving node, and invariants 1–8 are checked after every step.
+//! The deterministic simulation behind `noderotation simulate`: the real controller, on a
+//! [`MemoryCluster`] and a virtual clock, against actors that play Karpenter, the kubelet and
+//! scheduler, and an operator. One seed gives one exact history; with `--faults` the same seed
+//! also decides every crash, conflict, lag and misbehaving node, and the invariants I1–I9 are
+//! checked after every step.
 //!
 //! - [`scenario`]: the fleet file; [`world`] and [`actors`]: the cluster model;
 //! - [`driver`]: the controller's work queue, restarts and leader changes;
