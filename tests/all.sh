@@ -18,7 +18,7 @@ cargo run --quiet --locked -- docs --check
 step "tests"
 cargo test --locked
 
-# Row mutation (issue 4): every rule row's guard negated in a rules copy must be rejected by the
+# Row mutation: every rule row's guard negated in a rules copy must be rejected by the
 # checker or fail a scenario; prints killed/total. It silences panics, so it runs on one thread.
 step "rule mutation"
 cargo test --locked --test reconcile -- --ignored --test-threads=1 --nocapture every_rule_guard_matters
@@ -57,7 +57,7 @@ trap - EXIT
 tier_run=$(( $(date +%s) - tier_run_start ))
 echo "apiserver tier: build ${tier_build}s, start + tests + stop ${tier_run}s"
 
-# ---- Deterministic simulation (issue 5) -----------------------------------------------------
+# ---- Deterministic simulation ---------------------------------------------------------------
 # 300 seeds x 2 virtual weeks of the built-in fleet with every fault on (crashes, leader changes,
 # conflicts, transient errors, cache lag, lost/late wake-ups, stuck drains, ...), invariants 1-8
 # checked after every step, on the release binary; then short sweeps of the other scenarios
@@ -74,7 +74,7 @@ for run in tight-race:100:0.1 operator-script:50:3 capacity-shortage:30:2 forcef
 done
 echo "simulation sweeps: $(( $(date +%s) - sim_start ))s"
 
-# ---- Full-stack tier (issue 7) -------------------------------------------------------------
+# ---- Full-stack tier ------------------------------------------------------------------------
 # `noderotation run` against the real Karpenter v1.14.1 (KWOK provider), kube-scheduler,
 # kube-controller-manager and KWOK, with real Deployments and PDBs: five scenarios (tests/fullstack.rs),
 # figures in docs/validation.md. Scenario 4 waits out Karpenter's forced expiry (expireAfter 15m),

@@ -1,5 +1,5 @@
-//! The reconciler on the in-memory cluster: every spec branch and the named edge cases of
-//! issue 4, each its own test. The world (Karpenter, kubelet, operator) is played by hand.
+//! The reconciler on the in-memory cluster: every spec branch and the named edge cases of the
+//! reconciler's design, each its own test. The world (Karpenter, kubelet, operator) is played by hand.
 mod support;
 
 use chrono::Duration;

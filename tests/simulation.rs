@@ -1,4 +1,4 @@
-//! The deterministic simulation (issue 5): the built-in fleet's promise against Karpenter alone,
+//! The deterministic simulation: the built-in fleet's promise against Karpenter alone,
 //! invariants under faults over a few seeds (`tests/all.sh` runs the big sweep on the release
 //! binary), a planted bug in a copy of the rules that some seed must expose, and the HTML
 //! report's structure.

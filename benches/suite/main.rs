@@ -1,4 +1,4 @@
-//! The benchmark suite of issue 8: prints a table and regenerates `docs/performance.md`.
+//! The benchmark suite: prints a table and regenerates `docs/performance.md`.
 //!
 //! ```sh
 //! cargo bench --bench suite                  # parts 1, 2 and 4 (~2 min), writes docs/performance.md
@@ -68,7 +68,7 @@ fn allocs() -> (u64, u64) {
 }
 
 #[derive(Debug, Parser)]
-#[command(name = "suite", about = "noderotation benchmark suite (issue 8)")]
+#[command(name = "suite", about = "noderotation benchmark suite")]
 pub struct Args {
     /// Also run part 3: load a real kube-apiserver (tests/k8s-harness) and run the operator.
     #[arg(long)]
