@@ -27,6 +27,7 @@
 //! `noderotation run` must not be running: a leader would re-assert what this removes (or start
 //! a new rotation). The command refuses while the leader Lease is held, and `--stop-deployment`
 //! scales the operator's Deployment to zero first (what the Helm pre-delete hook does).
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +39,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
 use kube::api::{Api, ListParams, Patch as KubePatch, PatchParams};
 use kube::runtime::events::Reporter;
 
@@ -169,12 +171,14 @@ fn strip_owned(meta: &ObjectMeta, patch: &mut Patch) {
     }
 }
 
-fn pool_patch(meta: &ObjectMeta) -> Patch {
+/// What uninstall removes from a NodePool or NodeClaim: the owned keys.
+fn annotations_patch<K: Resource>(obj: &K) -> Patch {
     let mut patch = Patch::default();
-    strip_owned(meta, &mut patch);
+    strip_owned(obj.meta(), &mut patch);
     patch
 }
 
+/// What uninstall removes from a Node: our markers, cordon and do-not-disrupt, and the owned keys.
 fn node_patch(node: &k8s_openapi::api::core::v1::Node) -> Patch {
     let mut patch = release_patch(node, true);
     strip_owned(&node.metadata, &mut patch);
@@ -258,46 +262,36 @@ pub fn uninstall(cluster: &dyn Cluster, dry_run: bool) -> Report {
         }
     }
 
-    for (name, node) in &cache.nodes {
-        if node_patch(node).is_empty() {
-            continue;
-        }
-        let target = ObjectRef::cluster(ObjectKind::Node, name.clone());
-        let read = || -> Fresh {
-            Ok(cluster
-                .get_node(name)?
-                .map(|n| (n.metadata.resource_version.clone(), node_patch(&n))))
-        };
-        clean(cluster, target, read, &mut report);
-    }
-
-    for (name, claim) in &cache.claims {
-        if pool_patch(&claim.metadata).is_empty() {
-            continue;
-        }
-        let target = ObjectRef::cluster(ObjectKind::NodeClaim, name.clone());
-        let read = || -> Fresh {
-            Ok(cluster
-                .get_claim(name)?
-                .map(|c| (c.metadata.resource_version.clone(), pool_patch(&c.metadata))))
-        };
-        clean(cluster, target, read, &mut report);
-    }
-
+    let node = |n: &str| cluster.get_node(n);
+    clean_all(cluster, ObjectKind::Node, &cache.nodes, node_patch, node, &mut report);
+    let claim = |n: &str| cluster.get_claim(n);
+    clean_all(cluster, ObjectKind::NodeClaim, &cache.claims, annotations_patch, claim, &mut report);
     // Pools last: the anchor is the last thing a rotation clears.
-    for (name, pool) in &cache.pools {
-        if pool_patch(&pool.metadata).is_empty() {
+    let pool = |n: &str| cluster.get_pool(n);
+    clean_all(cluster, ObjectKind::NodePool, &cache.pools, annotations_patch, pool, &mut report);
+    report
+}
+
+/// [`clean`] every cached object of one kind that `patch_of` finds something of ours on,
+/// deciding again on a fresh read (`get`) before each conditional write.
+fn clean_all<K: Resource>(
+    cluster: &dyn Cluster,
+    kind: ObjectKind,
+    cached: &BTreeMap<String, Arc<K>>,
+    patch_of: fn(&K) -> Patch,
+    get: impl Fn(&str) -> Result<Option<K>, ApiError>,
+    report: &mut Report,
+) {
+    for (name, obj) in cached {
+        if patch_of(obj).is_empty() {
             continue;
         }
-        let target = ObjectRef::cluster(ObjectKind::NodePool, name.clone());
+        let target = ObjectRef::cluster(kind, name.clone());
         let read = || -> Fresh {
-            Ok(cluster
-                .get_pool(name)?
-                .map(|p| (p.metadata.resource_version.clone(), pool_patch(&p.metadata))))
+            Ok(get(name)?.map(|fresh| (fresh.meta().resource_version.clone(), patch_of(&fresh))))
         };
-        clean(cluster, target, read, &mut report);
+        clean(cluster, target, read, report);
     }
-    report
 }
 
 /// Who holds the leader Lease at `now`, if anyone: a holder whose last renewal plus the lease
@@ -317,12 +311,7 @@ pub fn lease_holder(lease: &Lease, now: DateTime<Utc>) -> Option<String> {
 
 /// Runs `noderotation uninstall`; the process exit code.
 pub fn run(args: &UninstallArgs) -> anyhow::Result<i32> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
-    runtime.block_on(run_async(args.clone()))
+    crate::runtime::block_on(run_async(args.clone()))
 }
 
 async fn run_async(args: UninstallArgs) -> anyhow::Result<i32> {

@@ -157,12 +157,20 @@ impl http::Endpoints for State {
 /// Runs the operator until SIGTERM/SIGINT; the process exit code.
 pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
     init_logging(args)?;
+    block_on(run_async(args.clone()))
+}
+
+/// Runs a command's async body on the runtime the cluster commands share (two workers; the
+/// `Cluster` implementation blocks on it from a blocking thread).
+pub fn block_on<T>(
+    body: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(run_async(args.clone()))
+    runtime.block_on(body)
 }
 
 fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
