@@ -407,7 +407,8 @@ fn is_snake(id: &str) -> bool {
         && id.starts_with(|c: char| c.is_ascii_lowercase())
 }
 
-fn conjuncts(e: &Expr) -> Vec<&Expr> {
+/// The top-level `and` conjuncts of a guard, left to right.
+pub(super) fn conjuncts(e: &Expr) -> Vec<&Expr> {
     match &e.kind {
         ExprKind::Binary(BinOp::And, l, r) => {
             let mut v = conjuncts(l);
@@ -1557,7 +1558,17 @@ fn statement_matches(stmt: &RStatement, item: &str) -> bool {
     if item.contains('(') { stmt.text.starts_with(item) } else { stmt.verb == item }
 }
 
-fn canonical(expr: &str) -> Result<String, syntax::SyntaxError> {
+/// The top-level `and` conjuncts of a guard text in canonical form (the text itself when it does
+/// not parse: the checker has reported it).
+pub(super) fn conjunct_texts(text: &str) -> Vec<String> {
+    match syntax::parse_guard(text) {
+        Ok(e) => conjuncts(&e).into_iter().map(|c| c.to_string()).collect(),
+        Err(_) => vec![text.to_string()],
+    }
+}
+
+/// A guard in canonical form (how docs, `rules diff` and obligations compare expressions).
+pub(super) fn canonical(expr: &str) -> Result<String, syntax::SyntaxError> {
     syntax::parse_guard(expr).map(|e| e.to_string())
 }
 
@@ -1655,11 +1666,7 @@ impl Checker<'_> {
             ));
             return;
         };
-        let have: Vec<String> = text
-            .as_deref()
-            .and_then(|t| syntax::parse_guard(t).ok())
-            .map(|e| conjuncts(&e).into_iter().map(|c| c.to_string()).collect())
-            .unwrap_or_default();
+        let have = text.as_deref().map(conjunct_texts).unwrap_or_default();
         if have.contains(&want) {
             return;
         }

@@ -4,9 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use super::check::{CheckedRow, Rulebook};
+use super::check::{CheckedRow, Rulebook, canonical, conjunct_texts};
 use super::model::{AnnotationKey, SpecRow, Then};
-use super::syntax::{BinOp, Expr, ExprKind};
 
 /// One semantic change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,31 +99,8 @@ fn row_context(book: &Rulebook, id: &str) -> String {
     String::new()
 }
 
-/// The top-level `and` conjuncts of a guard, in canonical form.
-fn conjunct_texts(text: &str) -> Vec<String> {
-    fn split(e: &Expr, out: &mut Vec<String>) {
-        match &e.kind {
-            ExprKind::Binary(BinOp::And, l, r) => {
-                split(l, out);
-                split(r, out);
-            }
-            _ => out.push(e.to_string()),
-        }
-    }
-    match super::syntax::parse_guard(text) {
-        Ok(e) => {
-            let mut v = Vec::new();
-            split(&e, &mut v);
-            v
-        }
-        Err(_) => vec![text.to_string()],
-    }
-}
-
 fn negation(text: &str) -> String {
-    super::syntax::parse_guard(&format!("not ({text})"))
-        .map(|e| e.to_string())
-        .unwrap_or_else(|_| format!("not ({text})"))
+    canonical(&format!("not ({text})")).unwrap_or_else(|_| format!("not ({text})"))
 }
 
 /// An expression change at the level of its conjuncts: which were added, removed or negated;
