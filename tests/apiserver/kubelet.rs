@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use super::support::{Env, Error, free_port};
+use super::support::{Env, Error, free_port, scrape};
 
 /// The image under test, if `tests/image/build.sh` was run: (podman command line, image).
 pub fn image() -> Option<(Vec<String>, String)> {
@@ -54,21 +54,11 @@ fn service_account_volume(env: &Env, ns: &str, sa: &str, dir: &Path) -> Result<(
         ],
         None,
     )?;
-    let decoded =
-        Command::new("base64").arg("-d").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
-    let ca = {
-        use std::io::Write;
-        let mut child = decoded;
-        child.stdin.take().ok_or("base64 stdin")?.write_all(ca64.trim().as_bytes())?;
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
-            return Err("cannot decode the cluster CA".into());
-        }
-        out.stdout
-    };
+    // A ByteString deserializes from base64, as the API serves `data` fields.
+    let ca: k8s_openapi::ByteString = serde_json::from_value(Value::String(ca64.trim().into()))?;
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("token"), token.trim())?;
-    std::fs::write(dir.join("ca.crt"), ca)?;
+    std::fs::write(dir.join("ca.crt"), ca.0)?;
     std::fs::write(dir.join("namespace"), ns)?;
     // The container runs as 65532: the files must be readable by it, as the kubelet makes them.
     use std::os::unix::fs::PermissionsExt;
@@ -210,12 +200,7 @@ impl PodContainer {
     }
 
     pub async fn metrics(&self) -> Result<String, Error> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).await?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        Ok(out)
+        scrape(self.metrics_port).await
     }
 }
 

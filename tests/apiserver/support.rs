@@ -466,13 +466,18 @@ impl ControllerProcess {
     }
 
     pub async fn metrics(&self) -> Result<String, Error> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).await?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        Ok(out)
+        scrape(self.metrics_port).await
     }
+}
+
+/// `GET /metrics` from a controller listening on 127.0.0.1:`port`: the whole response.
+pub async fn scrape(port: u16) -> Result<String, Error> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
 }
 
 impl Drop for ControllerProcess {
