@@ -312,6 +312,10 @@ pub fn forceful_fallback_due(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::policy::settings::tests::spec_with;
+    use crate::policy::window::Occurrence;
+    use chrono::TimeZone;
 
     #[test]
     fn retry_count_parses_saturating_and_reads_garbage_as_zero() {
@@ -327,10 +331,6 @@ mod tests {
         // The backoff of a saturated count is the cap, not an overflow.
         assert_eq!(backoff(Duration::minutes(30), u32::MAX), Duration::hours(4));
     }
-    use super::*;
-    use crate::policy::settings::tests::spec_with;
-    use crate::policy::window::Occurrence;
-    use chrono::TimeZone;
 
     fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).single().unwrap_or_else(|| panic!("bad date"))
