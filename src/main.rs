@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use noderotation::{cli, policy, runtime, sim};
+use noderotation::{cli, runtime, sim};
 
 #[derive(Debug, Parser)]
 #[command(name = "noderotation", version = noderotation::VERSION_LINE, about, long_about = None)]
@@ -21,9 +21,9 @@ enum Command {
     #[command(subcommand)]
     Rules(cli::rules::RulesCommand),
     /// Print the RotationPolicy CustomResourceDefinition.
-    Crd(policy::crd::CrdArgs),
+    Crd(cli::crd::CrdArgs),
     /// Show what a RotationPolicy will do to a NodePool: P, A, t_rot, chances, findings.
-    Plan(policy::plan::PlanArgs),
+    Plan(cli::plan::PlanArgs),
     /// Run the operator: preflight, leader election, watches, reconcile (needs a cluster).
     Run(runtime::RunArgs),
     /// Simulate a fleet over weeks of virtual time, next to Karpenter alone (no cluster needed).
@@ -51,8 +51,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Docs(args) => cli::rules::docs(args),
         Command::Rules(cmd) => cli::rules::rules(cmd),
-        Command::Crd(args) => policy::crd::run(args),
-        Command::Plan(args) => policy::plan::run(args),
+        Command::Crd(args) => cli::crd::run(args),
+        Command::Plan(args) => cli::plan::run(args),
         Command::Run(args) => runtime::run(args),
         Command::Simulate(args) => sim::cli::simulate(args),
         Command::Uninstall(args) => cli::uninstall::run(args),

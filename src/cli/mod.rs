@@ -1,2 +1,4 @@
+pub mod crd;
+pub mod plan;
 pub mod rules;
 pub mod uninstall;

@@ -1,12 +1,11 @@
 //! `RotationPolicy` (`noderotation.io/v1alpha1`, cluster-scoped): the per-NodePool rotation
-//! settings of spec §5.4, and `noderotation crd`, which prints its CustomResourceDefinition.
+//! settings of spec §5.4, and its CustomResourceDefinition (printed by `noderotation crd`).
 //!
 //! The wire types keep durations, days and times as strings: the API server validates them with
 //! the OpenAPI patterns and CEL rules declared here, and the controller parses them once into
 //! [`crate::policy::settings::Effective`]. A value that slipped past an older schema therefore
 //! surfaces as the policy's `Invalid` condition instead of breaking the watch of every policy
 //! (`docs/decisions/policy-crd.md`).
-use clap::Args;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::core::{Message, Reason, Rule};
@@ -30,18 +29,8 @@ pub const HHMM_PATTERN: &str = "^([01][0-9]|2[0-3]):[0-5][0-9]$";
 pub const DEFAULT_REQUIRED_NODE_KEYS: [&str; 3] =
     ["topology.kubernetes.io/zone", "kubernetes.io/arch", "karpenter.sh/capacity-type"];
 
-/// The command line of `noderotation crd`.
-#[derive(Debug, Args)]
-pub struct CrdArgs {}
-
 /// The command that regenerates the checked-in CRD; named by the stale-check test.
 pub const REGENERATE_COMMAND: &str = "cargo run -- crd > crds/rotationpolicy.yaml";
-
-/// Prints the CRD YAML (with a "generated" preamble) to stdout.
-pub fn run(_args: &CrdArgs) -> anyhow::Result<i32> {
-    print!("{}", crd_yaml()?);
-    Ok(0)
-}
 
 /// The CRD as installed: `RotationPolicy::crd()` with doc-comment line breaks inside paragraphs
 /// joined, so that `kubectl explain` can wrap descriptions itself.

@@ -1,14 +1,14 @@
 //! RotationPolicy API and everything derived from a policy: windows, age threshold, chances,
-//! feasibility, policy resolution, and the `plan` command (spec §5.4, SUPPLEMENT §3.1–§3.2).
+//! feasibility, policy resolution, and the `plan` report (spec §5.4, SUPPLEMENT §3.1–§3.2).
 //!
 //! - [`crd`]: the `RotationPolicy` wire types and CRD; [`duration`]: Go durations.
 //! - [`window`]: the compiled window schedule (occurrences, `P`); [`settings`]: a spec with
 //!   defaults applied and reconcile-time validation ([`settings::Effective`]).
 //! - [`derive`]: deadline, `t_rot`, `A`, `G`, `C`, the candidate predicate, order, backoff.
 //! - [`feasibility`]: layers 1–3 as typed findings; [`resolve`]: governance and status view.
-//! - [`plan`]: `noderotation plan`.
+//! - [`plan`]: the report of `noderotation plan` (the command is `crate::cli::plan`).
 //!
-//! Everything except `crd::run` and `plan::run` is pure: no I/O, `now` is always a parameter.
+//! Pure: no I/O, `now` is always a parameter (the commands that read files live in `crate::cli`).
 pub mod crd;
 pub mod derive;
 pub mod duration;

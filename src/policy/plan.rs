@@ -1,187 +1,60 @@
-//! `noderotation plan`: what a RotationPolicy will do to a NodePool, before it is applied.
+//! What a RotationPolicy will do to a NodePool, before it is applied: the report behind
+//! `noderotation plan` (the command itself, with its files, flags and exit codes, is
+//! `crate::cli::plan`).
 //!
-//! ```text
-//! noderotation plan -f policy.yaml --nodepool nodepool.yaml
-//! noderotation plan -f policy.yaml --expire-after 14d --tgp 1h --nodes 20 [--output json]
-//! ```
-//!
-//! Prints P, A, t_rot, t_rot_est, C, G, every finding with severity and fix, and the next
-//! occurrences in the policy's time zones and UTC. Exit codes: 0 feasible, 1 the input files
-//! (unreadable, invalid, unknown fields: named with file, field and problem), 2 the command line
-//! (as clap's own usage errors), 3 infeasible (a fatal finding).
+//! P, A, t_rot, t_rot_est, C, G, every finding with severity and fix, and the next occurrences in
+//! the policy's time zones and UTC. Pure: the caller reads the files and passes `now`.
 use std::fmt::Write as _;
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{anyhow, bail};
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
-use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use super::crd::RotationPolicy;
-use super::duration::{self, ExpireAfter, format_human};
+use super::duration::{self, format_human};
 use super::feasibility::{self, Assessment, Finding, PoolFacts, Severity};
 use super::resolve;
 use super::settings::{AgeThreshold, Effective};
 use super::window::{HORIZON, Occurrence, Schedule};
-use crate::clock::{Clock, SystemClock};
 use crate::karpenter::NodePool;
 
-/// Exit code when an input file cannot be used: unreadable, not YAML, an invalid value, an unknown
-/// field.
-pub const EXIT_INPUT: i32 = 1;
-/// Exit code of a command-line mistake: the code clap uses for the flags it rejects itself, so
-/// every usage error exits alike.
-pub const EXIT_USAGE: i32 = 2;
 /// Exit code when the plan was printed and a fatal finding exists: no rotation would start.
 pub const EXIT_INFEASIBLE: i32 = 3;
 
-const EXIT_CODES_HELP: &str = "Exit codes:
-  0  feasible: the plan was printed
-  1  an input file cannot be used (unreadable, invalid, unknown field)
-  2  usage: the command line is wrong
-  3  infeasible: the plan was printed and has a fatal finding";
-
-/// A command-line mistake (exit [`EXIT_USAGE`]), as opposed to a problem in an input file.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(String);
-
-fn usage(message: impl Into<String>) -> anyhow::Error {
-    UsageError(message.into()).into()
-}
-
-/// Output format of `plan`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
-    /// For people.
-    Human,
-    /// For machines; see [`PlanReport`].
-    Json,
-}
-
-/// The command line of `noderotation plan`.
-#[derive(Debug, Args)]
-#[command(after_help = EXIT_CODES_HELP)]
-pub struct PlanArgs {
-    /// The RotationPolicy manifest (YAML).
-    #[arg(short = 'f', long = "filename", value_name = "POLICY_YAML")]
-    pub filename: PathBuf,
-
-    /// Which policy to plan when the manifest holds several.
-    #[arg(long, value_name = "NAME")]
-    pub name: Option<String>,
-
-    /// A karpenter.sh/v1 NodePool manifest to plan against.
-    #[arg(long, value_name = "NODEPOOL_YAML")]
-    pub nodepool: Option<PathBuf>,
-
-    /// The pool's expireAfter instead of --nodepool: a Go duration, Nd for days, or Never.
-    #[arg(long, value_name = "DURATION")]
-    pub expire_after: Option<String>,
-
-    /// The pool's terminationGracePeriod instead of --nodepool; omit when the pool has none.
-    #[arg(long, value_name = "DURATION")]
-    pub tgp: Option<String>,
-
-    /// N, the number of nodes in the pool (with --nodepool default: status.resources.nodes).
-    #[arg(long, value_name = "N")]
-    pub nodes: Option<u64>,
-
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Human)]
-    pub output: OutputFormat,
-
-    /// Evaluate at this instant (RFC 3339) instead of now, for reproducible output.
-    #[arg(long, value_name = "RFC3339")]
-    pub now: Option<String>,
-
-    /// How many upcoming occurrences to list.
-    #[arg(long, value_name = "N", default_value_t = 5)]
-    pub occurrences: usize,
-}
-
-/// Runs `plan`; the result is the exit code (0, [`EXIT_INFEASIBLE`], or [`EXIT_USAGE`] after
-/// printing the usage error). Input errors are returned (the caller prints them, exit 1).
-pub fn run(args: &PlanArgs) -> anyhow::Result<i32> {
-    let report = match args
-        .now
-        .as_deref()
-        .map(parse_now)
-        .transpose()
-        .and_then(|now| plan(args, now.unwrap_or_else(|| SystemClock.now())))
-    {
-        Ok(report) => report,
-        Err(err) if err.is::<UsageError>() => {
-            eprintln!("error: {err:#}");
-            eprintln!("\nFor more information, try 'noderotation plan --help'.");
-            return Ok(EXIT_USAGE);
-        }
-        Err(err) => return Err(err),
-    };
-    let text = match args.output {
-        OutputFormat::Human => render_human(&report),
-        OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(&report)?),
-    };
-    // `plan ... | head -1`: a reader that went away is not an error worth a panic or a message.
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        Err(e) => return Err(anyhow!("cannot write the plan to stdout: {e}")),
-    }
-    Ok(if report.fatal { EXIT_INFEASIBLE } else { 0 })
-}
-
-fn parse_now(s: &str) -> anyhow::Result<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| usage(format!("--now: {s:?} is not an RFC 3339 time: {e}")))
-}
-
-/// Builds the report for `args` at `now` (all input is read and checked here).
-pub fn plan(args: &PlanArgs, now: DateTime<Utc>) -> anyhow::Result<PlanReport> {
-    let file = args.filename.display().to_string();
-    let text = read(&args.filename)?;
-    let policies = parse_policies(&text).map_err(|e| anyhow!("{file}: {e}"))?;
-    let policy = pick_policy(policies, args.name.as_deref()).map_err(|e| anyhow!("{file}: {e}"))?;
+/// The policy's effective settings, or every invalid field named with `file`.
+pub fn settings_of(policy: &RotationPolicy, file: &str) -> anyhow::Result<Effective> {
     let policy_name = policy.metadata.name.clone().unwrap_or_default();
-    let settings = Effective::from_spec(&policy.spec).map_err(|invalid| {
+    Effective::from_spec(&policy.spec).map_err(|invalid| {
         let lines: Vec<String> =
             invalid.errors.iter().map(|e| format!("{file}: {}: {}", e.field, e.problem)).collect();
         anyhow!("RotationPolicy {policy_name} is invalid:\n{}", lines.join("\n"))
-    })?;
+    })
+}
 
-    let (pool_input, facts) = match (&args.nodepool, &args.expire_after, &args.tgp) {
-        (Some(path), None, None) => pool_from_file(path, &policy, args.nodes)?,
-        (Some(_), _, _) => {
-            return Err(usage("--nodepool cannot be combined with --expire-after or --tgp"));
-        }
-        (None, Some(_), _) => pool_from_flags(args)?,
-        (None, None, _) => {
-            return Err(usage(
-                "say which pool to plan for: --nodepool NODEPOOL_YAML, or --expire-after \
-                 DURATION [--tgp DURATION] [--nodes N]",
-            ));
-        }
-    };
-    let assessment = feasibility::assess(&settings, &facts, now);
+/// The report for `policy` (read from `file`) on the pool `facts` describe, at `now`.
+pub fn report(
+    policy: &RotationPolicy,
+    file: &str,
+    settings: &Effective,
+    pool_input: PoolInput,
+    facts: &PoolFacts,
+    now: DateTime<Utc>,
+    occurrences: usize,
+) -> PlanReport {
+    let policy_name = policy.metadata.name.clone().unwrap_or_default();
+    let assessment = feasibility::assess(settings, facts, now);
     // Open 24/7: there is nothing to list (the one run is clipped to the horizon).
     let next = if assessment.derived.always_open {
         Vec::new()
     } else {
-        upcoming(&settings.schedule, now, args.occurrences)
+        upcoming(&settings.schedule, now, occurrences)
     };
-    Ok(build_report(&policy_name, &file, pool_input, &settings, &assessment, &next, now))
-}
-
-fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))
+    build_report(&policy_name, file, pool_input, settings, &assessment, &next, now)
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TypeMeta {
+pub(crate) struct TypeMeta {
     #[serde(default)]
     api_version: String,
     #[serde(default)]
@@ -288,7 +161,8 @@ fn unknown_fields(
     }
 }
 
-fn pick_policy(
+/// The policy named `name`, or the only one.
+pub fn pick_policy(
     policies: Vec<RotationPolicy>,
     name: Option<&str>,
 ) -> anyhow::Result<RotationPolicy> {
@@ -311,14 +185,16 @@ fn pick_policy(
     }
 }
 
-fn pool_from_file(
-    path: &Path,
+/// The pool of a `karpenter.sh/v1` NodePool manifest `text` read from `file`; `nodes` overrides
+/// its node count.
+pub fn pool_from_manifest(
+    file: &str,
+    text: &str,
     policy: &RotationPolicy,
     nodes: Option<u64>,
 ) -> anyhow::Result<(PoolInput, PoolFacts)> {
-    let file = path.display().to_string();
-    let text = read(path)?;
-    let meta: TypeMeta = serde_yaml::from_str(&text).map_err(|e| anyhow!("{file}: {e}"))?;
+    let file = file.to_string();
+    let meta: TypeMeta = serde_yaml::from_str(text).map_err(|e| anyhow!("{file}: {e}"))?;
     if meta.kind != "NodePool" || meta.api_version != "karpenter.sh/v1" {
         bail!(
             "{file}: apiVersion/kind: expected karpenter.sh/v1 NodePool, got {:?} {:?}",
@@ -326,7 +202,7 @@ fn pool_from_file(
             meta.kind
         );
     }
-    let pool: NodePool = serde_yaml::from_str(&text).map_err(|e| anyhow!("{file}: {e}"))?;
+    let pool: NodePool = serde_yaml::from_str(text).map_err(|e| anyhow!("{file}: {e}"))?;
     let expire_after =
         pool.expire_after().map_err(|e| anyhow!("{file}: spec.template.spec.expireAfter: {e}"))?;
     let tgp = pool
@@ -349,44 +225,6 @@ fn pool_from_file(
         nodes,
         exhausted_limits: pool.exhausted_limits(),
         static_pool: pool.is_static(),
-    };
-    Ok((input, facts))
-}
-
-fn pool_from_flags(args: &PlanArgs) -> anyhow::Result<(PoolInput, PoolFacts)> {
-    let raw = args
-        .expire_after
-        .as_deref()
-        .ok_or_else(|| usage("give either --nodepool FILE or --expire-after DURATION"))?;
-    let expire_after = ExpireAfter::parse_with_days(raw).map_err(|_| {
-        usage(format!(
-            "--expire-after: {raw:?} is not a duration: use a Go duration such as 336h, days \
-             such as 14d, or Never"
-        ))
-    })?;
-    let tgp =
-        args.tgp
-            .as_deref()
-            .map(|s| {
-                duration::parse_with_days(s).ok().filter(|d| *d >= Duration::zero()).ok_or_else(
-                    || usage(format!("--tgp: {s:?} is not a duration (e.g. 1h, 30m, 2d)")),
-                )
-            })
-            .transpose()?;
-    let input = PoolInput {
-        source: "flags".into(),
-        name: None,
-        expire_after: expire_after.to_string(),
-        termination_grace_period: tgp.map(duration::format),
-        nodes: args.nodes,
-        selected_by_policy: None,
-    };
-    let facts = PoolFacts {
-        expire_after,
-        termination_grace_period: tgp,
-        nodes: args.nodes,
-        exhausted_limits: Vec::new(),
-        static_pool: false,
     };
     Ok((input, facts))
 }
