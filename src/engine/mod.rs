@@ -29,6 +29,18 @@ pub fn claim_state(raw: Option<&str>) -> ClaimState {
     raw.and_then(ClaimState::from_name).unwrap_or(ClaimState::None)
 }
 
+impl ClaimState {
+    /// No rotation holds the claim: never touched, or the last one finished (`none`).
+    pub fn is_idle(self) -> bool {
+        self == ClaimState::None
+    }
+
+    /// The last attempt failed and waits out its backoff (`failed`).
+    pub fn is_failed(self) -> bool {
+        self == ClaimState::Failed
+    }
+}
+
 /// The rules compiled into the binary (checked by build.rs when it was built).
 static RULES_DIR: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/rules");
 

@@ -145,11 +145,12 @@ pub enum ClaimState {
 /// cannot disagree about a value.
 impl From<crate::engine::ClaimState> for ClaimState {
     fn from(state: crate::engine::ClaimState) -> ClaimState {
-        use crate::engine::ClaimState as Rules;
-        match state {
-            Rules::None => ClaimState::Idle,
-            Rules::Failed => ClaimState::Failed,
-            Rules::Pending | Rules::Draining | Rules::Expired => ClaimState::InRotation,
+        if state.is_idle() {
+            ClaimState::Idle
+        } else if state.is_failed() {
+            ClaimState::Failed
+        } else {
+            ClaimState::InRotation
         }
     }
 }
