@@ -479,3 +479,160 @@ fn rules_check_rejects_edits_that_break_a_spec_obligation() {
     let shipped = bin().args(["rules", "check"]).arg(repo().join("rules")).output().expect("check");
     assert!(shipped.status.success(), "{}", String::from_utf8_lossy(&shipped.stderr));
 }
+
+/// ARCHITECTURE.md's rules of the road, checked on the source text so that a violation fails
+/// `cargo test` instead of waiting for a reviewer.
+mod tidy {
+    use super::repo;
+    use std::path::{Path, PathBuf};
+
+    fn rust_files(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                out.extend(rust_files(&path));
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// `(file:line, code)` of every line of code under `dir` (comments dropped).
+    fn code_lines(dir: &str) -> Vec<(String, String)> {
+        let root = repo();
+        let files = rust_files(&root.join(dir));
+        // Files that are unit tests themselves (`#[cfg(test)] mod name;` in their parent).
+        let mut test_only = Vec::new();
+        for path in &files {
+            let text = std::fs::read_to_string(path).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            for w in lines.windows(2) {
+                if w[0].trim() == "#[cfg(test)]"
+                    && let Some(name) =
+                        w[1].trim().strip_prefix("mod ").and_then(|m| m.strip_suffix(';'))
+                {
+                    test_only.push(path.parent().unwrap().join(format!("{name}.rs")));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for path in files.iter().filter(|f| !test_only.contains(f)) {
+            let rel = path.strip_prefix(&root).unwrap().display().to_string();
+            let text = std::fs::read_to_string(path).unwrap();
+            // Unit tests (`#[cfg(test)] mod ...` at the end of a file) may read fixtures.
+            let mut lines: Vec<&str> = text.lines().collect();
+            if let Some(at) = lines.windows(2).position(|w| {
+                w[0].trim() == "#[cfg(test)]" && w[1].trim_start().starts_with("mod ")
+            }) {
+                lines.truncate(at);
+            }
+            for (i, line) in lines.into_iter().enumerate() {
+                let code = match line.find("//") {
+                    Some(at) => &line[..at],
+                    None => line,
+                };
+                if !code.trim().is_empty() {
+                    out.push((format!("{rel}:{}", i + 1), code.to_string()));
+                }
+            }
+        }
+        out
+    }
+
+    fn offenders(dir: &str, bad: impl Fn(&str) -> bool) -> Vec<String> {
+        code_lines(dir)
+            .into_iter()
+            .filter(|(_, code)| bad(code))
+            .map(|(at, code)| format!("{at}: {}", code.trim()))
+            .collect()
+    }
+
+    #[test]
+    fn rulebook_depends_on_std_serde_ron_and_pest_only() {
+        // build.rs compiles src/rulebook by #[path]: it cannot see the crate it builds.
+        let allowed =
+            ["std", "core", "alloc", "serde", "ron", "pest", "pest_derive", "super", "self"];
+        let found = offenders("src/rulebook", |code| {
+            if code.contains("crate::") {
+                return true;
+            }
+            let Some(path) = code.trim().strip_prefix("use ") else { return false };
+            let first = path.trim_start_matches("::").split([':', ';', ' ', '{']).next().unwrap();
+            !allowed.contains(&first)
+        });
+        assert!(
+            found.is_empty(),
+            "src/rulebook must not use the crate or other dependencies:\n{}",
+            found.join("\n")
+        );
+    }
+
+    #[test]
+    fn reconcile_never_names_a_cluster_implementation() {
+        // The same reconcile runs against the real cluster and the in-memory one: only the
+        // Cluster trait may be named.
+        let banned = ["memory", "Memory", "kube::", "KubeCluster", "cluster::kube", "kube_runtime"];
+        let found = offenders("src/reconcile", |code| banned.iter().any(|b| code.contains(b)));
+        assert!(
+            found.is_empty(),
+            "src/reconcile names a Cluster implementation:\n{}",
+            found.join("\n")
+        );
+    }
+
+    #[test]
+    fn no_rust_code_outside_the_engine_decides_on_a_claim_state() {
+        // The rules' states are matched only by the interpreter that runs them, and inside verb
+        // implementations (which branch on what they read while carrying out a verb).
+        let states = [
+            "ClaimState::None",
+            "ClaimState::Pending",
+            "ClaimState::Draining",
+            "ClaimState::Expired",
+        ];
+        let mut found = Vec::new();
+        for dir in ["src", "benches"] {
+            found.extend(offenders(dir, |code| {
+                states.iter().any(|s| code.contains(s))
+                    || code.contains("engine::ClaimState::")
+                    || code.contains("engine::ClaimState as")
+            }));
+        }
+        found.retain(|at| {
+            !at.starts_with("src/engine/") && !at.starts_with("src/reconcile/verbs.rs:")
+        });
+        assert!(found.is_empty(), "claim-state decisions belong in rules/:\n{}", found.join("\n"));
+    }
+
+    #[test]
+    fn pure_modules_do_no_io_and_read_no_clock() {
+        let banned = [
+            "std::fs",
+            "std::net",
+            "tokio",
+            "reqwest",
+            "Clock",
+            "Utc::now",
+            "SystemTime",
+            "Instant::now",
+        ];
+        let mut found = Vec::new();
+        // (src/rulebook reads the rules directory it models; build.rs and the binary call it.)
+        for dir in ["src/engine", "src/policy"] {
+            found.extend(offenders(dir, |code| banned.iter().any(|b| code.contains(b))));
+        }
+        found.extend(
+            offenders("src", |code| banned.iter().any(|b| code.contains(b)))
+                .into_iter()
+                .filter(|at| at.starts_with("src/placeholder")),
+        );
+        assert!(
+            found.is_empty(),
+            "pure modules must not do I/O or read the clock:\n{}",
+            found.join("\n")
+        );
+    }
+}
