@@ -635,4 +635,56 @@ mod tidy {
             found.join("\n")
         );
     }
+
+    #[test]
+    fn policy_modules_import_each_other_without_a_cycle() {
+        use std::collections::{BTreeMap, BTreeSet};
+        // module -> the policy modules its non-test code names
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (at, code) in code_lines("src/policy") {
+            let file = at.split(':').next().unwrap();
+            let module = file.trim_start_matches("src/policy/").trim_end_matches(".rs").to_string();
+            for prefix in ["super::", "crate::policy::"] {
+                for (i, _) in code.match_indices(prefix) {
+                    let rest = &code[i + prefix.len()..];
+                    let name: String =
+                        rest.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+                    if !name.is_empty() && name != module {
+                        graph.entry(module.clone()).or_default().insert(name);
+                    }
+                }
+            }
+        }
+        // depth-first search for a back edge
+        fn visit(
+            m: &str,
+            graph: &BTreeMap<String, BTreeSet<String>>,
+            path: &mut Vec<String>,
+            done: &mut BTreeSet<String>,
+        ) -> Option<Vec<String>> {
+            if let Some(at) = path.iter().position(|p| p == m) {
+                let mut cycle = path[at..].to_vec();
+                cycle.push(m.to_string());
+                return Some(cycle);
+            }
+            if !done.insert(m.to_string()) {
+                return None;
+            }
+            path.push(m.to_string());
+            for next in graph.get(m).into_iter().flatten() {
+                if let Some(cycle) = visit(next, graph, path, done) {
+                    return Some(cycle);
+                }
+            }
+            path.pop();
+            None
+        }
+        let mut done = BTreeSet::new();
+        for module in graph.keys() {
+            let mut path = Vec::new();
+            if let Some(cycle) = visit(module, &graph, &mut path, &mut done) {
+                panic!("src/policy has an import cycle: {}", cycle.join(" -> "));
+            }
+        }
+    }
 }

@@ -311,6 +311,24 @@ pub fn forceful_fallback_due(
     enabled && deadline.is_some_and(|d| d - now < t_rot)
 }
 
+/// The derived values of a policy's effective settings for a claim or pool with tGP `tgp`.
+impl Effective {
+    /// `t_rot = readyTimeout + tGP + buffer` for a claim or pool with this tGP.
+    pub fn t_rot(&self, tgp: Option<Duration>) -> Duration {
+        t_rot(self.ready_timeout, tgp)
+    }
+
+    /// `t_rot_est = provisioningEstimate + drainEstimate`.
+    pub fn t_rot_est(&self, tgp: Option<Duration>) -> Duration {
+        t_rot_est(self.provisioning_estimate, self.drain_estimate(tgp))
+    }
+
+    /// The escalating backoff after `retry_count` failures.
+    pub fn backoff(&self, retry_count: u32) -> Duration {
+        backoff(self.retry_backoff, retry_count)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

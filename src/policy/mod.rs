@@ -13,8 +13,10 @@ pub mod crd;
 pub mod derive;
 pub mod duration;
 pub mod feasibility;
+pub mod invalid;
 pub mod plan;
 pub mod resolve;
+pub mod selector;
 pub mod settings;
 pub mod window;
 

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::crd::RotationPolicy;
 use super::duration::{self, format_human};
 use super::feasibility::{self, Assessment, Finding, PoolFacts, Severity};
-use super::resolve;
+use super::selector;
 use super::settings::{AgeThreshold, Effective};
 use super::window::{HORIZON, Occurrence, Schedule};
 use crate::karpenter::NodePool;
@@ -209,7 +209,7 @@ pub fn pool_from_manifest(
         .termination_grace_period()
         .map_err(|e| anyhow!("{file}: spec.template.spec.terminationGracePeriod: {e}"))?;
     let labels = pool.metadata.labels.clone().unwrap_or_default();
-    let selected = resolve::selector_matches(&policy.spec.node_pool_selector, &labels);
+    let selected = selector::selector_matches(&policy.spec.node_pool_selector, &labels);
     let nodes = nodes.or_else(|| pool.node_count());
     let input = PoolInput {
         source: file,

@@ -8,15 +8,14 @@
 //! (`docs/decisions/policy-crd.md`). `minRotationChances < 1` and an empty window list are not
 //! validation errors: SUPPLEMENT §3.2 makes them layer-1 fatal findings (`KBelowOne`,
 //! `NoWindows`), so they are carried through to [`crate::policy::feasibility`].
+use super::invalid::{FieldError, InvalidPolicy};
 use std::collections::BTreeSet;
-use std::fmt;
 
 use chrono::Duration;
 
 use super::crd::{MatchNodeRequirements, RotationPolicySpec};
-use super::derive;
 use super::duration::{self, DurationError};
-use super::resolve;
+use super::selector;
 use super::window::Schedule;
 
 /// `failurePause` floor when it is unset (ADR-0004: `max(10m, cooldownAfter)`).
@@ -65,28 +64,6 @@ pub struct Effective {
     pub whole_node_reservation: bool,
 }
 
-/// One reason a policy is `Invalid`. `field` is the full path from the object root
-/// (`spec.surge.readyTimeout`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {problem}")]
-pub struct FieldError {
-    pub field: String,
-    pub problem: String,
-}
-
-/// Every reason a policy is `Invalid`, in spec order.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct InvalidPolicy {
-    pub errors: Vec<FieldError>,
-}
-
-impl fmt::Display for InvalidPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = self.errors.iter().map(ToString::to_string).collect();
-        f.write_str(&parts.join("; "))
-    }
-}
-
 impl Effective {
     /// Validates `spec` and applies every default. All problems are reported together.
     pub fn from_spec(spec: &RotationPolicySpec) -> Result<Effective, InvalidPolicy> {
@@ -95,7 +72,7 @@ impl Effective {
             errors.push(FieldError { field: format!("spec.{field}"), problem });
         };
 
-        for problem in resolve::selector_problems(&spec.node_pool_selector) {
+        for problem in selector::selector_problems(&spec.node_pool_selector) {
             err(&format!("nodePoolSelector.{}", problem.field), problem.problem);
         }
 
@@ -246,21 +223,6 @@ impl Effective {
             Some(tgp) => tgp.min(DEFAULT_DRAIN_ESTIMATE_CAP),
             None => DEFAULT_DRAIN_ESTIMATE_CAP,
         })
-    }
-
-    /// `t_rot = readyTimeout + tGP + buffer` for a claim or pool with this tGP.
-    pub fn t_rot(&self, tgp: Option<Duration>) -> Duration {
-        derive::t_rot(self.ready_timeout, tgp)
-    }
-
-    /// `t_rot_est = provisioningEstimate + drainEstimate`.
-    pub fn t_rot_est(&self, tgp: Option<Duration>) -> Duration {
-        derive::t_rot_est(self.provisioning_estimate, self.drain_estimate(tgp))
-    }
-
-    /// The escalating backoff after `retry_count` failures.
-    pub fn backoff(&self, retry_count: u32) -> Duration {
-        derive::backoff(self.retry_backoff, retry_count)
     }
 }
 
