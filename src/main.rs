@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use noderotation::{cli, runtime, sim};
+use noderotation::{cli, runtime};
 
 #[derive(Debug, Parser)]
 #[command(name = "noderotation", version = noderotation::VERSION_LINE, about, long_about = None)]
@@ -27,7 +27,7 @@ enum Command {
     /// Run the operator: preflight, leader election, watches, reconcile (needs a cluster).
     Run(runtime::RunArgs),
     /// Simulate a fleet over weeks of virtual time, next to Karpenter alone (no cluster needed).
-    Simulate(sim::cli::SimulateArgs),
+    Simulate(cli::simulate::SimulateArgs),
     /// Remove every annotation, cordon, do-not-disrupt and placeholder pod the operator owns.
     /// `noderotation run` must not be running (stop it first, or pass --stop-deployment).
     ///
@@ -54,7 +54,7 @@ fn main() -> ExitCode {
         Command::Crd(args) => cli::crd::run(args),
         Command::Plan(args) => cli::plan::run(args),
         Command::Run(args) => runtime::run(args),
-        Command::Simulate(args) => sim::cli::simulate(args),
+        Command::Simulate(args) => cli::simulate::simulate(args),
         Command::Uninstall(args) => cli::uninstall::run(args),
     };
     match result {

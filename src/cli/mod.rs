@@ -1,4 +1,5 @@
 pub mod crd;
 pub mod plan;
 pub mod rules;
+pub mod simulate;
 pub mod uninstall;

@@ -11,7 +11,6 @@
 //!
 //! Nothing here reads the wall clock except [`cli`], to print the elapsed time.
 pub mod actors;
-pub mod cli;
 pub mod driver;
 pub mod gov;
 pub mod invariants;

@@ -9,10 +9,10 @@ use std::time::Instant;
 use anyhow::{Context, anyhow};
 use chrono::Duration;
 
-use super::metrics::{Figures, table};
-use super::scenario::{Compiled, Scenario};
-use super::{Options, RunResult, report, run};
 use crate::engine::Engine;
+use crate::sim::metrics::{Figures, table};
+use crate::sim::scenario::{Compiled, Scenario};
+use crate::sim::{Options, RunResult, report, run};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
