@@ -259,3 +259,38 @@ fn capacity_shortage_rolls_back_then_recovers() {
     assert!(f.outcomes.get("success").copied().unwrap_or(0) >= 20, "{f:?}");
     assert_eq!(f.forced_expiries, 0, "{f:?}");
 }
+
+/// `simulate --output json`: one document per run or sweep, with per-pool and per-seed figures
+/// that add up to the totals (what a user's sweep script reads).
+#[test]
+fn json_output_has_per_pool_and_per_seed_figures_that_add_up() {
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_noderotation"))
+            .args(["simulate", "--output", "json", "--weeks", "1", "--faults"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("not one JSON document: {e}\n{}", String::from_utf8_lossy(&out.stdout))
+        })
+    };
+    let one = run(&["--seed", "7"]);
+    let ours = &one["ours"];
+    let pools = ours["pools"].as_object().unwrap();
+    assert_eq!(pools.keys().collect::<Vec<_>>(), ["api", "batch", "web"]);
+    for key in ["rotations_started", "replacements", "forced_expiries", "replacements_in_window"] {
+        let per_pool: u64 = pools.values().map(|p| p[key].as_u64().unwrap()).sum();
+        assert_eq!(per_pool, ours[key].as_u64().unwrap(), "{key}: pools do not add up");
+    }
+    assert!(ours["rotations_started"].as_u64().unwrap() > 0);
+    assert!(one["karpenter_alone"]["pools"].is_object());
+    assert!(one["violations"].as_array().unwrap().is_empty());
+
+    let sweep = run(&["--seeds", "2", "--jobs", "1"]);
+    let seeds = sweep["seeds"].as_array().unwrap();
+    assert_eq!(seeds.iter().map(|s| s["seed"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2]);
+    let total: u64 = seeds.iter().map(|s| s["ours"]["replacements"].as_u64().unwrap()).sum();
+    assert_eq!(sweep["summary"]["replacements"].as_u64(), Some(total));
+    assert_eq!(sweep["summary"]["with_violations"].as_u64(), Some(0));
+}

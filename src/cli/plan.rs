@@ -8,7 +8,6 @@
 //! Reads the files and flags, then prints [`crate::policy::plan`]'s report. Exit codes: 0
 //! feasible, 1 the input files (unreadable, invalid, unknown fields: named with file, field and
 //! problem), 2 the command line (as clap's own usage errors), 3 infeasible (a fatal finding).
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow};
@@ -118,13 +117,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<i32> {
         OutputFormat::Human => render_human(&report),
         OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(&report)?),
     };
-    // `plan ... | head -1`: a reader that went away is not an error worth a panic or a message.
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        Err(e) => return Err(anyhow!("cannot write the plan to stdout: {e}")),
-    }
+    super::write_stdout(&text)?;
     Ok(if report.fatal { EXIT_INFEASIBLE } else { 0 })
 }
 

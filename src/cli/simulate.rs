@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, anyhow};
 use chrono::Duration;
 
+use crate::cli::plan::OutputFormat;
 use crate::engine::Engine;
 use crate::sim::metrics::{Figures, table};
 use crate::sim::scenario::{Compiled, Scenario};
@@ -48,6 +49,48 @@ pub struct SimulateArgs {
     /// Worker threads for --seeds (default: all cores).
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// Output format: `json` prints one document with the figures of the run (ours, Karpenter
+    /// alone, per pool) or, with --seeds, of every seed, for sweeps and scripts.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Human)]
+    pub output: OutputFormat,
+}
+
+/// The figures of one run as JSON: the summary table's numbers, and the same per pool.
+pub fn figures_json(f: &Figures) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "rotations_started": f.attempts,
+        "outcomes": f.outcomes,
+        "surge_paths": f.paths,
+        "replacements": f.replacements,
+        "replacements_in_window": f.replacements_in_window,
+        "in_window_share": f.in_window_share(),
+        "forced_expiries": f.forced_expiries,
+        "min_margin_seconds": f.min_margin.map(|d| d.num_seconds()),
+        "pending_pod_seconds": f.pending_pod_seconds,
+        "overlap_node_hours": f.overlap_node_hours,
+    });
+    if !f.per_pool.is_empty() {
+        v["writes"] = f.writes.into();
+        v["events"] = f.events.into();
+        v["claims_created"] = f.claims_created.into();
+        v["evictions"] = f.evictions.into();
+        v["pools"] = f.per_pool.iter().map(|(name, p)| (name.clone(), figures_json(p))).collect();
+    }
+    v
+}
+
+fn violations_json(args: &SimulateArgs, r: &RunResult) -> serde_json::Value {
+    r.violations
+        .iter()
+        .map(|v| {
+            serde_json::json!({
+                "invariant": v.invariant,
+                "at": v.time.to_rfc3339(),
+                "detail": v.detail,
+                "replay": replay_command(args, r.seed),
+            })
+        })
+        .collect()
 }
 
 /// The command line that replays one seed.
@@ -167,6 +210,31 @@ pub fn simulate(args: &SimulateArgs) -> anyhow::Result<i32> {
     });
     progress.done();
     let elapsed = wall.elapsed();
+    if args.output == OutputFormat::Json {
+        if let Some(path) = &args.report {
+            let html = report::html(&plan, &ours, alone.as_ref());
+            std::fs::write(path, html)
+                .with_context(|| format!("{}: cannot write", path.display()))?;
+        }
+        let doc = serde_json::json!({
+            "scenario": plan.name,
+            "seed": args.seed,
+            "faults": args.faults,
+            "start": plan.start.to_rfc3339(),
+            "span_seconds": span.num_seconds(),
+            "ours": figures_json(&ours.figures),
+            "karpenter_alone": alone.as_ref().map(figures_json),
+            "controller": {
+                "passes": ours.passes,
+                "restarts": ours.restarts,
+                "leader_changes": ours.leader_changes,
+                "steps": ours.steps,
+            },
+            "violations": violations_json(args, &ours),
+        });
+        super::write_stdout(&format!("{}\n", serde_json::to_string_pretty(&doc)?))?;
+        return Ok(if ours.violations.is_empty() { 0 } else { 1 });
+    }
     let pools: Vec<String> = plan
         .pools
         .iter()
@@ -233,17 +301,21 @@ fn sweep(
     let done = AtomicUsize::new(0);
     let steps = AtomicU64::new(0);
     let failed: Mutex<Vec<RunResult>> = Mutex::new(Vec::new());
+    let json = args.output == OutputFormat::Json;
+    let per_seed: Mutex<Vec<(u64, serde_json::Value)>> = Mutex::new(Vec::new());
     let fired: Mutex<std::collections::BTreeSet<String>> = Mutex::new(Default::default());
     let progress = Progress::new();
-    println!(
-        "noderotation simulate: scenario {:?}, seeds {}..{}, {} each, faults {}, {} workers",
-        plan.name,
-        args.seed,
-        args.seed + n - 1,
-        crate::policy::duration::format_human(span),
-        if args.faults { "on" } else { "off" },
-        jobs
-    );
+    if !json {
+        println!(
+            "noderotation simulate: scenario {:?}, seeds {}..{}, {} each, faults {}, {} workers",
+            plan.name,
+            args.seed,
+            args.seed + n - 1,
+            crate::policy::duration::format_human(span),
+            if args.faults { "on" } else { "off" },
+            jobs
+        );
+    }
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             scope.spawn(|| {
@@ -267,6 +339,14 @@ fn sweep(
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .extend(r.coverage.iter().cloned());
+                    if json {
+                        let seed = serde_json::json!({
+                            "seed": r.seed,
+                            "ours": figures_json(&r.figures),
+                            "violations": violations_json(args, &r),
+                        });
+                        per_seed.lock().unwrap_or_else(|e| e.into_inner()).push((r.seed, seed));
+                    }
                     if !r.violations.is_empty() {
                         failed.lock().unwrap_or_else(|e| e.into_inner()).push(r);
                     }
@@ -280,20 +360,47 @@ fn sweep(
     let elapsed = wall.elapsed().as_secs_f64();
     let mut failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
     failed.sort_by_key(|r| r.seed);
+    let steps = steps.load(Ordering::SeqCst);
+    let fired = fired.into_inner().unwrap_or_else(|e| e.into_inner());
+    let never: Vec<&str> = engine.row_ids().filter(|r| !fired.contains(*r)).collect();
+    if json {
+        let mut seeds = per_seed.into_inner().unwrap_or_else(|e| e.into_inner());
+        seeds.sort_by_key(|(seed, _)| *seed);
+        let seeds: Vec<serde_json::Value> = seeds.into_iter().map(|(_, v)| v).collect();
+        let sum = |key: &str| -> u64 { seeds.iter().filter_map(|s| s["ours"][key].as_u64()).sum() };
+        let (replacements, in_window) = (sum("replacements"), sum("replacements_in_window"));
+        let doc = serde_json::json!({
+            "scenario": plan.name,
+            "faults": args.faults,
+            "span_seconds": span.num_seconds(),
+            "summary": {
+                "seeds": n,
+                "with_violations": failed.len(),
+                "forced_expiries": sum("forced_expiries"),
+                "replacements": replacements,
+                "in_window_share": (replacements > 0).then(|| in_window as f64 / replacements as f64),
+                "min_margin_seconds": seeds.iter().filter_map(|s| s["ours"]["min_margin_seconds"].as_i64()).min(),
+                "rule_rows_fired": engine.row_ids().count() - never.len(),
+                "rule_rows_never": never,
+                "simulated_steps": steps,
+                "elapsed_seconds": elapsed,
+            },
+            "seeds": seeds,
+        });
+        super::write_stdout(&format!("{}\n", serde_json::to_string_pretty(&doc)?))?;
+        return Ok(if failed.is_empty() { 0 } else { 1 });
+    }
     let mut out = String::new();
     for r in &failed {
         print_violation(&mut out, args, r, false);
     }
     print!("{out}");
-    let steps = steps.load(Ordering::SeqCst);
     println!(
         "{n} seeds: {} with violations; {steps} simulated steps in {elapsed:.1}s ({:.0} steps/s, {:.2} seeds/s)",
         failed.len(),
         steps as f64 / elapsed.max(1e-9),
         n as f64 / elapsed.max(1e-9)
     );
-    let fired = fired.into_inner().unwrap_or_else(|e| e.into_inner());
-    let never: Vec<&str> = engine.row_ids().filter(|r| !fired.contains(*r)).collect();
     println!(
         "rule rows fired: {}/{}{}",
         engine.row_ids().count() - never.len(),

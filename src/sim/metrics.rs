@@ -167,6 +167,9 @@ pub struct Figures {
     pub events: u64,
     pub claims_created: u64,
     pub evictions: u64,
+    /// The same figures per pool, by name (empty inside a pool's own figures). Writes, Events,
+    /// claims created and evictions are counted for the whole cluster only.
+    pub per_pool: BTreeMap<String, Figures>,
 }
 
 impl Figures {
@@ -177,8 +180,28 @@ impl Figures {
         events: u64,
         gov: &mut Gov,
     ) -> Figures {
+        let mut f = Figures::scoped(world, rotations, gov, None);
+        f.writes = writes;
+        f.events = events;
+        f.claims_created = world.metrics.claims_created;
+        f.evictions = world.metrics.evictions;
+        for pool in 0..world.plan.pools.len() {
+            let name = world.pool_name(pool).to_string();
+            f.per_pool.insert(name, Figures::scoped(world, rotations, gov, Some(pool)));
+        }
+        f
+    }
+
+    /// The rotation, replacement, margin, pending and overlap figures of one pool, or of all.
+    fn scoped(
+        world: &World,
+        rotations: &[Rotation],
+        gov: &mut Gov,
+        pool: Option<usize>,
+    ) -> Figures {
+        let mine = |p: usize| pool.is_none_or(|q| q == p);
         let mut f = Figures::default();
-        for r in rotations {
+        for r in rotations.iter().filter(|r| mine(r.pool)) {
             f.attempts += 1;
             let key = match (r.outcome, r.forceful) {
                 (Outcome::Success, true) => "forceful",
@@ -202,7 +225,7 @@ impl Figures {
                 }
             }
         }
-        for (t, pool, _) in &world.metrics.forced_expiries {
+        for (t, pool, _) in world.metrics.forced_expiries.iter().filter(|(_, p, _)| mine(*p)) {
             f.forced_expiries += 1;
             f.replacements += 1;
             let name = world.pool_name(*pool);
@@ -218,12 +241,11 @@ impl Figures {
             }
             f.min_margin = Some(f.min_margin.map_or(Duration::zero(), |x| x.min(Duration::zero())));
         }
-        f.pending_pod_seconds = world.metrics.pending_pod_seconds.iter().sum();
-        f.overlap_node_hours = world.metrics.overlap_node_seconds.iter().sum::<f64>() / 3600.0;
-        f.writes = writes;
-        f.events = events;
-        f.claims_created = world.metrics.claims_created;
-        f.evictions = world.metrics.evictions;
+        let in_scope = |v: &Vec<f64>| -> f64 {
+            v.iter().enumerate().filter(|(p, _)| mine(*p)).map(|(_, x)| x).sum()
+        };
+        f.pending_pod_seconds = in_scope(&world.metrics.pending_pod_seconds);
+        f.overlap_node_hours = in_scope(&world.metrics.overlap_node_seconds) / 3600.0;
         f
     }
 
