@@ -639,10 +639,8 @@ fn no_file_names_a_document_outside_the_repository() {
 #[test]
 fn design_links_land_on_design_headings() {
     let sections = design_sections();
-    let table: Vec<(String, String)> = render::DESIGN_SECTIONS
-        .iter()
-        .map(|(n, t)| (n.to_string(), t.to_string()))
-        .collect();
+    let table: Vec<(String, String)> =
+        render::DESIGN_SECTIONS.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect();
     assert_eq!(
         table, sections,
         "render::DESIGN_SECTIONS (src/rulebook/render.rs) must list the numbered headings of docs/design.md in order"

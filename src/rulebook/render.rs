@@ -67,9 +67,10 @@ pub fn heading_anchor(heading: &str) -> String {
 
 /// `design.md#anchor` of a cited section number (`"5.2"`), if the design has that section.
 pub fn design_link(number: &str) -> Option<String> {
-    DESIGN_SECTIONS.iter().find(|(n, _)| *n == number).map(|(n, title)| {
-        format!("{DESIGN_DOC}#{}", heading_anchor(&format!("\u{a7}{n} {title}")))
-    })
+    DESIGN_SECTIONS
+        .iter()
+        .find(|(n, _)| *n == number)
+        .map(|(n, title)| format!("{DESIGN_DOC}#{}", heading_anchor(&format!("\u{a7}{n} {title}"))))
 }
 
 /// The section number of the `§` citation starting at byte `at` of `text` (`§5.2` -> `5.2`):
@@ -336,7 +337,8 @@ mod tests {
 
     #[test]
     fn citations_are_read_up_to_the_last_number() {
-        let text = "see \u{a7}5.2 step 1b, \u{a7}3.1\u{2013}\u{a7}3.2. and \u{a7}4 and \u{a7} alone";
+        let text =
+            "see \u{a7}5.2 step 1b, \u{a7}3.1\u{2013}\u{a7}3.2. and \u{a7}4 and \u{a7} alone";
         let found: Vec<&str> =
             text.match_indices('\u{a7}').filter_map(|(at, _)| citation_at(text, at)).collect();
         assert_eq!(found, ["5.2", "3.1", "3.2", "4"]);
