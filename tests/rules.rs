@@ -318,8 +318,8 @@ fn the_embedded_rules_are_the_rules_directory() {
 #[test]
 fn rules_diff_shows_each_kind_of_change_in_context() {
     type Edit = (&'static str, &'static str, &'static str);
-    let moved_from = "                (id: \"pending_surge_unschedulable\", when: \"surge_unschedulable(cand)\",\n                 do: [\"warn_once(cand, SurgeUnschedulable)\"], then: Continue, spec: \"SUPPLEMENT §3.3: PodScheduled=False gives a deduplicated SurgeUnschedulable with the scheduler's reason\"),\n                (id: \"pending_frozen\", when: \"frozen(np)\",\n                 then: Requeue(\"1m\"), spec: \"§5.2: escalation held while frozen\"),\n";
-    let moved_to = "                (id: \"pending_frozen\", when: \"frozen(np)\",\n                 then: Requeue(\"1m\"), spec: \"§5.2: escalation held while frozen\"),\n                (id: \"pending_surge_unschedulable\", when: \"surge_unschedulable(cand)\",\n                 do: [\"warn_once(cand, SurgeUnschedulable)\"], then: Continue, spec: \"SUPPLEMENT §3.3: PodScheduled=False gives a deduplicated SurgeUnschedulable with the scheduler's reason\"),\n";
+    let moved_from = "                (id: \"pending_surge_unschedulable\", when: \"surge_unschedulable(cand)\",\n                 do: [\"warn_once(cand, SurgeUnschedulable)\"], then: Continue, spec: \"§3.3: PodScheduled=False gives a deduplicated SurgeUnschedulable with the scheduler's reason\"),\n                (id: \"pending_frozen\", when: \"frozen(np)\",\n                 then: Requeue(\"1m\"), spec: \"§5.2: escalation held while frozen\"),\n";
+    let moved_to = "                (id: \"pending_frozen\", when: \"frozen(np)\",\n                 then: Requeue(\"1m\"), spec: \"§5.2: escalation held while frozen\"),\n                (id: \"pending_surge_unschedulable\", when: \"surge_unschedulable(cand)\",\n                 do: [\"warn_once(cand, SurgeUnschedulable)\"], then: Continue, spec: \"§3.3: PodScheduled=False gives a deduplicated SurgeUnschedulable with the scheduler's reason\"),\n";
     let cases: Vec<(&str, Vec<Edit>)> = vec![
         (
             "a guard negated",
