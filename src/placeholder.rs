@@ -1,4 +1,4 @@
-//! The surge placeholder (SUPPLEMENT §3.3, §3.7, §3.8): sizing, the pod itself, the limits
+//! The surge placeholder (§3.3, §3.7, §3.8): sizing, the pod itself, the limits
 //! headroom check, and the predicates the reconciler asks about a placeholder once it exists
 //! (`surge_ready`, the surge path, the induced claim, the reap guard).
 //!
@@ -569,7 +569,7 @@ pub struct Placeholder {
     pub daemonset_overhead: Resources,
     /// Resources lowered by the clamp, in name order: non-empty → `SurgeClamped`.
     pub clamped: Vec<String>,
-    /// Sized as a whole node (ADR-0005) rather than from the pods.
+    /// Sized as a whole node (§3.3) rather than from the pods.
     pub whole_node: bool,
     /// Every `matchNodeRequirements` key (required first, then preferred) and how it resolved.
     pub keys: Vec<KeyReport>,
@@ -590,7 +590,7 @@ pub enum PlaceholderRefused {
     NothingToReserve,
 }
 
-/// Builds the surge placeholder for `input.claim` (SUPPLEMENT §3.3, §3.7).
+/// Builds the surge placeholder for `input.claim` (§3.3, §3.7).
 ///
 /// Requests: the reschedulable pods' requests clamped to `allocatable - DaemonSet overhead`;
 /// with whole-node reservation, the clamp limit itself (container resources only). Allocatable
@@ -802,7 +802,7 @@ impl fmt::Display for Shortfall {
     }
 }
 
-/// SUPPLEMENT §3.3: for each resource in the pool's `spec.limits`,
+/// §3.3: for each resource in the pool's `spec.limits`,
 /// `status.resources + footprint <= limit`; else the first shortfall in resource-name order. A
 /// limit that does not parse is skipped (Karpenter rejects it itself); a resource missing from
 /// `status.resources` is in use 0.
@@ -828,7 +828,7 @@ pub fn surge_headroom(pool: &NodePool, footprint: &Resources) -> Result<(), Shor
 // ---------------------------------------------------------------------------------------------
 // After creation
 
-/// SUPPLEMENT §3.3 `surge_ready`: the placeholder is `Running`, not terminating, and bound to
+/// §3.3 `surge_ready`: the placeholder is `Running`, not terminating, and bound to
 /// `host`, a Ready node that is not being deleted, is not the candidate's node, and whose
 /// `karpenter.sh/nodepool` label is `pool`. `host` must be the Node named by the placeholder's
 /// `spec.nodeName` (a mismatched or missing host is not ready).
@@ -859,7 +859,7 @@ fn node_ready(node: &Node) -> bool {
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-/// How the surge capacity came about (SUPPLEMENT §3.3).
+/// How the surge capacity came about (§3.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SurgePath {
     /// Karpenter provisioned a new node for the placeholder.
@@ -931,7 +931,7 @@ pub struct InducedClaim {
     pub via: InducedVia,
 }
 
-/// Resolves the induced surge claim (SUPPLEMENT §3.8), for the `surge-claim` annotation and the
+/// Resolves the induced surge claim (§3.8), for the `surge-claim` annotation and the
 /// readyTimeout reap. Only claims of `pool` are considered.
 ///
 /// 1. A placeholder bound to a node: that node's claim ([`claim_of_node`]; `host` is the Node
@@ -978,7 +978,7 @@ fn is_registered(claim: &NodeClaim) -> bool {
     })
 }
 
-/// The readyTimeout reap guard (SUPPLEMENT §3.8): the surge claim may be deleted only if it was
+/// The readyTimeout reap guard (§3.8): the surge claim may be deleted only if it was
 /// created at or after `started_at` (an absorbing host, created before, is never reaped; an
 /// unknown creation time is not reaped) AND its node hosts nothing but the placeholder
 /// (`placeholder_name`, carrying our managed-by label) and pods that belong to the node itself:

@@ -1,4 +1,4 @@
-//! Metrics (SUPPLEMENT §4.2, names normative) and the level-triggered warning latch (§4.3).
+//! Metrics (§4.2, names normative) and the level-triggered warning latch (§4.3).
 //!
 //! [`Telemetry`] owns a dedicated [`Registry`] (never the process-global default), so tests,
 //! `simulate` and several controllers in one process never share series. Every series carries
@@ -94,7 +94,7 @@ impl PoolGauge {
     pub fn help(self) -> &'static str {
         match self {
             PoolGauge::Candidates => {
-                "NodeClaims of the pool that are due for rotation now (SUPPLEMENT 3.2 census)."
+                "NodeClaims of the pool that are due for rotation now (§3.2 census)."
             }
             PoolGauge::InProgress => "Rotations of the pool currently pending or draining.",
             PoolGauge::WindowActive => "1 while a maintenance window of the pool is open, else 0.",
@@ -299,7 +299,7 @@ impl Telemetry {
                 Opts::new(
                     FORCEFUL_FALLBACK_TOTAL,
                     "Surge-less rotations started because a graceful surge could no longer \
-                     finish before the forced expiry (ADR-0001).",
+                     finish before the forced expiry (§3.6).",
                 ),
                 &[POOL],
             ),
@@ -471,7 +471,7 @@ impl Telemetry {
     }
 }
 
-/// Level-triggered deduplication of warnings (SUPPLEMENT §4.3): a warning fires when its
+/// Level-triggered deduplication of warnings (§4.3): a warning fires when its
 /// condition is entered, and again only after the condition was observed false
 /// ([`WarningLatch::clear`]) or when its detail changed (a different `InsufficientHeadroom`
 /// tuple, a different scheduler reason). Keyed by `(object, reason)` by default.

@@ -318,8 +318,8 @@ fn the_embedded_rules_are_the_rules_directory() {
 #[test]
 fn rules_diff_shows_each_kind_of_change_in_context() {
     type Edit = (&'static str, &'static str, &'static str);
-    let moved_from = "                (id: \"pending_surge_unschedulable\", when: \"surge_unschedulable(cand)\",\n                 do: [\"warn_once(cand, SurgeUnschedulable)\"], then: Continue, spec: \"SUPPLEMENT §3.3: PodScheduled=False gives a deduplicated SurgeUnschedulable with the scheduler's reason\"),\n                (id: \"pending_frozen\", when: \"frozen(np)\",\n                 then: Requeue(\"1m\"), spec: \"§5.2: escalation held while frozen\"),\n";
-    let moved_to = "                (id: \"pending_frozen\", when: \"frozen(np)\",\n                 then: Requeue(\"1m\"), spec: \"§5.2: escalation held while frozen\"),\n                (id: \"pending_surge_unschedulable\", when: \"surge_unschedulable(cand)\",\n                 do: [\"warn_once(cand, SurgeUnschedulable)\"], then: Continue, spec: \"SUPPLEMENT §3.3: PodScheduled=False gives a deduplicated SurgeUnschedulable with the scheduler's reason\"),\n";
+    let moved_from = "                (id: \"pending_surge_unschedulable\", when: \"surge_unschedulable(cand)\",\n                 do: [\"warn_once(cand, SurgeUnschedulable)\"], then: Continue, spec: \"§3.3: PodScheduled=False gives a deduplicated SurgeUnschedulable with the scheduler's reason\"),\n                (id: \"pending_frozen\", when: \"frozen(np)\",\n                 then: Requeue(\"1m\"), spec: \"§5.2: escalation held while frozen\"),\n";
+    let moved_to = "                (id: \"pending_frozen\", when: \"frozen(np)\",\n                 then: Requeue(\"1m\"), spec: \"§5.2: escalation held while frozen\"),\n                (id: \"pending_surge_unschedulable\", when: \"surge_unschedulable(cand)\",\n                 do: [\"warn_once(cand, SurgeUnschedulable)\"], then: Continue, spec: \"§3.3: PodScheduled=False gives a deduplicated SurgeUnschedulable with the scheduler's reason\"),\n";
     let cases: Vec<(&str, Vec<Edit>)> = vec![
         (
             "a guard negated",
@@ -478,6 +478,241 @@ fn rules_check_rejects_edits_that_break_a_spec_obligation() {
     }
     let shipped = bin().args(["rules", "check"]).arg(repo().join("rules")).output().expect("check");
     assert!(shipped.status.success(), "{}", String::from_utf8_lossy(&shipped.stderr));
+}
+
+// ---- The design document: every citation resolves to one of its headings -----------------
+
+/// The section sign, spelled out so that this file's own code is not read as a citation.
+const SECTION: char = '\u{a7}';
+
+/// Files of the repository (tracked by git; without git, walked, skipping `target/` and
+/// hidden entries), with their text. Files that are not UTF-8 are left out.
+fn repository_files() -> Vec<(String, String)> {
+    let root = repo();
+    let listed = Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(&root)
+        .output()
+        .ok()
+        .filter(|o| o.status.success() && !o.stdout.is_empty())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split('\0')
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        });
+    let paths = listed.unwrap_or_else(|| {
+        let mut found = Vec::new();
+        let mut stack = vec![root.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read_dir").flatten() {
+                let path = entry.path();
+                let name = entry.file_name().to_string_lossy().to_string();
+                if name.starts_with('.') || (dir == root && name == "target") {
+                    continue;
+                }
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    let rel = path.strip_prefix(&root).expect("under the root");
+                    found.push(rel.to_string_lossy().replace('\\', "/"));
+                }
+            }
+        }
+        found
+    });
+    let mut files: Vec<(String, String)> = paths
+        .into_iter()
+        .filter_map(|p| {
+            let bytes = std::fs::read(root.join(&p)).ok()?;
+            Some((p, String::from_utf8(bytes).ok()?))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// The design document's headings, outside fenced code blocks: (heading text, anchor).
+fn design_headings() -> Vec<(String, String)> {
+    let design = std::fs::read_to_string(repo().join("docs/design.md")).expect("docs/design.md");
+    let mut fenced = false;
+    let mut headings = Vec::new();
+    for line in design.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let hashes = line.bytes().take_while(|b| *b == b'#').count();
+        if fenced || hashes == 0 || hashes > 6 || line.as_bytes().get(hashes) != Some(&b' ') {
+            continue;
+        }
+        let text = line[hashes + 1..].trim().to_string();
+        let anchor = render::heading_anchor(&text);
+        headings.push((text, anchor));
+    }
+    headings
+}
+
+/// The section numbers the design has as headings (`## §5.3 State model` -> `5.3`), with titles.
+fn design_sections() -> Vec<(String, String)> {
+    design_headings()
+        .into_iter()
+        .filter_map(|(text, _)| {
+            let number = render::citation_at(&text, 0)?.to_string();
+            let title = text[SECTION.len_utf8() + number.len()..].trim().to_string();
+            Some((number, title))
+        })
+        .collect()
+}
+
+/// Every section citation in the repository (`rules/`, `src/`, `docs/`, `tests/`, `benches/`,
+/// `deploy/`, the README, ARCHITECTURE.md, `build.rs`: every tracked file) names a section that
+/// is a heading of `docs/design.md`.
+#[test]
+fn every_section_citation_resolves_to_a_design_heading() {
+    let sections: Vec<String> = design_sections().into_iter().map(|(n, _)| n).collect();
+    assert!(!sections.is_empty(), "docs/design.md has no section headings");
+    let mut unresolved = Vec::new();
+    for (path, text) in repository_files() {
+        for (i, line) in text.lines().enumerate() {
+            for (at, _) in line.match_indices(SECTION) {
+                let after = &line[at + SECTION.len_utf8()..];
+                match render::citation_at(line, at) {
+                    Some(number) if sections.iter().any(|s| s == number) => {}
+                    Some(number) => unresolved.push(format!(
+                        "{path}:{}: {SECTION}{number} is not a heading of docs/design.md",
+                        i + 1
+                    )),
+                    None if after.trim_start().starts_with(|c: char| c.is_ascii_digit()) => {
+                        unresolved.push(format!(
+                            "{path}:{}: write a citation without a space after the section sign",
+                            i + 1
+                        ))
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+    assert!(
+        unresolved.is_empty(),
+        "{} citation(s) do not resolve (add the section to docs/design.md or cite one it has):\n{}",
+        unresolved.len(),
+        unresolved.join("\n")
+    );
+}
+
+/// No tracked file points at documents that are not in the repository: the design is
+/// `docs/design.md`, cited by section number.
+#[test]
+fn no_file_names_a_document_outside_the_repository() {
+    // Spelled in pieces so that this file does not match itself.
+    let outside = [
+        concat!("SUPPLE", "MENT"),
+        concat!("karpenter", "-facts"),
+        concat!("/wo", "rk/"),
+        concat!("../sha", "red"),
+        concat!("000_", "06d7"),
+        concat!("ADR", "-0"),
+    ];
+    let mut found = Vec::new();
+    for (path, text) in repository_files() {
+        for (i, line) in text.lines().enumerate() {
+            for needle in outside {
+                if line.contains(needle) {
+                    found.push(format!("{path}:{}: `{needle}`: {}", i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "{} line(s) name a document outside the repository; cite docs/design.md sections instead:\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+/// The renderer's section table (which the generated docs link with) is exactly the design's
+/// numbered headings, and every link into the design (from a Markdown file) lands on a heading.
+#[test]
+fn design_links_land_on_design_headings() {
+    let sections = design_sections();
+    let table: Vec<(String, String)> =
+        render::DESIGN_SECTIONS.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect();
+    assert_eq!(
+        table, sections,
+        "render::DESIGN_SECTIONS (src/rulebook/render.rs) must list the numbered headings of docs/design.md in order"
+    );
+    let anchors: Vec<String> = design_headings().into_iter().map(|(_, a)| a).collect();
+    let mut broken = Vec::new();
+    for (path, text) in repository_files().into_iter().filter(|(p, _)| p.ends_with(".md")) {
+        let prefixes: &[&str] =
+            if path == "docs/design.md" { &["design.md#", "](#"] } else { &["design.md#"] };
+        for (i, line) in text.lines().enumerate() {
+            for prefix in prefixes {
+                for (at, _) in line.match_indices(prefix) {
+                    let rest = &line[at + prefix.len()..];
+                    let end = rest
+                        .find(|c: char| !(c.is_alphanumeric() || c == '-' || c == '_'))
+                        .unwrap_or(rest.len());
+                    let anchor = &rest[..end];
+                    if !anchors.iter().any(|a| a == anchor) {
+                        broken.push(format!("{path}:{}: #{anchor}", i + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to missing design headings:\n{}", broken.join("\n"));
+}
+
+/// The rows of the Markdown table in `text` whose header line is `header`, split into cells.
+fn markdown_table(text: &str, header: &str) -> Vec<Vec<String>> {
+    let mut lines = text.lines().skip_while(|l| l.trim() != header);
+    assert!(lines.next().is_some(), "docs/design.md has no table `{header}`");
+    lines
+        .skip(1)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.trim().trim_matches('|').split(" | ").map(|c| c.trim().to_string()).collect())
+        .collect()
+}
+
+/// The design's annotation reference and transition table say what `rules/` says: the same
+/// keys on the same objects, the same rows.
+#[test]
+fn the_design_tables_match_the_rules() {
+    let book = rules();
+    let design = std::fs::read_to_string(repo().join("docs/design.md")).expect("docs/design.md");
+    let keys: Vec<(String, String)> = markdown_table(&design, "| key | on | value | purpose |")
+        .into_iter()
+        .map(|cells| (cells[0].trim_matches('`').to_string(), cells[1].clone()))
+        .collect();
+    let expected: Vec<(String, String)> = book
+        .annotations
+        .keys
+        .iter()
+        .map(|k| {
+            let targets: Vec<&str> = k.targets.iter().map(|t| t.name()).collect();
+            (k.full_key.clone().unwrap_or_else(|| k.key.clone()), targets.join(" + "))
+        })
+        .collect();
+    assert_eq!(keys, expected, "docs/design.md §5.3 annotation table vs rules/annotations.ron");
+    let rows: Vec<(String, String, String, String)> =
+        markdown_table(&design, "| # | from | event | to | side effects |")
+            .into_iter()
+            .map(|c| {
+                let plain = |s: &String| s.trim_matches('`').to_string();
+                (c[0].clone(), plain(&c[1]), c[2].clone(), plain(&c[3]))
+            })
+            .collect();
+    let expected: Vec<(String, String, String, String)> = book
+        .spec_table
+        .iter()
+        .map(|r| (r.n.to_string(), r.from.clone(), r.event.clone(), r.to.clone()))
+        .collect();
+    assert_eq!(rows, expected, "docs/design.md §5.3 transition table vs rules/spec-table.ron");
 }
 
 /// ARCHITECTURE.md's rules of the road, checked on the source text so that a violation fails

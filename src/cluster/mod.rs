@@ -18,7 +18,7 @@ pub mod events;
 pub mod kube;
 pub mod memory;
 
-/// Label on every placeholder pod (SUPPLEMENT §3.3).
+/// Label on every placeholder pod (§3.3).
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "noderotation";
 

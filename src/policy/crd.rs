@@ -25,7 +25,7 @@ pub const AGE_THRESHOLD_PATTERN: &str =
 /// 24-hour `HH:MM`.
 pub const HHMM_PATTERN: &str = "^([01][0-9]|2[0-3]):[0-5][0-9]$";
 
-/// The label keys whose values the placeholder copies by default (SUPPLEMENT §3.7).
+/// The label keys whose values the placeholder copies by default (§3.7).
 pub const DEFAULT_REQUIRED_NODE_KEYS: [&str; 3] =
     ["topology.kubernetes.io/zone", "kubernetes.io/arch", "karpenter.sh/capacity-type"];
 

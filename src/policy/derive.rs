@@ -1,4 +1,4 @@
-//! The quantities of SUPPLEMENT §3.2 and the per-claim decisions built on them: deadline,
+//! The quantities of §3.2 and the per-claim decisions built on them: deadline,
 //! `t_rot`, `t_rot_est`, lead time, auto age threshold `A`, guaranteed chances `G`, starts per
 //! occurrence `C`, the candidate predicate, earliest-deadline order, escalating backoff with the
 //! occurrence clamp, and the forceful-fallback trigger (§3.6). All pure; `now` is a parameter.
@@ -98,7 +98,7 @@ pub fn backoff(retry_backoff: Duration, retry_count: u32) -> Duration {
 
 /// When a failed claim becomes eligible again: `min(failed_at + backoff, end of the occurrence
 /// containing failed_at)`; `failed_at` outside every occurrence: at once. Recomputed from the
-/// schedule given, so editing a window entry moves it (SUPPLEMENT §3.2). The window gate still
+/// schedule given, so editing a window entry moves it (§3.2). The window gate still
 /// applies on top.
 pub fn eligible_at(
     failed_at: DateTime<Utc>,
@@ -194,7 +194,7 @@ pub enum Candidacy {
     },
 }
 
-/// The instant after which a claim is due for rotation (SUPPLEMENT §3.2): auto: `deadline -
+/// The instant after which a claim is due for rotation (§3.2): auto: `deadline -
 /// leadTime`, strictly after; override: `created + A`, at or after (the predicate handles the
 /// boundary). `None`: never due (E = Never with auto).
 pub fn due_after(
@@ -216,7 +216,7 @@ pub fn due_after(
     }
 }
 
-/// The candidate predicate of SUPPLEMENT §3.2 for a claim of a governed pool (the caller only
+/// The candidate predicate of §3.2 for a claim of a governed pool (the caller only
 /// asks for pools whose governing policy produced `settings`). `period` is `P` of the policy's
 /// schedule at `now`. The window gate is not part of it.
 pub fn candidacy(

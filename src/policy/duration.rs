@@ -222,7 +222,7 @@ pub fn format_human(d: Duration) -> String {
 }
 
 /// Karpenter's `expireAfter`: `Never`, or a duration after `creationTimestamp` at which Karpenter
-/// deletes the claim forcefully (karpenter-facts: default 720h).
+/// deletes the claim forcefully (§2: default 720h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ExpireAfter {

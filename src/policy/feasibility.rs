@@ -1,4 +1,4 @@
-//! Feasibility of a policy for one NodePool (SUPPLEMENT §3.2): layer 1 (fatal findings and
+//! Feasibility of a policy for one NodePool (§3.2): layer 1 (fatal findings and
 //! warnings about the policy and the pool template), layer 2 (throughput), and layer 3 (one
 //! claim's short lead). Each finding is a typed value with the Event reason of §4.3, a severity,
 //! a message with the numbers, and a fix hint. Pure: `now` only anchors the window horizon.
@@ -11,7 +11,7 @@ use super::derive;
 use super::duration::{ExpireAfter, format_human};
 use super::settings::{AgeThreshold, Effective};
 
-/// EKS Auto Mode's maximum node lifetime, `expireAfter + tGP` (karpenter-facts).
+/// EKS Auto Mode's maximum node lifetime, `expireAfter + tGP` (§2).
 pub const HARD_LIFETIME_CAP: Duration = Duration::days(21);
 
 /// The label key whose absence from `matchNodeRequirements.required` is warned about (§3.7).
@@ -35,7 +35,7 @@ pub enum Layer {
     Claim,
 }
 
-/// Finding reasons. Warnings use the Event reasons of SUPPLEMENT §4.3 verbatim; fatal findings
+/// Finding reasons. Warnings use the Event reasons of §4.3 verbatim; fatal findings
 /// are announced with the `Infeasible` Event and carry their cause here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Reason {

@@ -1,5 +1,5 @@
 //! RotationPolicy API and everything derived from a policy: windows, age threshold, chances,
-//! feasibility, policy resolution, and the `plan` report (spec §5.4, SUPPLEMENT §3.1–§3.2).
+//! feasibility, policy resolution, and the `plan` report (spec §5.4, §3.1–§3.2).
 //!
 //! - [`crd`]: the `RotationPolicy` wire types and CRD; [`duration`]: Go durations.
 //! - [`window`]: the compiled window schedule (occurrences, `P`); [`settings`]: a spec with

@@ -293,7 +293,7 @@ pub struct SettingsReport {
     pub preferred_node_labels: Vec<String>,
 }
 
-/// The derived quantities (SUPPLEMENT §3.2 symbols in the comments).
+/// The derived quantities (§3.2 symbols in the comments).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DerivedReport {

@@ -1,4 +1,4 @@
-//! Which policy governs a NodePool (spec §5.4 "ターゲティングと競合解決"), and the status view of
+//! Which policy governs a NodePool (spec §5.4 "Targeting and conflicts"), and the status view of
 //! a policy.
 //!
 //! Specificity = matchLabels entries + matchExpressions entries. Among the policies whose

@@ -6,7 +6,7 @@
 //! stored under an older schema are judged the same way) and adds what the schema cannot check:
 //! that time zones exist in the tz database and that durations are ordered sensibly
 //! (`docs/decisions/policy-crd.md`). `minRotationChances < 1` and an empty window list are not
-//! validation errors: SUPPLEMENT §3.2 makes them layer-1 fatal findings (`KBelowOne`,
+//! validation errors: §3.2 makes them layer-1 fatal findings (`KBelowOne`,
 //! `NoWindows`), so they are carried through to [`crate::policy::feasibility`].
 use super::invalid::{FieldError, InvalidPolicy};
 use std::collections::BTreeSet;
@@ -18,7 +18,7 @@ use super::duration::{self, DurationError};
 use super::selector;
 use super::window::Schedule;
 
-/// `failurePause` floor when it is unset (ADR-0004: `max(10m, cooldownAfter)`).
+/// `failurePause` floor when it is unset (§4.4: `max(10m, cooldownAfter)`).
 pub const DEFAULT_FAILURE_PAUSE_FLOOR: Duration = Duration::minutes(10);
 /// `drainEstimate` cap when it is unset (`min(tGP, 10m)`).
 pub const DEFAULT_DRAIN_ESTIMATE_CAP: Duration = Duration::minutes(10);
@@ -28,13 +28,13 @@ pub const DEFAULT_PROVISIONING_ESTIMATE_CAP: Duration = Duration::minutes(5);
 /// `ageThreshold`: derived, or an operator's override.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AgeThreshold {
-    /// `A = E - (K*P + t_rot)` per claim (SUPPLEMENT §3.2).
+    /// `A = E - (K*P + t_rot)` per claim (§3.2).
     Auto,
     /// A claim is due once its age reaches this.
     Override(Duration),
 }
 
-/// Which node labels the placeholder copies (SUPPLEMENT §3.7).
+/// Which node labels the placeholder copies (§3.7).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRequirementKeys {
     pub required: Vec<String>,
@@ -51,7 +51,7 @@ pub struct Effective {
     pub min_rotation_chances: u32,
     pub ready_timeout: Duration,
     pub cooldown_after: Duration,
-    /// Gate B (ADR-0004); `max(10m, cooldownAfter)` when unset.
+    /// Gate B (§4.4); `max(10m, cooldownAfter)` when unset.
     pub failure_pause: Duration,
     pub retry_backoff: Duration,
     /// The explicit `drainEstimate`; see [`Effective::drain_estimate`] for the defaulted value,

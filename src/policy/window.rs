@@ -1,4 +1,4 @@
-//! Maintenance-window math (SUPPLEMENT §3.1): the union of a policy's window entries as concrete
+//! Maintenance-window math (§3.1): the union of a policy's window entries as concrete
 //! UTC occurrences, DST resolution, merged occurrences, and the worst-case period `P`.
 //!
 //! Each entry is a weekly rule in one IANA zone: on each listed day, from `start` to `end` local
@@ -27,11 +27,11 @@ use chrono_tz::Tz;
 use super::crd::MaintenanceWindow;
 
 /// How far [`Schedule::period`] looks ahead: 53 weeks, so both DST transitions of a year are in
-/// every measurement (SUPPLEMENT §3.1). Also the limit on how far an occurrence's bounds are
+/// every measurement (§3.1). Also the limit on how far an occurrence's bounds are
 /// traced back or forward; a union open longer than that is reported clipped to it.
 pub const HORIZON: Duration = Duration::weeks(53);
 
-/// `P` of a continuously open (24/7) union: the reconcile tick (SUPPLEMENT §3.1).
+/// `P` of a continuously open (24/7) union: the reconcile tick (§3.1).
 pub const ALWAYS_OPEN_PERIOD: Duration = Duration::minutes(1);
 
 /// An entry occurrence lasts at most 25h (a 24h local window over a fall-back night); this margin
@@ -128,7 +128,7 @@ impl fmt::Display for WindowEntry {
     }
 }
 
-/// Resolves a local wall-clock time to an instant with the rules of SUPPLEMENT §3.1: a gap moves
+/// Resolves a local wall-clock time to an instant with the rules of §3.1: a gap moves
 /// to the first instant after it, an ambiguous time takes the earlier instant.
 pub fn resolve_local(tz: Tz, local: NaiveDateTime) -> DateTime<Utc> {
     let mut probe = local;
@@ -328,7 +328,7 @@ impl Schedule {
         self.runs(from, to)
     }
 
-    /// `P` measured from `from` (SUPPLEMENT §3.1): the largest elapsed time between consecutive
+    /// `P` measured from `from` (§3.1): the largest elapsed time between consecutive
     /// occurrence starts over the next 53 weeks, including the gap that spans `from`. 24/7 union:
     /// the 1m tick. `None` without entries.
     pub fn period(&self, from: DateTime<Utc>) -> Option<Duration> {

@@ -1,4 +1,4 @@
-//! Property tests of the window math (SUPPLEMENT §3.1) over random schedules in zones with
+//! Property tests of the window math (§3.1) over random schedules in zones with
 //! unusual DST rules, over two years: entry occurrences never vanish or double on DST days,
 //! overnight windows span midnight, `in_window` agrees with the merged occurrence list, and a
 //! claim that becomes a candidate at `A` sees at least K occurrence starts before

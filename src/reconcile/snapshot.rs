@@ -15,7 +15,7 @@ use crate::policy::derive::{self, ClaimFacts, RotationOrder};
 use crate::policy::duration::ExpireAfter;
 use crate::policy::settings::Effective;
 
-/// Detection lag allowance (SUPPLEMENT §3.2 `buffer`).
+/// Detection lag allowance (§3.2 `buffer`).
 pub const BUFFER: Duration = Duration::minutes(2);
 /// tGP when the claim and the pool leave it unset.
 pub const DEFAULT_TGP: Duration = Duration::hours(1);
@@ -30,7 +30,7 @@ pub const KARPENTER_POOL_LABEL: &str = "karpenter.sh/nodepool";
 pub struct PolicyView {
     pub name: String,
     pub settings: Effective,
-    /// `P`, the worst-case window period from now (SUPPLEMENT §3.1).
+    /// `P`, the worst-case window period from now (§3.1).
     pub period: Option<Duration>,
 }
 

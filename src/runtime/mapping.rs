@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use crate::cluster::kube::{Change, Watched};
 use crate::karpenter::NODEPOOL_LABEL;
 
-/// The placeholder's annotation naming the claim it reserves capacity for (SUPPLEMENT §3.3).
+/// The placeholder's annotation naming the claim it reserves capacity for (§3.3).
 pub const SURGE_FOR_ANNOTATION: &str = "noderotation.io/surge-for";
 
 /// Which pools a change wakes.

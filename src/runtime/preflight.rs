@@ -42,7 +42,7 @@ pub enum PriorityClassLookup {
 
 const PRIORITY_CLASSES: &str = "priorityclasses.scheduling.k8s.io/v1";
 
-/// The verdict on the placeholder PriorityClass (spec §5.1 preflight, SUPPLEMENT §3.7): the
+/// The verdict on the placeholder PriorityClass (spec §5.1 preflight, §3.3): the
 /// placeholder names it, and the Priority admission plugin rejects a pod whose class is missing.
 pub fn priority_class_verdict(
     name: &str,

@@ -45,7 +45,7 @@ pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-time
 pub const REGISTRATION_TTL: Duration = Duration::minutes(15);
 /// Node repair: a node NotReady this long is replaced.
 pub const REPAIR_AFTER: Duration = Duration::minutes(30);
-/// `buffer` of SUPPLEMENT §3.2.
+/// `buffer` of §3.2.
 pub const BUFFER: Duration = Duration::minutes(2);
 
 pub type PodKey = (String, String);
