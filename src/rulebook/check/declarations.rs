@@ -1,0 +1,129 @@
+//! `annotations.ron` and `vocabulary.ron`: every name declared once, every type known, and the
+//! lookups the other passes make in them.
+use std::collections::BTreeSet;
+
+use super::super::model::*;
+use super::Checker;
+
+impl<'a> Checker<'a> {
+    pub(super) fn check_annotations(&mut self) {
+        let ann = self.ann;
+        for dup in dup_names(ann.keys.iter().map(|k| k.key.as_str())) {
+            let at = self.ann_src.decl("key", dup);
+            self.err_ann(at, format!("annotation key `{dup}` is declared twice"));
+        }
+        for k in &ann.keys {
+            let at = self.ann_src.decl("key", &k.key);
+            if k.targets.is_empty() {
+                self.err_ann(at, format!("annotation `{}` has no targets", k.key));
+            }
+            if let ValueType::Enum(v) = &k.value
+                && v.is_empty()
+            {
+                self.err_ann(at, format!("annotation `{}`: an Enum needs values", k.key));
+            }
+        }
+        for key in &ann.anchor_clear_set {
+            let at = self.ann_src.string_after(0, key).unwrap_or(0);
+            match ann.keys.iter().find(|k| &k.key == key) {
+                None => self.err_ann(at, format!("anchor_clear_set names unknown key `{key}`")),
+                Some(k) if !k.targets.contains(&ObjectKind::NodePool) => self
+                    .err_ann(at, format!("anchor_clear_set key `{key}` does not target NodePool")),
+                Some(_) => {}
+            }
+        }
+    }
+
+    pub(super) fn check_vocabulary(&mut self) {
+        let voc = self.voc;
+        let lists: [(&str, Vec<&str>); 6] = [
+            ("enum", voc.enums.iter().map(|e| e.name.as_str()).collect()),
+            ("kind", voc.kinds.iter().map(|e| e.name.as_str()).collect()),
+            ("predicate", voc.predicates.iter().map(|e| e.name.as_str()).collect()),
+            ("reason", voc.reasons.iter().map(|e| e.name.as_str()).collect()),
+            ("signal", voc.signals.iter().map(|e| e.name.as_str()).collect()),
+            ("verb", voc.verbs.iter().map(|e| e.name.as_str()).collect()),
+        ];
+        for (what, names) in lists {
+            for dup in dup_names(names.into_iter()) {
+                let at = self.voc_src.decl("name", dup);
+                self.err_voc(at, format!("{what} `{dup}` is declared twice"));
+            }
+        }
+        if !voc.enums.iter().any(|e| e.name == "ClaimState") {
+            self.err_voc(0, "the enum `ClaimState` must be declared".into());
+        }
+        let mut types: Vec<(String, TypeDecl)> = Vec::new();
+        for k in &voc.kinds {
+            for f in &k.fields {
+                types.push((k.name.clone(), f.ty.clone()));
+            }
+        }
+        for c in &voc.contexts {
+            for r in &c.roots {
+                types.push((r.name.clone(), r.ty.clone()));
+            }
+        }
+        for p in &voc.predicates {
+            for a in p.args.iter().chain(std::iter::once(&p.ret)) {
+                types.push((p.name.clone(), a.clone()));
+            }
+        }
+        for (owner, t) in types {
+            if let Err(msg) = self.type_decl(&t) {
+                let at = self.voc_src.decl("name", &owner);
+                self.err_voc(at, msg);
+            }
+        }
+        for v in &voc.verbs {
+            let at = self.voc_src.decl("name", &v.name);
+            if v.outcomes.is_empty() {
+                self.err_voc(at, format!("verb `{}` declares no outcomes", v.name));
+            }
+            for w in v.winning_outcomes() {
+                if !v.outcomes.contains(&w) {
+                    self.err_voc(
+                        at,
+                        format!(
+                            "verb `{}`: winning outcome `{w}` is not one of its outcomes",
+                            v.name
+                        ),
+                    );
+                }
+            }
+            for p in &v.params {
+                if let ParamType::Target(kinds) = &p.ty {
+                    for k in kinds {
+                        if !voc.kinds.iter().any(|d| &d.name == k) {
+                            self.err_voc(at, format!("verb `{}`: unknown kind `{k}`", v.name));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn claim_states(&self) -> Vec<String> {
+        self.voc
+            .enums
+            .iter()
+            .find(|e| e.name == "ClaimState")
+            .map(|e| e.values.clone())
+            .unwrap_or_default()
+    }
+
+    pub(super) fn context(&self, name: &str) -> Option<&'a ContextDecl> {
+        self.voc.contexts.iter().find(|c| c.name == name)
+    }
+}
+
+pub(super) fn dup_names<'x>(names: impl Iterator<Item = &'x str>) -> Vec<&'x str> {
+    let mut seen = BTreeSet::new();
+    names.filter(|n| !seen.insert(*n)).collect()
+}
+
+pub(super) fn is_snake(id: &str) -> bool {
+    !id.is_empty()
+        && id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && id.starts_with(|c: char| c.is_ascii_lowercase())
+}
