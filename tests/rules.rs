@@ -166,13 +166,14 @@ fn the_minimal_fixture_is_valid() {
 
 #[test]
 fn bad_rules_are_reported_with_file_line_and_column() {
-    let cases: [(&str, (&str, &str, &str)); 13] = [
+    let cases: [(&str, (&str, &str, &str)); 14] = [
         ("unknown verb", ("transitions.ron", "emit(done)", "shout(done)")),
         ("unknown annotation key", ("transitions.ron", "cand[since]", "cand[sinse]")),
         ("guard syntax error", ("transitions.ron", "cand == nil", "cand == == nil")),
         ("duplicate row id", ("transitions.ron", "id: \"wait\"", "id: \"claim\"")),
         ("type error", ("transitions.ron", "> 15m", "> now")),
         ("unknown enum value", ("transitions.ron", "[none, busy]", "[none, bsy]")),
+        ("unknown outcome value", ("transitions.ron", "out == won", "out == wun")),
         ("ron syntax error", ("vocabulary.ron", "doc: \"d\")],", "doc: \"d\"],")),
         (
             "a row's `)` missing at the end of its line",

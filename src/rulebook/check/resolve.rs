@@ -83,53 +83,29 @@ impl<'a> Checker<'a> {
                     let ty = self.type_decl(&root.ty).map_err(|m| local(at, m))?;
                     let nullable = root.nullable && !scope.nonnull.contains(w);
                     (t(ty, nullable), RExpr::Root(w.clone()))
-                } else {
-                    match expected {
-                        Some(Ty::Enum { label, values }) => {
-                            if !values.contains(w) {
-                                return Err(local(
-                                    at,
-                                    format!(
-                                        "`{w}` is not a value of {label} ({})",
-                                        values.join(", ")
-                                    ),
-                                ));
-                            }
-                            (
-                                t(expected.cloned().unwrap_or(Ty::Bool), false),
-                                RExpr::Lit(Lit::Sym(w.clone())),
-                            )
-                        }
-                        Some(Ty::Outcome { verb, values }) => {
-                            if !values.contains(w) {
-                                return Err(local(
-                                    at,
-                                    format!(
-                                        "`{w}` is not an outcome of `{verb}` ({})",
-                                        values.join(", ")
-                                    ),
-                                ));
-                            }
-                            (
-                                t(expected.cloned().unwrap_or(Ty::Bool), false),
-                                RExpr::Lit(Lit::Sym(w.clone())),
-                            )
-                        }
-                        _ => {
-                            let mut known: Vec<&str> =
-                                scope.roots.iter().map(|r| r.name.as_str()).collect();
-                            known.extend(self.definitions.keys().map(|k| k.as_str()));
-                            known.extend(scope.outcomes.keys().map(|k| k.as_str()));
-                            known.sort_unstable();
-                            return Err(local(
-                                at,
-                                format!(
-                                    "unknown name `{w}`: not a root, definition or outcome bound above (known: {})",
-                                    known.join(", ")
-                                ),
-                            ));
-                        }
+                } else if let Some(ty) = expected
+                    && let Some((what, values)) = ty.symbols()
+                {
+                    if !values.contains(w) {
+                        return Err(local(
+                            at,
+                            format!("`{w}` is not {what} ({})", values.join(", ")),
+                        ));
                     }
+                    (t(ty.clone(), false), RExpr::Lit(Lit::Sym(w.clone())))
+                } else {
+                    let mut known: Vec<&str> =
+                        scope.roots.iter().map(|r| r.name.as_str()).collect();
+                    known.extend(self.definitions.keys().map(|k| k.as_str()));
+                    known.extend(scope.outcomes.keys().map(|k| k.as_str()));
+                    known.sort_unstable();
+                    return Err(local(
+                        at,
+                        format!(
+                            "unknown name `{w}`: not a root, definition or outcome bound above (known: {})",
+                            known.join(", ")
+                        ),
+                    ));
                 }
             }
             ExprKind::Field(obj, name) => {

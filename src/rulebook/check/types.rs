@@ -26,6 +26,18 @@ pub enum Ty {
     },
 }
 
+impl Ty {
+    /// Where a bare word stands for a literal of this type (an enum value or a verb outcome):
+    /// what messages call such a literal, and the values it may take.
+    pub(super) fn symbols(&self) -> Option<(String, &[String])> {
+        match self {
+            Ty::Enum { label, values } => Some((format!("a value of {label}"), values)),
+            Ty::Outcome { verb, values } => Some((format!("an outcome of `{verb}`"), values)),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for Ty {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
