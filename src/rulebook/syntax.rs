@@ -436,14 +436,8 @@ fn write_expr(f: &mut fmt::Formatter<'_>, e: &Expr, min: u8) -> fmt::Result {
             write!(f, "[{key}]")?;
         }
         ExprKind::Call(name, args) => {
-            write!(f, "{name}(")?;
-            for (i, a) in args.iter().enumerate() {
-                if i > 0 {
-                    f.write_str(", ")?;
-                }
-                write_expr(f, a, 0)?;
-            }
-            f.write_str(")")?;
+            f.write_str(name)?;
+            write_list(f, "(", args, ")")?;
         }
         ExprKind::Not(inner) => {
             f.write_str("not ")?;
@@ -458,24 +452,10 @@ fn write_expr(f: &mut fmt::Formatter<'_>, e: &Expr, min: u8) -> fmt::Result {
         }
         ExprKind::In(l, items) => {
             write_expr(f, l, IN_STRENGTH + 1)?;
-            f.write_str(" in [")?;
-            for (i, a) in items.iter().enumerate() {
-                if i > 0 {
-                    f.write_str(", ")?;
-                }
-                write_expr(f, a, 0)?;
-            }
-            f.write_str("]")?;
+            write_list(f, " in [", items, "]")?;
         }
         ExprKind::List(items) => {
-            f.write_str("[")?;
-            for (i, a) in items.iter().enumerate() {
-                if i > 0 {
-                    f.write_str(", ")?;
-                }
-                write_expr(f, a, 0)?;
-            }
-            f.write_str("]")?;
+            write_list(f, "[", items, "]")?;
         }
         ExprKind::Map(entries) => {
             f.write_str("{")?;
@@ -493,6 +473,18 @@ fn write_expr(f: &mut fmt::Formatter<'_>, e: &Expr, min: u8) -> fmt::Result {
         f.write_str(")")?;
     }
     Ok(())
+}
+
+/// `open`, the expressions separated by `, `, then `close` (call arguments and lists).
+fn write_list(f: &mut fmt::Formatter<'_>, open: &str, items: &[Expr], close: &str) -> fmt::Result {
+    f.write_str(open)?;
+    for (i, a) in items.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write_expr(f, a, 0)?;
+    }
+    f.write_str(close)
 }
 
 impl fmt::Display for Statement {
