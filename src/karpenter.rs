@@ -24,29 +24,45 @@ use crate::policy::duration::{self, DurationError, ExpireAfter};
 /// The label that names a claim's (and its node's) NodePool.
 pub const NODEPOOL_LABEL: &str = "karpenter.sh/nodepool";
 
-/// `karpenter.sh/v1` NodePool, the fields the controller reads. See the module docs: read only.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[kube(
-    group = "karpenter.sh",
-    version = "v1",
-    kind = "NodePool",
-    plural = "nodepools",
-    status = "NodePoolStatus",
-    schema = "disabled",
-    derive = "Default",
-    derive = "PartialEq"
-)]
-#[serde(rename_all = "camelCase")]
-pub struct NodePoolSpec {
-    /// The template every claim of the pool is created from.
-    #[serde(default)]
-    pub template: NodeClaimTemplate,
-    /// Resource budget (cpu, memory, nodes, ...), checked against `status.resources`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limits: Option<BTreeMap<String, Quantity>>,
-    /// Static pools (Karpenter 1.8+, alpha): a fixed node count. Surge cannot complete there.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replicas: Option<i64>,
+/// Declares a `karpenter.sh/v1` custom resource from its spec struct: cluster-scoped, with a
+/// status, without a schema (the controller never installs Karpenter's CRDs), camelCase on the
+/// wire. The kind's name, plural and status type are the only differences between the two.
+macro_rules! karpenter_v1 {
+    (
+        kind = $kind:literal, plural = $plural:literal, status = $status:literal,
+        $(#[$attr:meta])* pub struct $spec:ident $fields:tt
+    ) => {
+        $(#[$attr])*
+        #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+        #[kube(
+            group = "karpenter.sh",
+            version = "v1",
+            kind = $kind,
+            plural = $plural,
+            status = $status,
+            schema = "disabled",
+            derive = "Default",
+            derive = "PartialEq"
+        )]
+        #[serde(rename_all = "camelCase")]
+        pub struct $spec $fields
+    };
+}
+
+karpenter_v1! {
+    kind = "NodePool", plural = "nodepools", status = "NodePoolStatus",
+    /// `karpenter.sh/v1` NodePool, the fields the controller reads. See the module docs: read only.
+    pub struct NodePoolSpec {
+        /// The template every claim of the pool is created from.
+        #[serde(default)]
+        pub template: NodeClaimTemplate,
+        /// Resource budget (cpu, memory, nodes, ...), checked against `status.resources`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub limits: Option<BTreeMap<String, Quantity>>,
+        /// Static pools (Karpenter 1.8+, alpha): a fixed node count. Surge cannot complete there.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub replicas: Option<i64>,
+    }
 }
 
 /// `NodePool.spec.template`.
@@ -93,27 +109,18 @@ pub struct NodePoolStatus {
     pub resources: BTreeMap<String, Quantity>,
 }
 
-/// `karpenter.sh/v1` NodeClaim, the fields the controller reads. See the module docs: read only.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[kube(
-    group = "karpenter.sh",
-    version = "v1",
-    kind = "NodeClaim",
-    plural = "nodeclaims",
-    status = "NodeClaimStatus",
-    schema = "disabled",
-    derive = "Default",
-    derive = "PartialEq"
-)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeClaimSpec {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub requirements: Vec<NodeSelectorRequirement>,
-    /// Copied from the pool template at creation and immutable; `Never` or a Go duration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expire_after: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub termination_grace_period: Option<String>,
+karpenter_v1! {
+    kind = "NodeClaim", plural = "nodeclaims", status = "NodeClaimStatus",
+    /// `karpenter.sh/v1` NodeClaim, the fields the controller reads. See the module docs: read only.
+    pub struct NodeClaimSpec {
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub requirements: Vec<NodeSelectorRequirement>,
+        /// Copied from the pool template at creation and immutable; `Never` or a Go duration.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub expire_after: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub termination_grace_period: Option<String>,
+    }
 }
 
 /// `NodeClaim.status`, the part the controller reads.
@@ -493,6 +500,12 @@ status:
         assert_eq!(NodePool::plural(&()), "nodepools");
         assert_eq!(NodeClaim::plural(&()), "nodeclaims");
         assert_eq!(NodeClaim::url_path(&(), None), "/apis/karpenter.sh/v1/nodeclaims");
+        assert_eq!(NodePool::url_path(&(), None), "/apis/karpenter.sh/v1/nodepools");
+        assert_eq!(NodeClaim::api_version(&()), "karpenter.sh/v1");
+        assert_eq!(
+            (NodePool::kind(&()), NodeClaim::kind(&())),
+            ("NodePool".into(), "NodeClaim".into())
+        );
     }
 
     #[test]
