@@ -329,6 +329,28 @@ impl Effective {
     }
 }
 
+/// The claim the unit and property tests start from: ready, idle, never failed, not opted out.
+#[cfg(test)]
+impl ClaimFacts {
+    pub(super) fn idle(
+        created: DateTime<Utc>,
+        expire_after: ExpireAfter,
+        termination_grace_period: Option<Duration>,
+    ) -> ClaimFacts {
+        ClaimFacts {
+            created,
+            expire_after,
+            termination_grace_period,
+            ready: true,
+            deleting: false,
+            state: ClaimState::Idle,
+            retry_count: 0,
+            failed_at: None,
+            operator_do_not_disrupt: false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,17 +382,7 @@ mod tests {
     }
 
     fn claim(created: DateTime<Utc>) -> ClaimFacts {
-        ClaimFacts {
-            created,
-            expire_after: ExpireAfter::After(Duration::days(14)),
-            termination_grace_period: Some(Duration::hours(1)),
-            ready: true,
-            deleting: false,
-            state: ClaimState::Idle,
-            retry_count: 0,
-            failed_at: None,
-            operator_do_not_disrupt: false,
-        }
+        ClaimFacts::idle(created, ExpireAfter::After(Duration::days(14)), Some(Duration::hours(1)))
     }
 
     #[test]

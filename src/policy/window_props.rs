@@ -9,7 +9,7 @@ use chrono::{DateTime, Duration, NaiveTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use proptest::prelude::*;
 
-use super::derive::{self, Candidacy, ClaimFacts, ClaimState};
+use super::derive::{self, Candidacy, ClaimFacts};
 use super::duration::ExpireAfter;
 use super::settings::{AgeThreshold, Effective, NodeRequirementKeys};
 use super::window::{HORIZON, Schedule, WindowEntry};
@@ -220,17 +220,7 @@ proptest! {
         let a = derive::auto_age_threshold(e, k, period, t_rot);
         prop_assume!(a > Duration::zero()); // fatal AgeThresholdNotPositive otherwise
 
-        let claim = ClaimFacts {
-            created,
-            expire_after: ExpireAfter::After(e),
-            termination_grace_period: tgp,
-            ready: true,
-            deleting: false,
-            state: ClaimState::Idle,
-            retry_count: 0,
-            failed_at: None,
-            operator_do_not_disrupt: false,
-        };
+        let claim = ClaimFacts::idle(created, ExpireAfter::After(e), tgp);
         let becomes = created + a;
         let before = derive::candidacy(&claim, &settings, period, becomes);
         prop_assert!(matches!(before, Candidacy::NotDue { .. }), "{:?}", before);
