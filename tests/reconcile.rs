@@ -1388,3 +1388,29 @@ fn retry_count_saturates_instead_of_wrapping_or_panicking() {
         assert_eq!(fx.announced("emit:failure"), 1, "{before}");
     }
 }
+
+/// A claim without its own terminationGracePeriod drains under the pool's: the rule's stuck bound
+/// and the `noderotation_drain_stuck` gauge read the same bound (one function), so the gauge
+/// never says "stuck" while the rule (and its DrainStuck warning) says the drain is in bounds.
+#[test]
+fn the_drain_stuck_gauge_and_the_rule_share_the_pools_tgp_bound() {
+    use noderotation::telemetry::PoolGauge;
+    let mut fx = Fx::new();
+    fx.set_pool(|p| p.spec.template.spec.termination_grace_period = Some("3h".into()));
+    fx.claim("c1", Duration::days(10));
+    fx.world.update_claim("c1", |c| c.spec.termination_grace_period = None).expect("claim");
+    fx.pass();
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    assert!(fx.deleting("c1"));
+    // Past the 1h default + buffer, inside the pool's 3h + buffer.
+    fx.advance(Duration::minutes(90));
+    fx.pass();
+    let stuck = |fx: &Fx| fx.ctl.telemetry().pool_gauge(POOL, PoolGauge::DrainStuck);
+    assert_eq!(fx.events("DrainStuck"), 0, "inside tGP + buffer of the pool");
+    assert_eq!(stuck(&fx), Some(0.0), "the gauge agrees with the rule");
+    fx.advance(Duration::minutes(93));
+    fx.pass();
+    assert_eq!(fx.events("DrainStuck"), 1, "past 3h + 2m");
+    assert_eq!(stuck(&fx), Some(1.0));
+}

@@ -539,10 +539,10 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
     if let Some(cand) = snap.anchored_claim().and_then(|n| snap.claim(n)) {
         g.retry_count =
             crate::policy::derive::parse_retry_count(annotation(&cand.metadata, Key::RetryCount));
-        let tgp = cand.termination_grace_period().ok().flatten().unwrap_or(DEFAULT_TGP);
+        let bound = snap.drain_bound(cand);
         let deleted =
             cand.metadata.deletion_timestamp.as_ref().and_then(crate::cluster::chrono_time);
-        g.drain_stuck = u64::from(deleted.is_some_and(|t| now - t > tgp + BUFFER));
+        g.drain_stuck = u64::from(deleted.is_some_and(|t| now - t > bound));
     }
     g
 }

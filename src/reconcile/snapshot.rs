@@ -447,6 +447,12 @@ impl Snapshot {
         d.facts(claim, node)
     }
 
+    /// `drain_bound` (§4.2): the claim's tGP, else its pool's, else 1h, plus the buffer. The rule
+    /// `draining_stuck` and the `noderotation_drain_stuck` gauge both read it.
+    pub fn drain_bound(&self, claim: &NodeClaim) -> Duration {
+        derive::drain_bound(self.tgp(claim))
+    }
+
     fn tgp(&self, claim: &NodeClaim) -> Option<Duration> {
         claim.termination_grace_period().ok().flatten().or_else(|| {
             self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten())
@@ -770,7 +776,7 @@ impl Facts for Snapshot {
                 }
             }
             Pred::DrainBound => match claim {
-                Some(c) => Value::Duration(self.tgp(c).unwrap_or(DEFAULT_TGP) + BUFFER),
+                Some(c) => Value::Duration(self.drain_bound(c)),
                 None => Value::Nil,
             },
             Pred::Anchored => match (args.first(), &self.sweep) {
