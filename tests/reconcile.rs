@@ -829,6 +829,47 @@ fn a_placeholder_that_would_request_nothing_is_refused_and_rolled_back() {
     assert_eq!(fx.events("SurgeClampRefused"), 1);
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
     assert_eq!(fx.announced("emit:failure"), 1);
+    // The failure says what happened: nothing waited for readyTimeout.
+    let failed = fx.event_messages("RotationFailed");
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0].contains("would request nothing"), "{}", failed[0]);
+    assert!(!failed[0].contains("readyTimeout"), "{}", failed[0]);
+}
+
+/// An admission webhook or a ResourceQuota rejects the placeholder: the pass fails and is
+/// retried until readyTimeout rolls the rotation back, and the failure names the rejection
+/// instead of claiming the surge was "not ready".
+#[test]
+fn a_rejected_placeholder_is_named_in_the_rotation_failure() {
+    use noderotation::cluster::memory::{ApiVerb, Fault};
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.world.set_faults(|call: &noderotation::cluster::memory::Call<'_>| {
+        if call.verb == ApiVerb::Create { Fault::Forbidden } else { Fault::Proceed }
+    });
+    fx.client.flush_cache();
+    let err = fx.ctl.reconcile_pool(POOL).expect_err("the create is rejected");
+    assert!(err.to_string().contains("forbidden"), "{err}");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(fx.placeholder("c1").is_none());
+    fx.advance(Duration::minutes(16));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    let failed = fx.event_messages("RotationFailed");
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0].contains("rejected") && failed[0].contains("forbidden"), "{}", failed[0]);
+    assert!(!failed[0].contains("not ready"), "{}", failed[0]);
+    // A later attempt whose placeholder is created and then times out says so again.
+    fx.world.clear_faults();
+    fx.set_claim_ann("c1", Key::FailedAt, Some("2026-11-27T03:00:00Z"));
+    fx.set_pool_ann(Key::LastFailureAt, None);
+    fx.pass();
+    assert!(fx.placeholder("c1").is_some(), "retried: {:?}", fx.claim_ann("c1", Key::State));
+    fx.advance(Duration::minutes(16));
+    fx.pass();
+    let failed = fx.event_messages("RotationFailed");
+    assert_eq!(failed.len(), 2);
+    assert!(failed[1].contains("not ready within readyTimeout"), "{}", failed[1]);
 }
 
 #[test]

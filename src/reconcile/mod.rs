@@ -6,7 +6,7 @@
 mod snapshot;
 mod verbs;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
@@ -93,6 +93,9 @@ pub struct Ctx {
     pub coverage: BTreeSet<String>,
     /// Successful writes made by verbs.
     pub writes: u64,
+    /// Why the last placeholder of a claim's rotation was not created (refused by the clamp,
+    /// rejected by the API server), for its `RotationFailed` message; cleared when one is.
+    pub placeholder_trouble: BTreeMap<String, String>,
 }
 
 /// The controller's state between passes: caches and dedup latches only, never decisions
@@ -126,6 +129,7 @@ impl Controller {
             announcements: Vec::new(),
             coverage: BTreeSet::new(),
             writes: 0,
+            placeholder_trouble: BTreeMap::new(),
         };
         Controller {
             ctx,

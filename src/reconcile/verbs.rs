@@ -327,9 +327,14 @@ impl<'c> PassHost<'c> {
                     .next_attempt(&claim)
                     .map(|t| t.to_rfc3339())
                     .unwrap_or_else(|| "the next window".into());
-                format!(
-                    "surge for NodeClaim {claim} was not ready within readyTimeout (retry {count}); next attempt {next}"
-                )
+                match self.ctx.placeholder_trouble.get(&claim) {
+                    Some(what) => format!(
+                        "the surge for NodeClaim {claim} failed: {what} (retry {count}); next attempt {next}"
+                    ),
+                    None => format!(
+                        "surge for NodeClaim {claim} was not ready within readyTimeout (retry {count}); next attempt {next}"
+                    ),
+                }
             }
             Reason::RotationExpired => format!(
                 "NodeClaim {claim} was force-expired by Karpenter before the rotation finished"
@@ -695,7 +700,15 @@ impl<'c> PassHost<'c> {
         };
         let built = match placeholder::build_placeholder(&input) {
             Ok(p) => p,
-            Err(_) => return Ok(Outcome::Refused),
+            Err(_) => {
+                self.ctx.placeholder_trouble.insert(
+                    name,
+                    "its placeholder would request nothing after the clamp to the node's \
+                     allocatable, so none was created"
+                        .into(),
+                );
+                return Ok(Outcome::Refused);
+            }
         };
         if !built.clamped.is_empty() {
             let key = (format!("NodeClaim {name}"), Reason::SurgeClamped.name().to_string());
@@ -712,10 +725,20 @@ impl<'c> PassHost<'c> {
             Ok(()) => {
                 self.ctx.writes += 1;
                 self.wrote = true;
+                self.ctx.placeholder_trouble.remove(&name);
                 Ok(Outcome::Won)
             }
-            Err(ApiError::AlreadyExists) => Ok(Outcome::Raced),
-            Err(e) => Err(fail(a.verb, e)),
+            Err(ApiError::AlreadyExists) => {
+                self.ctx.placeholder_trouble.remove(&name);
+                Ok(Outcome::Raced)
+            }
+            Err(e) => {
+                // The pass fails and is retried until readyTimeout rolls the rotation back; the
+                // failure then says why no placeholder ran.
+                let what = format!("its placeholder was rejected by the API server ({e})");
+                self.ctx.placeholder_trouble.insert(name, what);
+                Err(fail(a.verb, e))
+            }
         }
     }
 
@@ -976,6 +999,12 @@ impl Host for PassHost<'_> {
                 let message = self.message(reason, a);
                 self.event(&obj, reason, message);
                 let claim = self.subject_claim(a);
+                if reason == Reason::RotationFailed
+                    && let Some(c) = &claim
+                {
+                    // Told once: the next attempt starts with a clean slate.
+                    self.ctx.placeholder_trouble.remove(c);
+                }
                 self.announce(format!("event:{}", reason.name()), claim, a.row);
                 Ok(Outcome::Won)
             }
