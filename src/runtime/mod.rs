@@ -149,8 +149,15 @@ impl http::Endpoints for State {
         beat == 0 || self.started.elapsed().as_secs().saturating_sub(beat) < 300
     }
 
-    fn ready(&self) -> bool {
-        self.cluster.is_synced()
+    fn ready(&self) -> Result<(), String> {
+        if !self.cluster.is_synced() {
+            return Err("caches not synced".into());
+        }
+        // A watch that broke after the first sync leaves its cache to age silently.
+        match self.cluster.broken_watches().as_slice() {
+            [] => Ok(()),
+            broken => Err(format!("watch failing: {broken:?}")),
+        }
     }
 }
 
