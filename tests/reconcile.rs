@@ -1455,3 +1455,35 @@ fn the_drain_stuck_gauge_and_the_rule_share_the_pools_tgp_bound() {
     assert_eq!(fx.events("DrainStuck"), 1, "past 3h + 2m");
     assert_eq!(stuck(&fx), Some(1.0));
 }
+
+/// 2,000 equally specific policies tie for 20 pools: the status view is computed in time linear
+/// in policies × pools (it was quadratic in the policies: every tied policy's message listed
+/// every other one for every pool), and its messages stay short.
+#[test]
+fn the_status_of_thousands_of_tied_policies_is_linear_and_its_messages_are_capped() {
+    let mut fx = Fx::new();
+    for i in 1..2000 {
+        let mut twin = policy_yaml("", None);
+        twin.metadata.name = Some(format!("rotate-a-{i:04}"));
+        twin.metadata.uid = Some(format!("uid-{i}"));
+        fx.world.apply_policy(twin).expect("twin");
+    }
+    for i in 0..19 {
+        clone_pool(&fx, &format!("pool-{i:02}"), "a");
+    }
+    fx.client.flush_cache();
+    for round in ["first (writes)", "second (unchanged)"] {
+        let start = std::time::Instant::now();
+        fx.ctl.update_policy_status();
+        let took = start.elapsed();
+        eprintln!("status of 2000 tied policies x 20 pools, {round}: {took:?}");
+        assert!(took < std::time::Duration::from_secs(3), "{round}: {took:?}");
+        fx.client.flush_cache();
+    }
+    let status = fx.world.policy("rotate-a-0500").and_then(|p| p.status.clone()).expect("status");
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
+    assert_eq!(ready.reason, "Conflict");
+    assert!(ready.message.len() < 2000, "{} bytes: {}", ready.message.len(), ready.message);
+    assert!(ready.message.contains("1996 more"), "{}", ready.message);
+    assert!(ready.message.contains("and 15 more NodePools"), "{}", ready.message);
+}

@@ -18,7 +18,7 @@ use crate::karpenter::NodePool;
 use crate::policy::crd::RotationPolicy;
 use crate::policy::feasibility;
 use crate::policy::resolve::{self, Governance, PolicySelector, PoolView, StatusInputs};
-use crate::policy::settings::Effective;
+use crate::policy::settings::{Effective, InvalidPolicy};
 use crate::telemetry::{Telemetry, WarningLatch};
 
 use snapshot::IndexCache;
@@ -107,6 +107,9 @@ pub struct Controller {
     /// Policy views by policy name, keyed by (uid, generation, day) so the 53-week window
     /// horizon moves on daily.
     policies: HashMap<String, (String, Result<Arc<PolicyView>, String>)>,
+    /// Validation errors by policy name, keyed by (uid, generation), for the status view.
+    #[allow(clippy::type_complexity)]
+    validity: HashMap<String, ((String, Option<i64>), Option<Arc<InvalidPolicy>>)>,
     /// Feasibility by pool, keyed by what it depends on.
     assessments: HashMap<String, (String, Arc<feasibility::Assessment>)>,
     /// The cache's claims by pool and by node, rebuilt when the cache changes.
@@ -136,6 +139,7 @@ impl Controller {
             clock,
             engine,
             policies: HashMap::new(),
+            validity: HashMap::new(),
             assessments: HashMap::new(),
             index: IndexCache::default(),
             swept: false,
@@ -189,6 +193,21 @@ impl Controller {
             .map_err(|e| e.to_string());
         self.policies.insert(name, (key, view.clone()));
         view
+    }
+
+    /// The policy's validation errors, once per (uid, generation): parsing every policy's
+    /// windows on every status pass would dominate it with many policies.
+    fn validity(&mut self, policy: &RotationPolicy) -> Option<Arc<InvalidPolicy>> {
+        let name = policy.metadata.name.clone().unwrap_or_default();
+        let key = (policy.metadata.uid.clone().unwrap_or_default(), policy.metadata.generation);
+        if let Some((k, v)) = self.validity.get(&name)
+            && *k == key
+        {
+            return v.clone();
+        }
+        let invalid = Effective::from_spec(&policy.spec).err().map(Arc::new);
+        self.validity.insert(name, (key, invalid.clone()));
+        invalid
     }
 
     fn governance(
@@ -453,22 +472,24 @@ impl Controller {
         }
     }
 
-    /// The RotationPolicy status view (§5.4); a conflict is a silent requeue.
+    /// The RotationPolicy status view (§5.4); a conflict is a silent requeue. Linear in
+    /// policies × pools: every pool is resolved once, and each policy reads only the pools it
+    /// governs or ties for.
     pub fn update_policy_status(&mut self) {
         let now = self.clock.now();
         let cache = self.ctx.cluster.cache();
+        let selectors: Vec<PolicySelector<'_>> = cache
+            .policies
+            .values()
+            .map(|x| PolicySelector {
+                name: x.metadata.name.as_deref().unwrap_or(""),
+                selector: &x.spec.node_pool_selector,
+            })
+            .collect();
         let pools: Vec<(String, Governance, bool)> = cache
             .pools
             .values()
             .map(|p| {
-                let selectors: Vec<PolicySelector<'_>> = cache
-                    .policies
-                    .values()
-                    .map(|x| PolicySelector {
-                        name: x.metadata.name.as_deref().unwrap_or(""),
-                        selector: &x.spec.node_pool_selector,
-                    })
-                    .collect();
                 let labels = p.metadata.labels.clone().unwrap_or_default();
                 (
                     p.metadata.name.clone().unwrap_or_default(),
@@ -481,13 +502,18 @@ impl Controller {
             .iter()
             .map(|(name, g, anchored)| PoolView { name, governance: g, anchored: *anchored })
             .collect();
+        let by_policy = resolve::pools_by_policy(&views);
+        // Caches of objects that are gone.
+        self.validity.retain(|n, _| cache.policies.contains_key(n));
+        self.policies.retain(|n, _| cache.policies.contains_key(n));
+        self.assessments.retain(|n, _| cache.pools.contains_key(n));
         for (name, policy) in &cache.policies {
-            let invalid = Effective::from_spec(&policy.spec).err();
+            let invalid = self.validity(policy);
             let status = resolve::desired_status(&StatusInputs {
                 policy: name,
                 generation: policy.metadata.generation,
-                invalid: invalid.as_ref(),
-                pools: &views,
+                invalid: invalid.as_ref().map(|e| e.as_ref()),
+                pools: by_policy.get(name.as_str()).map_or(&[], Vec::as_slice),
                 previous: policy.status.as_ref(),
                 now,
             });

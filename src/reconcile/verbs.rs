@@ -262,7 +262,12 @@ impl<'c> PassHost<'c> {
             Reason::InsufficientHeadroom => self.headroom_detail(),
             Reason::PolicyConflict => match &self.snap.governance {
                 super::snapshot::GovernanceView::Conflict(p) => {
-                    format!("policies {} tie for NodePool {pool}: no rotation", p.join(", "))
+                    let names = crate::policy::resolve::capped_list(
+                        p.iter().map(String::as_str),
+                        p.len(),
+                        crate::policy::resolve::LISTED_POLICIES + 1,
+                    );
+                    format!("policies {names} tie for NodePool {pool}: no rotation")
                 }
                 _ => "policy conflict".into(),
             },
