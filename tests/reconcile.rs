@@ -141,6 +141,55 @@ fn an_unschedulable_placeholder_is_warned_once_with_the_schedulers_reason() {
     assert!(e.message.contains("Insufficient cpu"), "{}", e.message);
 }
 
+fn placeholder_unschedulable(fx: &Fx, claim: &str, unschedulable: bool) {
+    fx.world
+        .update_pod(NS, &noderotation::placeholder::placeholder_name(claim), |p| {
+            let status = if unschedulable { "False" } else { "True" };
+            p.status =
+                serde_json::from_value(serde_json::json!({"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": status, "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient cpu."}]}))
+                .ok();
+        })
+        .expect("placeholder");
+}
+
+/// Claim-scoped warnings are level-triggered too: SurgeUnschedulable re-arms once the
+/// placeholder was seen schedulable, and once the claim's rotation attempt ended; the latches
+/// of a claim that is gone are dropped instead of piling up for the life of the process.
+#[test]
+fn claim_warnings_rearm_when_their_condition_clears_and_are_forgotten_with_the_claim() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    placeholder_unschedulable(&fx, "c1", true);
+    fx.pass();
+    fx.pass();
+    assert_eq!(fx.events("SurgeUnschedulable"), 1);
+    placeholder_unschedulable(&fx, "c1", false);
+    fx.pass();
+    placeholder_unschedulable(&fx, "c1", true);
+    fx.pass();
+    assert_eq!(fx.events("SurgeUnschedulable"), 2, "re-armed after it cleared");
+    // The attempt times out still unschedulable; the retry's placeholder is a new condition.
+    fx.advance(Duration::minutes(16));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    fx.set_claim_ann("c1", Key::FailedAt, Some("2026-11-27T03:00:00Z"));
+    fx.set_pool_ann(Key::LastFailureAt, None);
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"), "retried");
+    placeholder_unschedulable(&fx, "c1", true);
+    fx.pass();
+    assert_eq!(fx.events("SurgeUnschedulable"), 3, "a new attempt warns again");
+    // The rotation completes and the claim is gone: nothing of it stays latched.
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    fx.finalize("c1");
+    fx.pass();
+    assert!(fx.world.claim("c1").is_none());
+    assert_eq!(fx.ctl.latched_warnings(), Vec::<String>::new());
+}
+
 #[test]
 fn cooldown_after_a_success_holds_the_next_start() {
     let mut fx = Fx::new();

@@ -164,6 +164,11 @@ impl Controller {
         self.ctx.writes
     }
 
+    /// The warnings latched now, as `object reason` (tests: nothing of a gone object stays).
+    pub fn latched_warnings(&self) -> Vec<String> {
+        self.ctx.latch.keys().map(|(object, reason)| format!("{object} {reason}")).collect()
+    }
+
     pub fn has_swept(&self) -> bool {
         self.swept
     }
@@ -310,6 +315,7 @@ impl Controller {
             .run(&mut host)
             .map_err(|source| ReconcileError::Engine { pool: pool.to_string(), source })?;
         let mut snap = host.snap;
+        self.forget_gone_claims(&snap);
         if governed {
             // Gauges describe the pool after this pass's writes (a started claim is no longer
             // a candidate).
@@ -320,6 +326,18 @@ impl Controller {
             self.ctx.telemetry.forget_pool(pool);
         }
         Ok(pass.requeue)
+    }
+
+    /// Drops what the controller remembers about claims that no longer exist: their warning
+    /// latches (which would otherwise grow for the life of the process) and placeholder
+    /// trouble. Claim-scoped latch keys are `NodeClaim <name>`: one range of the latch.
+    fn forget_gone_claims(&mut self, snap: &Snapshot) {
+        let prefix = "NodeClaim ";
+        let range = (prefix.to_string(), String::new())..("NodeClaim!".to_string(), String::new());
+        self.ctx.latch.retain_range(range, |(object, _)| {
+            object.strip_prefix(prefix).is_none_or(|name| snap.claim(name).is_some())
+        });
+        self.ctx.placeholder_trouble.retain(|name, _| snap.claim(name).is_some());
     }
 
     /// The §5.3 start-up sweep. Run once per leadership, before the first `reconcile_pool`:

@@ -1036,21 +1036,15 @@ impl Host for PassHost<'_> {
     fn observe(&mut self, row: &Row, matched: bool) {
         if matched {
             self.ctx.coverage.insert(row.id.clone());
-        } else {
-            // Level-triggered warnings re-arm once their condition was seen false (§4.3).
-            let keys: Vec<(String, String)> = row
-                .warnings()
-                .map(|reason| {
-                    (
-                        ObjectRef::cluster(ObjectKind::NodePool, self.snap.pool_name()).to_string(),
-                        reason.name().to_string(),
-                    )
-                })
-                .collect();
-            for k in keys {
-                self.ctx.latch.clear(&k);
-            }
         }
         self.observed.push((row.id.clone(), matched));
+    }
+
+    fn rearm(&mut self, a: &Action<'_>) {
+        // Level-triggered warnings re-arm once their condition was seen false (§4.3), for the
+        // object they are about: the pool, or the claim of this rotation.
+        let (Some(obj), Some(reason)) = (a.target_obj(), a.reason) else { return };
+        let Some(object) = self.cluster_ref(obj) else { return };
+        self.ctx.latch.clear(&(object.to_string(), reason.name().to_string()));
     }
 }
