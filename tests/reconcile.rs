@@ -1536,3 +1536,63 @@ fn the_status_of_thousands_of_tied_policies_is_linear_and_its_messages_are_cappe
     assert!(ready.message.contains("1996 more"), "{}", ready.message);
     assert!(ready.message.contains("and 15 more NodePools"), "{}", ready.message);
 }
+
+/// The in-flight surge claim is the rotation's replacement, not another pool node: a pool of one
+/// node, which a 24/7 policy can serve, is not told at every rotation that its "2 nodes" exceed
+/// the burst capacity (and the warning re-armed each time the surge claim was gone).
+/// `rotate-a` with the auto age threshold (K = 2), open 24/7: one rotation per deadline.
+fn auto_policy() -> noderotation::policy::crd::RotationPolicy {
+    let mut policy = policy_yaml("", None);
+    policy.spec.age_threshold = "auto".into();
+    policy
+}
+
+#[test]
+fn the_burst_check_does_not_count_the_surge_claim_as_a_pool_node() {
+    let mut fx = Fx::with(auto_policy(), pool_yaml(""));
+    fx.claim("c1", Duration::days(14) - Duration::minutes(60));
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    fx.advance(Duration::minutes(5));
+    fx.pass();
+    fx.finalize("c1");
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "completed");
+    assert_eq!(fx.events("ThroughputBurstShortfall"), 0, "{:?}", fx.event_messages("ThroughputBurstShortfall"));
+    // A pool that really is too big for one deadline is told so, as a "would": its nodes were
+    // not created together.
+    let mut fx = Fx::with(auto_policy(), pool_yaml(""));
+    for (i, days) in [1, 3, 5].into_iter().enumerate() {
+        fx.claim(&format!("n{i}"), Duration::days(days));
+    }
+    fx.pass();
+    let msgs = fx.event_messages("ThroughputBurstShortfall");
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+    assert!(msgs[0].contains("if") && msgs[0].contains("would"), "{}", msgs[0]);
+}
+
+/// `NoLimitsHeadroom` warns when less than one node's worth of a limited resource is left, not
+/// only once the limit is used up: 2 CPUs left cannot hold a 4-CPU surge node.
+#[test]
+fn no_limits_headroom_warns_when_less_than_one_node_fits() {
+    let mut fx = Fx::with(policy_yaml("", None), pool_yaml("  limits: {cpu: \"10\"}"));
+    fx.claim("c1", Duration::days(1));
+    let used = |fx: &Fx, cpu: &str| {
+        fx.world
+            .update_pool(POOL, |p| {
+                p.status =
+                    serde_json::from_value(serde_json::json!({"resources": {"cpu": cpu}})).ok();
+            })
+            .expect("pool");
+    };
+    used(&fx, "4");
+    fx.pass();
+    assert_eq!(fx.events("NoLimitsHeadroom"), 0, "6 CPUs left: a 4-CPU node fits");
+    used(&fx, "8");
+    fx.pass();
+    let msgs = fx.event_messages("NoLimitsHeadroom");
+    assert_eq!(msgs.len(), 1, "2 CPUs left");
+    assert!(msgs[0].contains("cpu"), "{}", msgs[0]);
+}

@@ -15,6 +15,7 @@ use crate::clock::Clock;
 use crate::cluster::{ApiError, CacheView, Cluster};
 use crate::engine::{Engine, EngineError, Handler, Key};
 use crate::karpenter::NodePool;
+use crate::placeholder;
 use crate::policy::crd::RotationPolicy;
 use crate::policy::feasibility;
 use crate::policy::resolve::{self, Governance, PolicySelector, PoolView, StatusInputs};
@@ -246,20 +247,23 @@ impl Controller {
         }
     }
 
+    /// Feasibility of the pool; `nodes` is `N` ([`Snapshot::pool_nodes`]), `short_limits` the
+    /// resources of `spec.limits` with less than one of its nodes' worth left.
     fn assessment(
         &mut self,
         pool: &NodePool,
         policy: &PolicyView,
-        claims: usize,
+        nodes: usize,
+        short_limits: Vec<String>,
         now: DateTime<Utc>,
     ) -> Arc<feasibility::Assessment> {
         let name = pool.metadata.name.clone().unwrap_or_default();
         let key = format!(
-            "{}/{:?}/{}/{claims}/{:?}/{:?}",
+            "{}/{:?}/{}/{nodes}/{:?}/{:?}",
             policy.name,
             pool.metadata.generation,
             now.date_naive(),
-            pool.exhausted_limits(),
+            short_limits,
             pool.spec.replicas
         );
         if let Some((k, v)) = self.assessments.get(&name)
@@ -272,8 +276,8 @@ impl Controller {
                 .expire_after()
                 .unwrap_or(crate::policy::duration::ExpireAfter::Never),
             termination_grace_period: pool.termination_grace_period().ok().flatten(),
-            nodes: Some(claims as u64),
-            exhausted_limits: pool.exhausted_limits(),
+            nodes: Some(nodes as u64),
+            exhausted_limits: short_limits,
             static_pool: pool.is_static(),
         };
         let assessment = Arc::new(feasibility::assess(&policy.settings, &facts, now));
@@ -287,8 +291,9 @@ impl Controller {
         let namespace = self.ctx.config.namespace.clone();
         let mut snap = Snapshot::new(now, cache, index, namespace, Some(pool), governance, None);
         if let (Some(policy), Some(pool)) = (snap.policy().cloned(), snap.pool.clone()) {
-            let claims = snap.pool_claims().count();
-            let assessment = self.assessment(&pool, &policy, claims, now);
+            let nodes = snap.pool_nodes();
+            let short = pool.limits_without_room_for(&placeholder::node_worth(snap.pool_claims()));
+            let assessment = self.assessment(&pool, &policy, nodes, short, now);
             snap.fatal = assessment.has_fatal();
             snap.assessment = Some(assessment);
             snap.select_candidates();

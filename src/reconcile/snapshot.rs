@@ -336,6 +336,23 @@ impl Snapshot {
         self.index.pool(&self.cache, self.pool_name()).iter().map(|c| self.live(c))
     }
 
+    /// `N` of the throughput checks (§3.2 layer 2): the pool's claims, the in-flight rotation
+    /// counted once. While the anchored claim still exists, one claim created at or after the
+    /// rotation started (`started-at`, or the forceful `draining-at`) is its replacement, not
+    /// another node: counting it made the burst warning flip on and off with every rotation.
+    pub fn pool_nodes(&self) -> usize {
+        let total = self.pool_claims().count();
+        let Some(cand) = self.anchored_claim().and_then(|n| self.claim(n)) else { return total };
+        let started = time_annotation(&cand.metadata, Key::StartedAt).or_else(|| {
+            self.pool.as_ref().and_then(|p| time_annotation(&p.metadata, Key::DrainingAt))
+        });
+        let Some(started) = started else { return total };
+        let replacement = self.pool_claims().any(|c| {
+            c.metadata.name != cand.metadata.name && c.created().is_some_and(|t| t >= started)
+        });
+        total - usize::from(replacement)
+    }
+
     /// Claims of this pool with what passes derive from their spec and status.
     pub fn pool_claims_derived(&self) -> impl Iterator<Item = (&NodeClaim, &Derived)> {
         let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
