@@ -1596,3 +1596,31 @@ fn no_limits_headroom_warns_when_less_than_one_node_fits() {
     assert_eq!(msgs.len(), 1, "2 CPUs left");
     assert!(msgs[0].contains("cpu"), "{}", msgs[0]);
 }
+
+/// Open 24/7 with auto ageThreshold, a claim is due only K minutes + t_rot (79m) before its
+/// deadline. Three claims whose deadlines lie 5 minutes apart cannot all be rotated one at a time
+/// in that lead (one rotation slot, t_rot_est + cooldownAfter, is 25m): the earlier ones fall
+/// due early enough for the later ones (the burst lookahead), instead of the last ones being
+/// force-expired.
+#[test]
+fn crowded_deadlines_fall_due_early_enough_for_one_rotation_at_a_time() {
+    use noderotation::telemetry::PoolGauge;
+    let mut fx = Fx::with(auto_policy(), pool_yaml(""));
+    let lifetime = Duration::days(14);
+    for (name, left) in [("c1", 85), ("c2", 88), ("c3", 90)] {
+        fx.claim(name, lifetime - Duration::minutes(left));
+    }
+    fx.pass();
+    assert_eq!(
+        fx.pool_ann(Key::ActiveRotation).as_deref(),
+        Some("c1"),
+        "c1 (due in 6m by its own lead) is due now: c2 and c3 need the slots after it"
+    );
+    let candidates = fx.ctl.telemetry().pool_gauge(POOL, PoolGauge::Candidates);
+    assert_eq!(candidates, Some(1.0), "c2 is due now too; c3 in 11m");
+    // A lone claim keeps its own due instant.
+    let mut fx = Fx::with(auto_policy(), pool_yaml(""));
+    fx.claim("alone", lifetime - Duration::minutes(85));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "due in 6 minutes, not now");
+}

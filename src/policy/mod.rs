@@ -6,6 +6,7 @@
 //!   defaults applied and reconcile-time validation ([`settings::Effective`]).
 //! - [`derive`]: deadline, `t_rot`, `A`, `G`, `C`, the candidate predicate, order, backoff.
 //! - [`feasibility`]: layers 1–3 as typed findings; [`resolve`]: governance and status view.
+//! - [`lookahead`]: crowded claims fall due early enough for one rotation at a time.
 //! - [`plan`]: `noderotation plan`.
 //!
 //! Everything except `crd::run` and `plan::run` is pure: no I/O, `now` is always a parameter.
@@ -13,6 +14,7 @@ pub mod crd;
 pub mod derive;
 pub mod duration;
 pub mod feasibility;
+pub mod lookahead;
 pub mod plan;
 pub mod resolve;
 pub mod settings;

@@ -194,7 +194,8 @@ impl Controller {
         let view = Effective::from_spec(&policy.spec)
             .map(|settings| {
                 let period = settings.schedule.period(now);
-                Arc::new(PolicyView { name: name.clone(), settings, period })
+                let open = crate::policy::lookahead::OpenTime::of(&settings.schedule, now);
+                Arc::new(PolicyView { name: name.clone(), settings, period, open })
             })
             .map_err(|e| e.to_string());
         self.policies.insert(name, (key, view.clone()));

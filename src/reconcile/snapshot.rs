@@ -13,6 +13,7 @@ use crate::karpenter::{NodeClaim, NodePool};
 use crate::placeholder;
 use crate::policy::derive::{self, ClaimFacts, RotationOrder};
 use crate::policy::duration::ExpireAfter;
+use crate::policy::lookahead::{self, OpenTime};
 use crate::policy::settings::Effective;
 
 /// Detection lag allowance (SUPPLEMENT §3.2 `buffer`).
@@ -32,6 +33,8 @@ pub struct PolicyView {
     pub settings: Effective,
     /// `P`, the worst-case window period from now (SUPPLEMENT §3.1).
     pub period: Option<Duration>,
+    /// Window-open time around now, for the burst lookahead.
+    pub open: OpenTime,
 }
 
 /// The pool's governance, as the rules see it.
@@ -432,10 +435,16 @@ impl Snapshot {
         let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
         // A pass that wrote nothing reads the cached claims and nodes: their facts are derived.
         let unwritten = self.claims.is_empty() && self.nodes.is_empty();
-        for (cached, d) in claims.iter().zip(derived) {
-            let f = if unwritten { d.cached.clone() } else { self.written_facts(cached, d) };
+        let facts: Vec<Option<ClaimFacts>> = claims
+            .iter()
+            .zip(derived)
+            .map(|(cached, d)| if unwritten { d.cached.clone() } else { self.written_facts(cached, d) })
+            .collect();
+        let dues = self.lookahead_dues(&policy, period, &facts, derived);
+        for ((f, d), due) in facts.iter().zip(derived).zip(dues) {
             let Some(f) = f else { continue };
-            if !derive::is_candidate(&f, &policy.settings, period, self.now) {
+            let candidacy = derive::candidacy_due(f, &policy.settings, due, self.now);
+            if candidacy != derive::Candidacy::Candidate {
                 continue;
             }
             census += 1;
@@ -452,6 +461,50 @@ impl Snapshot {
         let pick = pick.map(|p| p.name.to_string());
         self.census = census;
         self.pick = pick;
+    }
+
+    /// Each claim's due instant (parallel to `facts`): §3.2's, or earlier where the burst
+    /// lookahead needs the room ([`lookahead::effective_dues`] over the claims that still need
+    /// a rotation, in rotation order, one slot `t_rot_est + cooldownAfter` each).
+    fn lookahead_dues(
+        &self,
+        policy: &PolicyView,
+        period: Duration,
+        facts: &[Option<ClaimFacts>],
+        derived: &[Derived],
+    ) -> Vec<Option<DateTime<Utc>>> {
+        let settings = &policy.settings;
+        let mut dues: Vec<Option<DateTime<Utc>>> = facts
+            .iter()
+            .map(|f| f.as_ref().and_then(|f| derive::due_after(f, settings, period)))
+            .collect();
+        let mut queue: Vec<(RotationOrder<'_>, usize)> = facts
+            .iter()
+            .zip(derived)
+            .enumerate()
+            .filter_map(|(i, (f, d))| {
+                let f = f.as_ref().filter(|f| derive::needs_slot(f, settings, period))?;
+                let order = RotationOrder {
+                    deadline: derive::deadline(f.created, f.expire_after),
+                    created: f.created,
+                    name: &d.name,
+                };
+                Some((order, i))
+            })
+            .collect();
+        if queue.len() < 2 {
+            return dues;
+        }
+        queue.sort();
+        let tgp = self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten());
+        let slot = settings.t_rot_est(tgp) + settings.cooldown_after;
+        let ordered: Vec<DateTime<Utc>> =
+            queue.iter().filter_map(|(_, i)| dues[*i]).collect();
+        let effective = lookahead::effective_dues(&ordered, &policy.open, slot);
+        for ((_, i), due) in queue.iter().zip(effective) {
+            dues[*i] = Some(due);
+        }
+        dues
     }
 
     /// [`Snapshot::claim_facts`] of a cached claim after this pass's writes.
