@@ -1560,7 +1560,12 @@ fn the_burst_check_does_not_count_the_surge_claim_as_a_pool_node() {
     fx.finalize("c1");
     fx.pass();
     assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "completed");
-    assert_eq!(fx.events("ThroughputBurstShortfall"), 0, "{:?}", fx.event_messages("ThroughputBurstShortfall"));
+    assert_eq!(
+        fx.events("ThroughputBurstShortfall"),
+        0,
+        "{:?}",
+        fx.event_messages("ThroughputBurstShortfall")
+    );
     // A pool that really is too big for one deadline is told so, as a "would": its nodes were
     // not created together.
     let mut fx = Fx::with(auto_policy(), pool_yaml(""));

@@ -112,8 +112,7 @@ pub struct WatchHealth {
 impl WatchHealth {
     fn lock(
         &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<ObjectKind, std::time::Instant>>
-    {
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<ObjectKind, std::time::Instant>> {
         self.failing.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -577,9 +577,9 @@ mod tests {
         assert_eq!(names.len(), 7, "{names:?}");
         for (path, node) in durations {
             let rules = node["x-kubernetes-validations"].as_array().cloned().unwrap_or_default();
-            let parsing = rules.iter().find(|r| {
-                r["rule"].as_str().is_some_and(|rule| rule.contains("duration(self)"))
-            });
+            let parsing = rules
+                .iter()
+                .find(|r| r["rule"].as_str().is_some_and(|rule| rule.contains("duration(self)")));
             let rule = parsing.unwrap_or_else(|| panic!("{path}: no rule parses the value"));
             let message = rule["message"].as_str().unwrap_or_default();
             assert!(message.contains(MAX_GO_DURATION), "{path}: {message}");

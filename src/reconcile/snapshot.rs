@@ -438,7 +438,11 @@ impl Snapshot {
         let facts: Vec<Option<ClaimFacts>> = claims
             .iter()
             .zip(derived)
-            .map(|(cached, d)| if unwritten { d.cached.clone() } else { self.written_facts(cached, d) })
+            .map(
+                |(cached, d)| {
+                    if unwritten { d.cached.clone() } else { self.written_facts(cached, d) }
+                },
+            )
             .collect();
         let dues = self.lookahead_dues(&policy, period, &facts, derived);
         for ((f, d), due) in facts.iter().zip(derived).zip(dues) {
@@ -498,8 +502,7 @@ impl Snapshot {
         queue.sort();
         let tgp = self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten());
         let slot = settings.t_rot_est(tgp) + settings.cooldown_after;
-        let ordered: Vec<DateTime<Utc>> =
-            queue.iter().filter_map(|(_, i)| dues[*i]).collect();
+        let ordered: Vec<DateTime<Utc>> = queue.iter().filter_map(|(_, i)| dues[*i]).collect();
         let effective = lookahead::effective_dues(&ordered, &policy.open, slot);
         for ((_, i), due) in queue.iter().zip(effective) {
             dues[*i] = Some(due);

@@ -122,8 +122,7 @@ pub fn unreachable_at_start(
             };
             let due = derive::due_after(&facts, settings, period)?;
             let deadline = derive::deadline(facts.created, facts.expire_after)?;
-            let order =
-                RotationOrder { deadline: Some(deadline), created: facts.created, name: n };
+            let order = RotationOrder { deadline: Some(deadline), created: facts.created, name: n };
             Some((order, due))
         })
         .collect();

@@ -755,9 +755,8 @@ impl Checker {
             // A claim of the starting fleet had its chances when its lead started after the
             // simulation did and one rotation at a time could reach it, the claims due before
             // it taking a slot each (the burst lookahead's own model).
-            let had_chances =
-                matches!((deadline, lead), (Some(dl), Some(l)) if dl - self.plan.start >= l)
-                    && !self.unreachable.contains(&claim);
+            let had_chances = matches!((deadline, lead), (Some(dl), Some(l)) if dl - self.plan.start >= l)
+                && !self.unreachable.contains(&claim);
             if had_chances {
                 self.fail(
                     I8,
