@@ -1629,3 +1629,47 @@ fn crowded_deadlines_fall_due_early_enough_for_one_rotation_at_a_time() {
     fx.pass();
     assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "due in 6 minutes, not now");
 }
+
+/// The pass that froze the surge host failed on its next write; then the placeholder was
+/// preempted and the old node drained (a forced expiry the cache has not shown yet), so the next
+/// pass rolls back. Its cache shows neither the host's freeze nor the placeholder that named the
+/// host: the rollback still unfreezes it, found through the claim the candidate's fresh
+/// `surge-claim` names, instead of leaving `surge-for` and do-not-disrupt on it for good.
+#[test]
+fn a_rollback_unfreezes_the_surge_host_the_cache_does_not_show_frozen() {
+    use noderotation::cluster::memory::{ApiVerb, Call, Fault};
+    use noderotation::cluster::{ObjectKind, ObjectRef};
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    fx.world.set_faults(|call: &Call<'_>| {
+        let pool = call.target.kind == ObjectKind::NodePool;
+        if call.verb == ApiVerb::Patch && pool { Fault::Transient } else { Fault::Proceed }
+    });
+    fx.client.flush_cache();
+    fx.ctl.reconcile_pool(POOL).expect_err("the draining mirror write fails");
+    fx.world.clear_faults();
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "host frozen");
+    assert_eq!(fx.claim_ann("c1", Key::SurgeClaim).as_deref(), Some("s1"));
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    // Preempted placeholder, drained old node.
+    fx.world.delete_now(&ObjectRef::pod(NS, noderotation::placeholder::placeholder_name("c1")));
+    fx.world.delete_now(&ObjectRef::pod("apps", "web-c1"));
+    let hook = fx.intercept();
+    hook.stale_view(|view| {
+        if let Some(n) = view.nodes.get_mut("node-s1") {
+            let mut node = n.as_ref().clone();
+            if let Some(a) = node.metadata.annotations.as_mut() {
+                a.retain(|k, _| {
+                    !k.starts_with("noderotation.io/") && !k.starts_with("karpenter.sh/")
+                });
+            }
+            *n = std::sync::Arc::new(node);
+        }
+    });
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "rolled back");
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor), None, "the surge host is unfrozen");
+    assert_eq!(fx.node_ann("node-s1", Key::DoNotDisrupt), None);
+}

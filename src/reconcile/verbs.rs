@@ -620,6 +620,19 @@ impl<'c> PassHost<'c> {
         })
     }
 
+    /// The node of the claim that the fresh copy of `owner` names in `surge-claim` (by
+    /// `status.nodeName`, else by providerID), if any.
+    fn fresh_surge_host(&self, owner: &str) -> Result<Option<String>, ApiError> {
+        let Some(claim) = self.ctx.cluster.get_claim(owner)? else { return Ok(None) };
+        let Some(surge) = annotation(&claim.metadata, Key::SurgeClaim) else { return Ok(None) };
+        let Some(surge) = self.ctx.cluster.get_claim(surge)? else { return Ok(None) };
+        let status = surge.status.as_ref();
+        Ok(status.and_then(|s| s.node_name.clone()).or_else(|| {
+            let id = status?.provider_id.as_deref()?;
+            self.snap.node_with_provider_id(id).map(str::to_string)
+        }))
+    }
+
     fn unfreeze(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(owner) = a.for_.clone() else { return Ok(Outcome::Won) };
         // Nodes the cache shows frozen for this rotation, plus the two this rotation can have
@@ -652,6 +665,11 @@ impl<'c> PassHost<'c> {
         }
         if let Some(host) = self.snap.placeholder_host(&owner) {
             names.insert(host.to_string());
+        }
+        // The surge host is frozen only once `surge-claim` names its claim; read both fresh, so
+        // a host whose freeze and placeholder the cache does not show yet is still released.
+        if let Some(host) = self.fresh_surge_host(&owner).map_err(|e| fail(a.verb, e))? {
+            names.insert(host);
         }
         for name in names {
             let owner = owner.clone();
