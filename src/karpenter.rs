@@ -184,9 +184,18 @@ impl NodePool {
         u64::try_from(quantity_millis(q)? / 1000).ok()
     }
 
-    /// Resources of `spec.limits` whose use in `status.resources` has reached the limit. A limit
-    /// or usage that does not parse is skipped.
+    /// Resources of `spec.limits` whose use in `status.resources` has reached the limit, or
+    /// that lack room for one more node (`nodes`). A limit or usage that does not parse is
+    /// skipped.
     pub fn exhausted_limits(&self) -> Vec<String> {
+        let one_node = BTreeMap::from([("nodes".to_string(), 1000)]);
+        self.limits_without_room_for(&one_node)
+    }
+
+    /// Resources of `spec.limits` with less than `node` (amounts in thousandths, a resource it
+    /// lacks counting 0) left: `limit - status.resources < node`, or nothing left at all. A
+    /// limit or usage that does not parse is skipped.
+    pub fn limits_without_room_for(&self, node: &BTreeMap<String, i128>) -> Vec<String> {
         let empty = BTreeMap::new();
         let used = self.status.as_ref().map_or(&empty, |s| &s.resources);
         self.spec
@@ -196,7 +205,8 @@ impl NodePool {
             .filter(|(resource, limit)| {
                 let limit = quantity_millis(limit);
                 let in_use = used.get(*resource).map_or(Some(0), quantity_millis);
-                matches!((limit, in_use), (Some(l), Some(u)) if u >= l)
+                let want = node.get(*resource).copied().unwrap_or(0);
+                matches!((limit, in_use), (Some(l), Some(u)) if l - u <= 0 || l - u < want)
             })
             .map(|(resource, _)| resource.clone())
             .collect()
@@ -450,6 +460,21 @@ status:
         assert!(!np.is_static());
         assert_eq!(np.node_count(), Some(20));
         assert_eq!(np.exhausted_limits(), ["nodes"]);
+    }
+
+    #[test]
+    fn limits_without_room_for_one_node() {
+        let mut np: NodePool = serde_yaml::from_str(NODEPOOL).unwrap_or_else(|e| panic!("{e}"));
+        np.spec.limits.get_or_insert_default().insert("nodes".into(), Quantity("21".into()));
+        // 924 CPUs and 700Gi left, one node left: a 4-CPU node fits, a 1000-CPU one does not.
+        let node = |cpu: i128| BTreeMap::from([("cpu".into(), cpu), ("nodes".into(), 1000)]);
+        assert!(np.limits_without_room_for(&node(4_000)).is_empty());
+        assert_eq!(np.limits_without_room_for(&node(1_000_000)), ["cpu"]);
+        np.spec.limits.get_or_insert_default().insert("cpu".into(), Quantity("78".into()));
+        assert_eq!(np.limits_without_room_for(&node(4_000)), ["cpu"], "2 CPUs left");
+        assert!(np.exhausted_limits().is_empty(), "without a node size: only used up counts");
+        np.spec.limits.get_or_insert_default().insert("cpu".into(), Quantity("76".into()));
+        assert_eq!(np.exhausted_limits(), ["cpu"]);
     }
 
     #[test]

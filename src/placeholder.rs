@@ -777,6 +777,19 @@ pub fn footprint(candidate: &NodeClaim) -> Resources {
     out
 }
 
+/// One node's worth of the pool's resources: per resource, the largest [`footprint`] among its
+/// claims (at least one node). What a surge would take from `spec.limits` (`NoLimitsHeadroom`).
+pub fn node_worth<'a>(claims: impl Iterator<Item = &'a NodeClaim>) -> Resources {
+    let mut out = Resources::from([(NODES_RESOURCE.to_string(), 1000)]);
+    for claim in claims {
+        for (resource, amount) in footprint(claim) {
+            let held = out.entry(resource).or_insert(0);
+            *held = (*held).max(amount);
+        }
+    }
+    out
+}
+
 /// `InsufficientHeadroom(resource, want, remaining, limit)`, amounts in thousandths. Compare
 /// whole values to deduplicate the warning per distinct tuple.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

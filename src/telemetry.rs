@@ -536,6 +536,11 @@ impl<K: Ord> WarningLatch<K> {
         }
     }
 
+    /// The latched keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &K> {
+        self.latched.keys()
+    }
+
     pub fn is_latched(&self, key: &K) -> bool {
         self.latched.contains_key(key)
     }

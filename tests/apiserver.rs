@@ -191,6 +191,70 @@ async fn kubectl_applies_every_example_and_rejects_every_invalid_one_naming_the_
     Ok(())
 }
 
+/// A duration past Go's range matches the OpenAPI pattern; the CEL rule every duration field
+/// carries parses it with `duration()`, which fails, so the apiserver rejects the object naming
+/// the field. The longest valid duration is accepted everywhere.
+#[tokio::test]
+async fn the_crd_rejects_durations_that_overflow_and_accepts_the_longest_one() -> TestResult {
+    let env = harness!();
+    let policy = |field: &str, value: &str| {
+        let mut spec = json!({
+            "nodePoolSelector": {"matchLabels": {TEST_LABEL: "no-pool-has-this"}},
+            "maintenanceWindows": [{"timezone": "UTC", "days": ["Sat"], "start": "02:00", "end": "06:00"}],
+            "surge": {}
+        });
+        match field.strip_prefix("surge.") {
+            Some(f) => spec["surge"][f] = json!(value),
+            None => spec[field] = json!(value),
+        }
+        json!({
+            "apiVersion": "noderotation.io/v1alpha1",
+            "kind": "RotationPolicy",
+            "metadata": {"name": "duration-overflow-probe"},
+            "spec": spec
+        })
+        .to_string()
+    };
+    let fields = [
+        "ageThreshold",
+        "surge.readyTimeout",
+        "surge.cooldownAfter",
+        "surge.failurePause",
+        "surge.drainEstimate",
+        "surge.provisioningEstimate",
+        "surge.retryBackoff",
+    ];
+    let mut failures = Vec::new();
+    for field in fields {
+        let name = field.rsplit('.').next().unwrap_or(field);
+        for value in ["94522879700260684295381835.9999h", "2562047h47m16.854775808s"] {
+            let out = env.kubectl_as(
+                &env.kubeconfig,
+                &["apply", "--dry-run=server", "-f", "-"],
+                Some(&policy(field, value)),
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            if out.status.success() {
+                failures.push(format!("{field}: {value} accepted"));
+            } else if !stderr.contains(name) {
+                failures.push(format!("{field}: {value} rejected without naming it: {stderr}"));
+            }
+        }
+        let longest = "2562047h47m16.854775807s";
+        let out = env.kubectl_as(
+            &env.kubeconfig,
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&policy(field, longest)),
+        );
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            failures.push(format!("{field}: {longest} rejected: {stderr}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
 #[tokio::test]
 async fn kubectl_get_shows_printer_columns_and_explain_shows_descriptions() -> TestResult {
     let env = harness!();

@@ -141,6 +141,55 @@ fn an_unschedulable_placeholder_is_warned_once_with_the_schedulers_reason() {
     assert!(e.message.contains("Insufficient cpu"), "{}", e.message);
 }
 
+fn placeholder_unschedulable(fx: &Fx, claim: &str, unschedulable: bool) {
+    fx.world
+        .update_pod(NS, &noderotation::placeholder::placeholder_name(claim), |p| {
+            let status = if unschedulable { "False" } else { "True" };
+            p.status =
+                serde_json::from_value(serde_json::json!({"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": status, "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient cpu."}]}))
+                .ok();
+        })
+        .expect("placeholder");
+}
+
+/// Claim-scoped warnings are level-triggered too: SurgeUnschedulable re-arms once the
+/// placeholder was seen schedulable, and once the claim's rotation attempt ended; the latches
+/// of a claim that is gone are dropped instead of piling up for the life of the process.
+#[test]
+fn claim_warnings_rearm_when_their_condition_clears_and_are_forgotten_with_the_claim() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    placeholder_unschedulable(&fx, "c1", true);
+    fx.pass();
+    fx.pass();
+    assert_eq!(fx.events("SurgeUnschedulable"), 1);
+    placeholder_unschedulable(&fx, "c1", false);
+    fx.pass();
+    placeholder_unschedulable(&fx, "c1", true);
+    fx.pass();
+    assert_eq!(fx.events("SurgeUnschedulable"), 2, "re-armed after it cleared");
+    // The attempt times out still unschedulable; the retry's placeholder is a new condition.
+    fx.advance(Duration::minutes(16));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    fx.set_claim_ann("c1", Key::FailedAt, Some("2026-11-27T03:00:00Z"));
+    fx.set_pool_ann(Key::LastFailureAt, None);
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"), "retried");
+    placeholder_unschedulable(&fx, "c1", true);
+    fx.pass();
+    assert_eq!(fx.events("SurgeUnschedulable"), 3, "a new attempt warns again");
+    // The rotation completes and the claim is gone: nothing of it stays latched.
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    fx.finalize("c1");
+    fx.pass();
+    assert!(fx.world.claim("c1").is_none());
+    assert_eq!(fx.ctl.latched_warnings(), Vec::<String>::new());
+}
+
 #[test]
 fn cooldown_after_a_success_holds_the_next_start() {
     let mut fx = Fx::new();
@@ -829,6 +878,47 @@ fn a_placeholder_that_would_request_nothing_is_refused_and_rolled_back() {
     assert_eq!(fx.events("SurgeClampRefused"), 1);
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
     assert_eq!(fx.announced("emit:failure"), 1);
+    // The failure says what happened: nothing waited for readyTimeout.
+    let failed = fx.event_messages("RotationFailed");
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0].contains("would request nothing"), "{}", failed[0]);
+    assert!(!failed[0].contains("readyTimeout"), "{}", failed[0]);
+}
+
+/// An admission webhook or a ResourceQuota rejects the placeholder: the pass fails and is
+/// retried until readyTimeout rolls the rotation back, and the failure names the rejection
+/// instead of claiming the surge was "not ready".
+#[test]
+fn a_rejected_placeholder_is_named_in_the_rotation_failure() {
+    use noderotation::cluster::memory::{ApiVerb, Fault};
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.world.set_faults(|call: &noderotation::cluster::memory::Call<'_>| {
+        if call.verb == ApiVerb::Create { Fault::Forbidden } else { Fault::Proceed }
+    });
+    fx.client.flush_cache();
+    let err = fx.ctl.reconcile_pool(POOL).expect_err("the create is rejected");
+    assert!(err.to_string().contains("forbidden"), "{err}");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(fx.placeholder("c1").is_none());
+    fx.advance(Duration::minutes(16));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    let failed = fx.event_messages("RotationFailed");
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0].contains("rejected") && failed[0].contains("forbidden"), "{}", failed[0]);
+    assert!(!failed[0].contains("not ready"), "{}", failed[0]);
+    // A later attempt whose placeholder is created and then times out says so again.
+    fx.world.clear_faults();
+    fx.set_claim_ann("c1", Key::FailedAt, Some("2026-11-27T03:00:00Z"));
+    fx.set_pool_ann(Key::LastFailureAt, None);
+    fx.pass();
+    assert!(fx.placeholder("c1").is_some(), "retried: {:?}", fx.claim_ann("c1", Key::State));
+    fx.advance(Duration::minutes(16));
+    fx.pass();
+    let failed = fx.event_messages("RotationFailed");
+    assert_eq!(failed.len(), 2);
+    assert!(failed[1].contains("not ready within readyTimeout"), "{}", failed[1]);
 }
 
 #[test]
@@ -1387,4 +1477,199 @@ fn retry_count_saturates_instead_of_wrapping_or_panicking() {
         assert_eq!(fx.claim_ann("c1", Key::RetryCount).as_deref(), Some(after), "{before}");
         assert_eq!(fx.announced("emit:failure"), 1, "{before}");
     }
+}
+
+/// A claim without its own terminationGracePeriod drains under the pool's: the rule's stuck bound
+/// and the `noderotation_drain_stuck` gauge read the same bound (one function), so the gauge
+/// never says "stuck" while the rule (and its DrainStuck warning) says the drain is in bounds.
+#[test]
+fn the_drain_stuck_gauge_and_the_rule_share_the_pools_tgp_bound() {
+    use noderotation::telemetry::PoolGauge;
+    let mut fx = Fx::new();
+    fx.set_pool(|p| p.spec.template.spec.termination_grace_period = Some("3h".into()));
+    fx.claim("c1", Duration::days(10));
+    fx.world.update_claim("c1", |c| c.spec.termination_grace_period = None).expect("claim");
+    fx.pass();
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    assert!(fx.deleting("c1"));
+    // Past the 1h default + buffer, inside the pool's 3h + buffer.
+    fx.advance(Duration::minutes(90));
+    fx.pass();
+    let stuck = |fx: &Fx| fx.ctl.telemetry().pool_gauge(POOL, PoolGauge::DrainStuck);
+    assert_eq!(fx.events("DrainStuck"), 0, "inside tGP + buffer of the pool");
+    assert_eq!(stuck(&fx), Some(0.0), "the gauge agrees with the rule");
+    fx.advance(Duration::minutes(93));
+    fx.pass();
+    assert_eq!(fx.events("DrainStuck"), 1, "past 3h + 2m");
+    assert_eq!(stuck(&fx), Some(1.0));
+}
+
+/// 2,000 equally specific policies tie for 20 pools: the status view is computed in time linear
+/// in policies × pools (it was quadratic in the policies: every tied policy's message listed
+/// every other one for every pool), and its messages stay short.
+#[test]
+fn the_status_of_thousands_of_tied_policies_is_linear_and_its_messages_are_capped() {
+    let mut fx = Fx::new();
+    for i in 1..2000 {
+        let mut twin = policy_yaml("", None);
+        twin.metadata.name = Some(format!("rotate-a-{i:04}"));
+        twin.metadata.uid = Some(format!("uid-{i}"));
+        fx.world.apply_policy(twin).expect("twin");
+    }
+    for i in 0..19 {
+        clone_pool(&fx, &format!("pool-{i:02}"), "a");
+    }
+    fx.client.flush_cache();
+    for round in ["first (writes)", "second (unchanged)"] {
+        let start = std::time::Instant::now();
+        fx.ctl.update_policy_status();
+        let took = start.elapsed();
+        eprintln!("status of 2000 tied policies x 20 pools, {round}: {took:?}");
+        assert!(took < std::time::Duration::from_secs(3), "{round}: {took:?}");
+        fx.client.flush_cache();
+    }
+    let status = fx.world.policy("rotate-a-0500").and_then(|p| p.status.clone()).expect("status");
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
+    assert_eq!(ready.reason, "Conflict");
+    assert!(ready.message.len() < 2000, "{} bytes: {}", ready.message.len(), ready.message);
+    assert!(ready.message.contains("1996 more"), "{}", ready.message);
+    assert!(ready.message.contains("and 15 more NodePools"), "{}", ready.message);
+}
+
+/// The in-flight surge claim is the rotation's replacement, not another pool node: a pool of one
+/// node, which a 24/7 policy can serve, is not told at every rotation that its "2 nodes" exceed
+/// the burst capacity (and the warning re-armed each time the surge claim was gone).
+/// `rotate-a` with the auto age threshold (K = 2), open 24/7: one rotation per deadline.
+fn auto_policy() -> noderotation::policy::crd::RotationPolicy {
+    let mut policy = policy_yaml("", None);
+    policy.spec.age_threshold = "auto".into();
+    policy
+}
+
+#[test]
+fn the_burst_check_does_not_count_the_surge_claim_as_a_pool_node() {
+    let mut fx = Fx::with(auto_policy(), pool_yaml(""));
+    fx.claim("c1", Duration::days(14) - Duration::minutes(60));
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    fx.advance(Duration::minutes(5));
+    fx.pass();
+    fx.finalize("c1");
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "completed");
+    assert_eq!(
+        fx.events("ThroughputBurstShortfall"),
+        0,
+        "{:?}",
+        fx.event_messages("ThroughputBurstShortfall")
+    );
+    // A pool that really is too big for one deadline is told so, as a "would": its nodes were
+    // not created together.
+    let mut fx = Fx::with(auto_policy(), pool_yaml(""));
+    for (i, days) in [1, 3, 5].into_iter().enumerate() {
+        fx.claim(&format!("n{i}"), Duration::days(days));
+    }
+    fx.pass();
+    let msgs = fx.event_messages("ThroughputBurstShortfall");
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+    assert!(msgs[0].contains("if") && msgs[0].contains("would"), "{}", msgs[0]);
+}
+
+/// `NoLimitsHeadroom` warns when less than one node's worth of a limited resource is left, not
+/// only once the limit is used up: 2 CPUs left cannot hold a 4-CPU surge node.
+#[test]
+fn no_limits_headroom_warns_when_less_than_one_node_fits() {
+    let mut fx = Fx::with(policy_yaml("", None), pool_yaml("  limits: {cpu: \"10\"}"));
+    fx.claim("c1", Duration::days(1));
+    let used = |fx: &Fx, cpu: &str| {
+        fx.world
+            .update_pool(POOL, |p| {
+                p.status =
+                    serde_json::from_value(serde_json::json!({"resources": {"cpu": cpu}})).ok();
+            })
+            .expect("pool");
+    };
+    used(&fx, "4");
+    fx.pass();
+    assert_eq!(fx.events("NoLimitsHeadroom"), 0, "6 CPUs left: a 4-CPU node fits");
+    used(&fx, "8");
+    fx.pass();
+    let msgs = fx.event_messages("NoLimitsHeadroom");
+    assert_eq!(msgs.len(), 1, "2 CPUs left");
+    assert!(msgs[0].contains("cpu"), "{}", msgs[0]);
+}
+
+/// Open 24/7 with auto ageThreshold, a claim is due only K minutes + t_rot (79m) before its
+/// deadline. Three claims whose deadlines lie 5 minutes apart cannot all be rotated one at a time
+/// in that lead (one rotation slot, t_rot_est + cooldownAfter, is 25m): the earlier ones fall
+/// due early enough for the later ones (the burst lookahead), instead of the last ones being
+/// force-expired.
+#[test]
+fn crowded_deadlines_fall_due_early_enough_for_one_rotation_at_a_time() {
+    use noderotation::telemetry::PoolGauge;
+    let mut fx = Fx::with(auto_policy(), pool_yaml(""));
+    let lifetime = Duration::days(14);
+    for (name, left) in [("c1", 85), ("c2", 88), ("c3", 90)] {
+        fx.claim(name, lifetime - Duration::minutes(left));
+    }
+    fx.pass();
+    assert_eq!(
+        fx.pool_ann(Key::ActiveRotation).as_deref(),
+        Some("c1"),
+        "c1 (due in 6m by its own lead) is due now: c2 and c3 need the slots after it"
+    );
+    let candidates = fx.ctl.telemetry().pool_gauge(POOL, PoolGauge::Candidates);
+    assert_eq!(candidates, Some(1.0), "c2 is due now too; c3 in 11m");
+    // A lone claim keeps its own due instant.
+    let mut fx = Fx::with(auto_policy(), pool_yaml(""));
+    fx.claim("alone", lifetime - Duration::minutes(85));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "due in 6 minutes, not now");
+}
+
+/// The pass that froze the surge host failed on its next write; then the placeholder was
+/// preempted and the old node drained (a forced expiry the cache has not shown yet), so the next
+/// pass rolls back. Its cache shows neither the host's freeze nor the placeholder that named the
+/// host: the rollback still unfreezes it, found through the claim the candidate's fresh
+/// `surge-claim` names, instead of leaving `surge-for` and do-not-disrupt on it for good.
+#[test]
+fn a_rollback_unfreezes_the_surge_host_the_cache_does_not_show_frozen() {
+    use noderotation::cluster::memory::{ApiVerb, Call, Fault};
+    use noderotation::cluster::{ObjectKind, ObjectRef};
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    fx.world.set_faults(|call: &Call<'_>| {
+        let pool = call.target.kind == ObjectKind::NodePool;
+        if call.verb == ApiVerb::Patch && pool { Fault::Transient } else { Fault::Proceed }
+    });
+    fx.client.flush_cache();
+    fx.ctl.reconcile_pool(POOL).expect_err("the draining mirror write fails");
+    fx.world.clear_faults();
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "host frozen");
+    assert_eq!(fx.claim_ann("c1", Key::SurgeClaim).as_deref(), Some("s1"));
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    // Preempted placeholder, drained old node.
+    fx.world.delete_now(&ObjectRef::pod(NS, noderotation::placeholder::placeholder_name("c1")));
+    fx.world.delete_now(&ObjectRef::pod("apps", "web-c1"));
+    let hook = fx.intercept();
+    hook.stale_view(|view| {
+        if let Some(n) = view.nodes.get_mut("node-s1") {
+            let mut node = n.as_ref().clone();
+            if let Some(a) = node.metadata.annotations.as_mut() {
+                a.retain(|k, _| {
+                    !k.starts_with("noderotation.io/") && !k.starts_with("karpenter.sh/")
+                });
+            }
+            *n = std::sync::Arc::new(node);
+        }
+    });
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "rolled back");
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor), None, "the surge host is unfrozen");
+    assert_eq!(fx.node_ann("node-s1", Key::DoNotDisrupt), None);
 }

@@ -97,6 +97,29 @@ fn a_seed_replays_exactly() {
     assert_eq!(go(), go());
 }
 
+/// Seeds whose random starting ages crowd deadlines closer than one rotation slot: before the
+/// burst lookahead each of them force-expired a node that had its 14-minute lead.
+#[test]
+fn tight_race_crowded_deadlines_are_all_rotated_in_time() {
+    let race = scenario("tight-race.yaml");
+    let mut failed = Vec::new();
+    for seed in [163, 257, 345] {
+        let r = run(
+            Arc::clone(&race),
+            &opts(seed, Duration::hours(12), false, embedded()),
+            &mut |_| {},
+        );
+        if r.figures.forced_expiries > 0 || !r.violations.is_empty() {
+            failed.push(format!(
+                "seed {seed}: {} forced expiries\n{}",
+                r.figures.forced_expiries,
+                explain(&r)
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
 /// A modest seed sweep with every fault on; `tests/all.sh` runs 300 seeds on the release build.
 #[test]
 fn invariants_hold_under_faults() {

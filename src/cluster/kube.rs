@@ -95,6 +95,48 @@ pub fn map_error(err: kube::Error, creating: bool) -> ApiError {
     }
 }
 
+/// How long after its last error a watch counts as broken when no event came since. The
+/// watcher retries a failing watch with a backoff of at most 30s, so a watch still failing
+/// reports an error well within this; a watch re-established on a quiet cluster delivers no
+/// event, and its last error ages out instead.
+pub const WATCH_RECOVERY: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Whether each watch still delivers after the first sync, for `/readyz`: a reflector whose
+/// watch broke serves an ever older cache.
+#[derive(Debug, Default)]
+pub struct WatchHealth {
+    /// Kinds whose last outcome was an error, with that error's time.
+    failing: Mutex<std::collections::BTreeMap<ObjectKind, std::time::Instant>>,
+}
+
+impl WatchHealth {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<ObjectKind, std::time::Instant>> {
+        self.failing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The watch of `kind` returned an error at `at`.
+    pub fn failed(&self, kind: ObjectKind, at: std::time::Instant) {
+        self.lock().insert(kind, at);
+    }
+
+    /// The watch of `kind` delivered an event.
+    pub fn delivered(&self, kind: ObjectKind) {
+        self.lock().remove(&kind);
+    }
+
+    /// Kinds whose watch failed within [`WATCH_RECOVERY`] before `now` and delivered nothing
+    /// since.
+    pub fn broken(&self, now: std::time::Instant) -> Vec<ObjectKind> {
+        self.lock()
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(**at) < WATCH_RECOVERY)
+            .map(|(kind, _)| *kind)
+            .collect()
+    }
+}
+
 struct Stores {
     pools: Store<NodePool>,
     claims: Store<NodeClaim>,
@@ -113,6 +155,7 @@ pub struct KubeCluster {
     generation: Arc<AtomicU64>,
     view: Mutex<Option<(u64, Arc<CacheView>)>>,
     synced: Arc<AtomicBool>,
+    watches: Arc<WatchHealth>,
     recorder: EventSink,
 }
 
@@ -129,12 +172,19 @@ fn strip_node(node: &mut Node) {
     }
 }
 
+/// Where a reflector reports: the cache generation, the change stream, the watch health.
+#[derive(Clone)]
+struct Sinks {
+    generation: Arc<AtomicU64>,
+    tx: mpsc::UnboundedSender<Change>,
+    watches: Arc<WatchHealth>,
+}
+
 fn spawn_reflector<K>(
     api: Api<K>,
     config: watcher::Config,
     modify: fn(&mut K),
-    generation: Arc<AtomicU64>,
-    tx: mpsc::UnboundedSender<Change>,
+    sinks: Sinks,
     wrap: fn(Arc<K>) -> Watched,
     kind: ObjectKind,
 ) -> Store<K>
@@ -144,11 +194,13 @@ where
     let (reader, writer) = reflector::store::<K>();
     let stream = watcher(api, config).default_backoff().modify(modify);
     let stream = reflector::reflector(writer, stream);
+    let Sinks { generation, tx, watches } = sinks;
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => {
+                    watches.delivered(kind);
                     generation.fetch_add(1, Ordering::AcqRel);
                     let change = match event {
                         WatchEvent::Apply(obj) => Change::Applied(wrap(Arc::new(obj))),
@@ -160,6 +212,7 @@ where
                     let _ = tx.send(change);
                 }
                 Err(err) => {
+                    watches.failed(kind, std::time::Instant::now());
                     tracing::warn!(kind = ?kind, error = %err, "watch failed; retrying with backoff")
                 }
             }
@@ -207,14 +260,15 @@ impl KubeCluster {
         let namespace = namespace.into();
         let generation = Arc::new(AtomicU64::new(0));
         let (tx, rx) = mpsc::unbounded_channel();
+        let watches = Arc::new(WatchHealth::default());
+        let sinks = Sinks { generation: generation.clone(), tx, watches: watches.clone() };
         let all = watcher::Config::default();
         let stores = Stores {
             pools: spawn_reflector(
                 Api::<NodePool>::all(client.clone()),
                 all.clone(),
                 strip,
-                generation.clone(),
-                tx.clone(),
+                sinks.clone(),
                 Watched::Pool,
                 ObjectKind::NodePool,
             ),
@@ -222,8 +276,7 @@ impl KubeCluster {
                 Api::<NodeClaim>::all(client.clone()),
                 all.clone(),
                 strip,
-                generation.clone(),
-                tx.clone(),
+                sinks.clone(),
                 Watched::Claim,
                 ObjectKind::NodeClaim,
             ),
@@ -231,8 +284,7 @@ impl KubeCluster {
                 Api::<Node>::all(client.clone()),
                 all.clone(),
                 strip_node,
-                generation.clone(),
-                tx.clone(),
+                sinks.clone(),
                 Watched::Node,
                 ObjectKind::Node,
             ),
@@ -240,8 +292,7 @@ impl KubeCluster {
                 Api::<Pod>::namespaced(client.clone(), &namespace),
                 watcher::Config::default().labels(&placeholder_selector()),
                 strip,
-                generation.clone(),
-                tx.clone(),
+                sinks.clone(),
                 Watched::Placeholder,
                 ObjectKind::Pod,
             ),
@@ -249,8 +300,7 @@ impl KubeCluster {
                 Api::<RotationPolicy>::all(client.clone()),
                 all,
                 strip,
-                generation.clone(),
-                tx,
+                sinks,
                 Watched::Policy,
                 ObjectKind::RotationPolicy,
             ),
@@ -264,6 +314,7 @@ impl KubeCluster {
             generation,
             view: Mutex::new(None),
             synced: Arc::new(AtomicBool::new(false)),
+            watches,
             recorder,
         };
         (Arc::new(cluster), rx)
@@ -302,6 +353,7 @@ impl KubeCluster {
             generation: Arc::new(AtomicU64::new(0)),
             view: Mutex::new(None),
             synced: Arc::new(AtomicBool::new(true)),
+            watches: Arc::new(WatchHealth::default()),
             recorder,
         }))
     }
@@ -320,6 +372,11 @@ impl KubeCluster {
     /// Every store has completed its first list.
     pub fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
+    }
+
+    /// The kinds whose watch is failing now ([`WatchHealth::broken`]).
+    pub fn broken_watches(&self) -> Vec<ObjectKind> {
+        self.watches.broken(std::time::Instant::now())
     }
 
     /// The controller's namespace (placeholder pods live there).
@@ -619,6 +676,26 @@ mod tests {
         assert_eq!(map_error(api(422, "Invalid"), false), ApiError::Invalid("m".into()));
         assert_eq!(map_error(api(429, "TooManyRequests"), false), ApiError::Transient("m".into()));
         assert!(matches!(map_error(api(503, ""), false), ApiError::Transient(_)));
+    }
+
+    #[test]
+    fn a_watch_that_keeps_failing_after_the_first_sync_is_reported_broken() {
+        let health = WatchHealth::default();
+        let t0 = std::time::Instant::now();
+        let secs = |s: u64| t0 + std::time::Duration::from_secs(s);
+        assert!(health.broken(t0).is_empty());
+        // The NodeClaim watch breaks; the watcher retries with a backoff of at most 30s.
+        health.failed(ObjectKind::NodeClaim, secs(10));
+        health.failed(ObjectKind::NodeClaim, secs(40));
+        assert_eq!(health.broken(secs(41)), [ObjectKind::NodeClaim]);
+        assert_eq!(health.broken(secs(40 + 119)), [ObjectKind::NodeClaim]);
+        // An event (a relist, or any change) shows it delivers again.
+        health.delivered(ObjectKind::NodeClaim);
+        assert!(health.broken(secs(60)).is_empty());
+        // A watch re-established without an event: no error for longer than any backoff.
+        health.failed(ObjectKind::Node, secs(100));
+        assert_eq!(health.broken(secs(150)), [ObjectKind::Node]);
+        assert!(health.broken(secs(100) + WATCH_RECOVERY).is_empty());
     }
 
     #[test]

@@ -168,6 +168,8 @@ pub enum Fault {
     /// The server applied the call, then the response was lost: the controller sees
     /// `Transient` ("may or may not have been applied"). On a read, same as `Transient`.
     ApplyThenTransient,
+    /// 403 without applying: an admission webhook or a ResourceQuota refused the call.
+    Forbidden,
 }
 
 /// Decides, per controller call, whether it proceeds or fails. Called with the cluster's lock
@@ -215,6 +217,8 @@ impl Faults for RandomFaults {
 /// The message of every injected transient error: the same whether or not the write applied,
 /// since the controller cannot tell either.
 pub const INJECTED_TRANSIENT: &str = "injected: request timed out";
+/// The message of an injected 403.
+pub const INJECTED_FORBIDDEN: &str = "injected: exceeded quota";
 
 // ---------------------------------------------------------------------------------------------
 // Cache lag
@@ -944,6 +948,7 @@ impl MemoryCluster {
                 Err(ApiError::Conflict)
             }
             Fault::Transient => transient(),
+            Fault::Forbidden => Err(ApiError::Forbidden(INJECTED_FORBIDDEN.to_string())),
             Fault::ApplyThenTransient => {
                 let _lost = run(st);
                 transient()

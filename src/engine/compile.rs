@@ -70,13 +70,6 @@ pub struct Row {
     pub to: Option<ClaimState>,
 }
 
-impl Row {
-    /// Reasons this row raises with `warn_once` (reset when its guard is found false).
-    pub fn warnings(&self) -> impl Iterator<Item = Reason> + '_ {
-        self.verbs.iter().filter(|v| v.verb == Verb::WarnOnce).filter_map(|v| v.reason)
-    }
-}
-
 /// A verb with evaluated arguments: what a [`Host`](super::Host) performs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Action<'r> {

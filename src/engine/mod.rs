@@ -60,8 +60,12 @@ pub trait Facts {
 pub trait Host: Facts {
     /// Performs one verb and reports what its write did.
     fn perform(&mut self, action: &Action<'_>) -> Result<Outcome, HostError>;
-    /// Told about every row whose guard was evaluated (coverage, level-triggered warnings).
+    /// Told about every row whose guard was evaluated (coverage).
     fn observe(&mut self, _row: &Row, _matched: bool) {}
+    /// A row that raises `warn_once` found its guard false: the warning's condition cleared for
+    /// this target, so its next entry fires again (§4.3). `action` is the `warn_once` with its
+    /// target evaluated now (a pool, or the claim of this pass).
+    fn rearm(&mut self, _action: &Action<'_>) {}
     /// Told when a handler is entered by `Goto` (a host may refresh its snapshot here).
     fn entered(&mut self, _handler: Handler) {}
 }
@@ -181,6 +185,12 @@ impl Engine {
                 };
                 host.observe(row, matched);
                 if !matched {
+                    for call in row.verbs.iter().filter(|c| c.verb == Verb::WarnOnce) {
+                        // A target that cannot be evaluated now (nil) has nothing to re-arm.
+                        if let Ok(action) = eval::bind(call, row, &*host, &outcomes) {
+                            host.rearm(&action);
+                        }
+                    }
                     continue;
                 }
                 for call in &row.verbs {

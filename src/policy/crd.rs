@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 pub const GO_DURATION_PATTERN: &str =
     "^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|\u{b5}s|\u{3bc}s|ms|s|m|h))+)$";
 
+/// The longest Go duration (`math.MaxInt64` nanoseconds): `duration()` fails past it.
+pub const MAX_GO_DURATION: &str = "2562047h47m16.854775807s";
+
 /// `auto` or a Go duration.
 pub const AGE_THRESHOLD_PATTERN: &str =
     "^(auto|0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|\u{b5}s|\u{3bc}s|ms|s|m|h))+)$";
@@ -197,6 +200,7 @@ pub struct Surge {
     /// Go duration; 0 allowed.
     #[serde(default = "default_cooldown_after")]
     #[schemars(regex(pattern = GO_DURATION_PATTERN), length(max = 64))]
+    #[x_kube(validation = duration_rule("cooldownAfter"))]
     pub cooldown_after: String,
 
     /// Pause after a failed attempt before any new rotation starts in the same NodePool, which
@@ -204,6 +208,7 @@ pub struct Surge {
     /// cooldownAfter. Default: the larger of 10m and cooldownAfter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = GO_DURATION_PATTERN), length(max = 64))]
+    #[x_kube(validation = duration_rule("failurePause"))]
     pub failure_pause: Option<String>,
 
     /// Expected drain time of one node, for the throughput estimate only (it never limits a
@@ -368,10 +373,21 @@ fn default_required_keys() -> Vec<String> {
 }
 
 /// `duration(self) > 0`, evaluated only when the pattern matched so that a malformed value is
-/// reported once (by the pattern), not twice.
+/// reported once (by the pattern), not twice. `duration()` fails for a value past Go's range,
+/// which the apiserver reports as this rule's failure: a pattern cannot bound a sum.
 fn positive_duration_rule(field: &str) -> Rule {
     Rule::new(format!("!self.matches('{GO_DURATION_PATTERN}') || duration(self) > duration('0s')"))
-        .message(Message::Message(format!("{field} must be greater than 0")))
+        .message(Message::Message(format!(
+            "{field} must be greater than 0 and at most {MAX_GO_DURATION}"
+        )))
+        .reason(Reason::FieldValueInvalid)
+}
+
+/// `duration(self) >= 0` for a duration that may be 0: only the parse matters, which fails for
+/// a value past Go's range (see [`positive_duration_rule`]).
+fn duration_rule(field: &str) -> Rule {
+    Rule::new(format!("!self.matches('{GO_DURATION_PATTERN}') || duration(self) >= duration('0s')"))
+        .message(Message::Message(format!("{field} must be at most {MAX_GO_DURATION}")))
         .reason(Reason::FieldValueInvalid)
 }
 
@@ -380,7 +396,9 @@ fn age_threshold_rule() -> Rule {
         "self == 'auto' || !self.matches('{GO_DURATION_PATTERN}') || \
          duration(self) > duration('0s')"
     ))
-    .message("ageThreshold must be auto or a Go duration greater than 0")
+    .message(Message::Message(format!(
+        "ageThreshold must be auto or a Go duration greater than 0 and at most {MAX_GO_DURATION}"
+    )))
     .reason(Reason::FieldValueInvalid)
 }
 
@@ -508,6 +526,60 @@ mod tests {
             on_disk == generated,
             "crds/rotationpolicy.yaml is stale (or missing); regenerate it with `{REGENERATE_COMMAND}`"
         );
+    }
+
+    /// Every property of the schema, with its path.
+    fn properties<'a>(
+        path: &str,
+        node: &'a serde_json::Value,
+        out: &mut Vec<(String, &'a serde_json::Value)>,
+    ) {
+        if let Some(props) = node["properties"].as_object() {
+            for (name, child) in props {
+                let at = format!("{path}.{name}");
+                out.push((at.clone(), child));
+                properties(&at, child, out);
+            }
+        }
+        if node["items"].is_object() {
+            properties(&format!("{path}[]"), &node["items"], out);
+        }
+    }
+
+    /// A pattern cannot bound a sum, so every duration field carries a CEL rule that parses the
+    /// value with `duration()`, which fails for a value past Go's range (the apiserver then
+    /// rejects the object) instead of letting `94522879700260684295381835.9999h` through.
+    #[test]
+    fn every_duration_field_is_parsed_by_a_cel_rule_that_rejects_overflow() {
+        let crd = serde_json::to_value(RotationPolicy::crd()).unwrap_or_default();
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let mut all = Vec::new();
+        properties("", schema, &mut all);
+        let durations: Vec<&(String, &serde_json::Value)> = all
+            .iter()
+            .filter(|(_, node)| {
+                let pattern = node["pattern"].as_str();
+                pattern == Some(GO_DURATION_PATTERN) || pattern == Some(AGE_THRESHOLD_PATTERN)
+            })
+            .collect();
+        let names: Vec<&str> = durations.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(names.len(), 7, "{names:?}");
+        for (path, node) in durations {
+            let rules = node["x-kubernetes-validations"].as_array().cloned().unwrap_or_default();
+            let parsing = rules
+                .iter()
+                .find(|r| r["rule"].as_str().is_some_and(|rule| rule.contains("duration(self)")));
+            let rule = parsing.unwrap_or_else(|| panic!("{path}: no rule parses the value"));
+            let message = rule["message"].as_str().unwrap_or_default();
+            assert!(message.contains(MAX_GO_DURATION), "{path}: {message}");
+        }
+        // What the rule leaves to duration(): the pattern alone accepts the overflow.
+        let overflow = "94522879700260684295381835.9999h";
+        let pattern = regex::Regex::new(GO_DURATION_PATTERN).unwrap_or_else(|e| panic!("{e}"));
+        assert!(pattern.is_match(overflow) && pattern.is_match(MAX_GO_DURATION));
+        assert!(crate::policy::duration::parse(overflow).is_err());
+        assert!(crate::policy::duration::parse(MAX_GO_DURATION).is_ok());
+        assert!(crate::policy::duration::parse("2562047h47m16.854775808s").is_err());
     }
 
     #[test]

@@ -225,6 +225,17 @@ pub fn candidacy(
     period: Duration,
     now: DateTime<Utc>,
 ) -> Candidacy {
+    candidacy_due(claim, settings, due_after(claim, settings, period), now)
+}
+
+/// [`candidacy`] with the due instant given: [`due_after`], or the earlier one the burst
+/// lookahead gives a crowded claim ([`crate::policy::lookahead`]).
+pub fn candidacy_due(
+    claim: &ClaimFacts,
+    settings: &Effective,
+    due: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Candidacy {
     if claim.deleting {
         return Candidacy::Deleting;
     }
@@ -237,7 +248,6 @@ pub fn candidacy(
     if claim.operator_do_not_disrupt {
         return Candidacy::OperatorOptOut;
     }
-    let due = due_after(claim, settings, period);
     let is_due = match (settings.age_threshold, due) {
         (_, None) => false,
         (AgeThreshold::Auto, Some(at)) => now > at,
@@ -261,6 +271,16 @@ pub fn candidacy(
         }
     }
     Candidacy::Candidate
+}
+
+/// Whether the claim takes part in the burst lookahead: it has a deadline and a due instant and
+/// still needs a rotation slot (not deleting, not in rotation, not opted out by the operator).
+pub fn needs_slot(claim: &ClaimFacts, settings: &Effective, period: Duration) -> bool {
+    !claim.deleting
+        && claim.state != ClaimState::InRotation
+        && !claim.operator_do_not_disrupt
+        && deadline(claim.created, claim.expire_after).is_some()
+        && due_after(claim, settings, period).is_some()
 }
 
 /// Shorthand for `candidacy(..) == Candidate`.

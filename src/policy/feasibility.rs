@@ -184,7 +184,8 @@ pub struct PoolFacts {
     pub termination_grace_period: Option<Duration>,
     /// `N`, claims in the pool; `None` skips the throughput checks.
     pub nodes: Option<u64>,
-    /// Resources of `spec.limits` with no headroom left (`status.resources >= limit`).
+    /// Resources of `spec.limits` with less than one node's worth left (`limit -
+    /// status.resources` below what one of the pool's nodes takes; used up, without nodes).
     pub exhausted_limits: Vec<String>,
     /// `spec.replicas` is set.
     pub static_pool: bool,
@@ -405,7 +406,8 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
         findings.push(Finding::new(
             Reason::NoLimitsHeadroom,
             format!(
-                "spec.limits leaves no headroom for {}: Karpenter cannot launch a surge node",
+                "spec.limits leaves less than one node's worth of {}: Karpenter cannot launch a \
+                 surge node",
                 pool.exhausted_limits.join(", ")
             ),
             "raise the NodePool's spec.limits by at least one node's worth",
@@ -485,8 +487,9 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                     findings.push(Finding::new(
                         Reason::ThroughputBurstShortfall,
                         format!(
-                            "{n} nodes created together share one deadline, but their {g} \
-                             chance(s) allow only {capacity} rotation(s) before it",
+                            "if the pool's {n} nodes were created together (one scale-up), they \
+                             would share one deadline, but its {g} chance(s) allow only \
+                             {capacity} rotation(s) before it",
                         ),
                         if starts_per_occurrence.is_some() {
                             "raise minRotationChances, lengthen the windows, or use an \

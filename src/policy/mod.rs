@@ -6,6 +6,7 @@
 //!   defaults applied and reconcile-time validation ([`settings::Effective`]).
 //! - [`derive`]: deadline, `t_rot`, `A`, `G`, `C`, the candidate predicate, order, backoff.
 //! - [`feasibility`]: layers 1–3 as typed findings; [`resolve`]: governance and status view.
+//! - [`lookahead`]: crowded claims fall due early enough for one rotation at a time.
 //! - [`plan`]: the report of `noderotation plan` (the command is `crate::cli::plan`).
 //!
 //! Pure: no I/O, `now` is always a parameter (the commands that read files live in `crate::cli`).
@@ -14,6 +15,7 @@ pub mod derive;
 pub mod duration;
 pub mod feasibility;
 pub mod invalid;
+pub mod lookahead;
 pub mod plan;
 pub mod resolve;
 pub mod selector;

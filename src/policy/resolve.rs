@@ -100,9 +100,52 @@ pub struct StatusInputs<'a> {
     pub now: DateTime<Utc>,
 }
 
+/// Names listed in a conflict message before the rest is counted.
+pub const LISTED_POLICIES: usize = 3;
+/// Conflicting NodePools listed in a policy's `Ready` message before the rest is counted.
+pub const LISTED_POOLS: usize = 5;
+
+/// `a, b, c and 7 more`: at most `max` of `names` (which holds `total`), the rest counted, so a
+/// message stays short however many policies tie.
+pub fn capped_list<'a>(names: impl Iterator<Item = &'a str>, total: usize, max: usize) -> String {
+    let shown: Vec<&str> = names.take(max).collect();
+    let rest = total.saturating_sub(shown.len());
+    match rest {
+        0 => shown.join(", "),
+        _ => format!("{} and {rest} more", shown.join(", ")),
+    }
+}
+
+/// Whether `policy` is one of a conflict's tied policies (sorted by name, as [`resolve`]
+/// returns them).
+pub fn ties_in(policies: &[String], policy: &str) -> bool {
+    policies.binary_search_by(|n| n.as_str().cmp(policy)).is_ok()
+}
+
+/// The pools whose status a policy's view depends on: those it governs and those where it
+/// ties, grouped by policy in one pass over every pool's resolution (linear in pools × tied
+/// policies, instead of every policy scanning every pool).
+pub fn pools_by_policy<'a>(pools: &[PoolView<'a>]) -> BTreeMap<&'a str, Vec<PoolView<'a>>> {
+    let mut out: BTreeMap<&'a str, Vec<PoolView<'a>>> = BTreeMap::new();
+    for p in pools {
+        match p.governance {
+            Governance::Governed { policy, .. } => out.entry(policy.as_str()).or_default().push(*p),
+            Governance::Conflict { policies, .. } => {
+                for name in policies {
+                    out.entry(name.as_str()).or_default().push(*p);
+                }
+            }
+            Governance::Ungoverned => {}
+        }
+    }
+    out
+}
+
 /// The status the policy should have: `matchedNodePools` (pools it governs),
 /// `rotatingNodePools` (of those, anchored), `Ready` (Accepted / Invalid / Conflict, Invalid
-/// wins), `observedGeneration`.
+/// wins), `observedGeneration`. `pools` may hold every pool or only this policy's share of
+/// [`pools_by_policy`]; the work is linear in it, and the messages list a bounded number of
+/// names.
 pub fn desired_status(input: &StatusInputs<'_>) -> RotationPolicyStatus {
     let mut pools: Vec<&PoolView<'_>> = input.pools.iter().collect();
     pools.sort_by_key(|p| p.name);
@@ -110,21 +153,24 @@ pub fn desired_status(input: &StatusInputs<'_>) -> RotationPolicyStatus {
         pools.iter().filter(|p| p.governance.policy() == Some(input.policy)).collect();
     let matched = governed.len();
     let rotating = governed.iter().filter(|p| p.anchored).count();
-    let conflicts: Vec<String> = pools
+    let conflicting: Vec<(&str, &[String], usize)> = pools
         .iter()
         .filter_map(|p| match p.governance {
-            Governance::Conflict { policies, specificity }
-                if policies.iter().any(|n| n == input.policy) =>
-            {
-                let others: Vec<&str> =
-                    policies.iter().map(String::as_str).filter(|n| *n != input.policy).collect();
-                Some(format!(
-                    "NodePool {} (ties with {} at specificity {specificity})",
-                    p.name,
-                    others.join(", ")
-                ))
+            Governance::Conflict { policies, specificity } if ties_in(policies, input.policy) => {
+                Some((p.name, policies.as_slice(), *specificity))
             }
             _ => None,
+        })
+        .collect();
+    let conflicts: Vec<String> = conflicting
+        .iter()
+        .take(LISTED_POOLS)
+        .map(|(pool, policies, specificity)| {
+            let others = policies.iter().map(String::as_str).filter(|n| *n != input.policy);
+            format!(
+                "NodePool {pool} (ties with {} at specificity {specificity})",
+                capped_list(others, policies.len().saturating_sub(1), LISTED_POLICIES)
+            )
         })
         .collect();
 
@@ -134,8 +180,12 @@ pub fn desired_status(input: &StatusInputs<'_>) -> RotationPolicyStatus {
             "False",
             CONFLICT,
             format!(
-                "equally specific policies select the same NodePool, which is not rotated: {}",
-                conflicts.join("; ")
+                "equally specific policies select the same NodePool, which is not rotated: {}{}",
+                conflicts.join("; "),
+                match conflicting.len().saturating_sub(LISTED_POOLS) {
+                    0 => String::new(),
+                    more => format!("; and {more} more NodePools"),
+                }
             ),
         ),
         (None, true) => ("True", ACCEPTED, format!("governs {matched} NodePool(s)")),
@@ -297,6 +347,29 @@ mod tests {
             resolve(&with_bad, &labels(&[("workload", "api"), ("tier", "x")])).policy(),
             Some("zeta")
         );
+    }
+
+    #[test]
+    fn capped_lists_count_what_they_leave_out() {
+        let names = ["a", "b", "c", "d", "e"];
+        assert_eq!(capped_list(names.into_iter(), 5, 3), "a, b, c and 2 more");
+        assert_eq!(capped_list(names.into_iter().take(2), 2, 3), "a, b");
+        let tie = Governance::Conflict {
+            policies: vec!["a".into(), "b".into(), "c".into()],
+            specificity: 1,
+        };
+        let mine = Governance::Governed { policy: "a".into(), specificity: 2 };
+        let pools = [
+            PoolView { name: "p1", governance: &tie, anchored: false },
+            PoolView { name: "p2", governance: &mine, anchored: true },
+            PoolView { name: "p3", governance: &Governance::Ungoverned, anchored: false },
+        ];
+        let by = pools_by_policy(&pools);
+        let names = |p: &str| by.get(p).map(|v| v.iter().map(|x| x.name).collect::<Vec<_>>());
+        assert_eq!(names("a"), Some(vec!["p1", "p2"]));
+        assert_eq!(names("c"), Some(vec!["p1"]));
+        assert_eq!(names("z"), None);
+        assert!(ties_in(&["a".into(), "b".into()], "b") && !ties_in(&["a".into()], "b"));
     }
 
     fn now() -> DateTime<Utc> {

@@ -6,7 +6,7 @@
 mod snapshot;
 mod verbs;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
@@ -15,8 +15,10 @@ use crate::clock::Clock;
 use crate::cluster::{ApiError, CacheView, Cluster};
 use crate::engine::{Engine, EngineError, Handler, Key};
 use crate::karpenter::NodePool;
+use crate::placeholder;
 use crate::policy::crd::RotationPolicy;
 use crate::policy::feasibility;
+use crate::policy::invalid::InvalidPolicy;
 use crate::policy::resolve::{self, Governance, PolicySelector, PoolView, StatusInputs};
 use crate::policy::settings::Effective;
 use crate::telemetry::{Telemetry, WarningLatch};
@@ -93,6 +95,9 @@ pub struct Ctx {
     pub coverage: BTreeSet<String>,
     /// Successful writes made by verbs.
     pub writes: u64,
+    /// Why the last placeholder of a claim's rotation was not created (refused by the clamp,
+    /// rejected by the API server), for its `RotationFailed` message; cleared when one is.
+    pub placeholder_trouble: BTreeMap<String, String>,
 }
 
 /// The controller's state between passes: caches and dedup latches only, never decisions
@@ -104,6 +109,9 @@ pub struct Controller {
     /// Policy views by policy name, keyed by (uid, generation, day) so the 53-week window
     /// horizon moves on daily.
     policies: HashMap<String, (String, Result<Arc<PolicyView>, String>)>,
+    /// Validation errors by policy name, keyed by (uid, generation), for the status view.
+    #[allow(clippy::type_complexity)]
+    validity: HashMap<String, ((String, Option<i64>), Option<Arc<InvalidPolicy>>)>,
     /// Feasibility by pool, keyed by what it depends on.
     assessments: HashMap<String, (String, Arc<feasibility::Assessment>)>,
     /// The cache's claims by pool and by node, rebuilt when the cache changes.
@@ -126,12 +134,14 @@ impl Controller {
             announcements: Vec::new(),
             coverage: BTreeSet::new(),
             writes: 0,
+            placeholder_trouble: BTreeMap::new(),
         };
         Controller {
             ctx,
             clock,
             engine,
             policies: HashMap::new(),
+            validity: HashMap::new(),
             assessments: HashMap::new(),
             index: IndexCache::default(),
             swept: false,
@@ -154,6 +164,11 @@ impl Controller {
     /// Successful writes made by verbs so far.
     pub fn writes(&self) -> u64 {
         self.ctx.writes
+    }
+
+    /// The warnings latched now, as `object reason` (tests: nothing of a gone object stays).
+    pub fn latched_warnings(&self) -> Vec<String> {
+        self.ctx.latch.keys().map(|(object, reason)| format!("{object} {reason}")).collect()
     }
 
     pub fn has_swept(&self) -> bool {
@@ -180,11 +195,27 @@ impl Controller {
         let view = Effective::from_spec(&policy.spec)
             .map(|settings| {
                 let period = settings.schedule.period(now);
-                Arc::new(PolicyView { name: name.clone(), settings, period })
+                let open = crate::policy::lookahead::OpenTime::of(&settings.schedule, now);
+                Arc::new(PolicyView { name: name.clone(), settings, period, open })
             })
             .map_err(|e| e.to_string());
         self.policies.insert(name, (key, view.clone()));
         view
+    }
+
+    /// The policy's validation errors, once per (uid, generation): parsing every policy's
+    /// windows on every status pass would dominate it with many policies.
+    fn validity(&mut self, policy: &RotationPolicy) -> Option<Arc<InvalidPolicy>> {
+        let name = policy.metadata.name.clone().unwrap_or_default();
+        let key = (policy.metadata.uid.clone().unwrap_or_default(), policy.metadata.generation);
+        if let Some((k, v)) = self.validity.get(&name)
+            && *k == key
+        {
+            return v.clone();
+        }
+        let invalid = Effective::from_spec(&policy.spec).err().map(Arc::new);
+        self.validity.insert(name, (key, invalid.clone()));
+        invalid
     }
 
     fn governance(
@@ -218,20 +249,23 @@ impl Controller {
         }
     }
 
+    /// Feasibility of the pool; `nodes` is `N` ([`Snapshot::pool_nodes`]), `short_limits` the
+    /// resources of `spec.limits` with less than one of its nodes' worth left.
     fn assessment(
         &mut self,
         pool: &NodePool,
         policy: &PolicyView,
-        claims: usize,
+        nodes: usize,
+        short_limits: Vec<String>,
         now: DateTime<Utc>,
     ) -> Arc<feasibility::Assessment> {
         let name = pool.metadata.name.clone().unwrap_or_default();
         let key = format!(
-            "{}/{:?}/{}/{claims}/{:?}/{:?}",
+            "{}/{:?}/{}/{nodes}/{:?}/{:?}",
             policy.name,
             pool.metadata.generation,
             now.date_naive(),
-            pool.exhausted_limits(),
+            short_limits,
             pool.spec.replicas
         );
         if let Some((k, v)) = self.assessments.get(&name)
@@ -244,8 +278,8 @@ impl Controller {
                 .expire_after()
                 .unwrap_or(crate::policy::duration::ExpireAfter::Never),
             termination_grace_period: pool.termination_grace_period().ok().flatten(),
-            nodes: Some(claims as u64),
-            exhausted_limits: pool.exhausted_limits(),
+            nodes: Some(nodes as u64),
+            exhausted_limits: short_limits,
             static_pool: pool.is_static(),
         };
         let assessment = Arc::new(feasibility::assess(&policy.settings, &facts, now));
@@ -259,8 +293,9 @@ impl Controller {
         let namespace = self.ctx.config.namespace.clone();
         let mut snap = Snapshot::new(now, cache, index, namespace, Some(pool), governance, None);
         if let (Some(policy), Some(pool)) = (snap.policy().cloned(), snap.pool.clone()) {
-            let claims = snap.pool_claims().count();
-            let assessment = self.assessment(&pool, &policy, claims, now);
+            let nodes = snap.pool_nodes();
+            let short = pool.limits_without_room_for(&placeholder::node_worth(snap.pool_claims()));
+            let assessment = self.assessment(&pool, &policy, nodes, short, now);
             snap.fatal = assessment.has_fatal();
             snap.assessment = Some(assessment);
             snap.select_candidates();
@@ -287,6 +322,7 @@ impl Controller {
             .run(&mut host)
             .map_err(|source| ReconcileError::Engine { pool: pool.to_string(), source })?;
         let mut snap = host.snap;
+        self.forget_gone_claims(&snap);
         if governed {
             // Gauges describe the pool after this pass's writes (a started claim is no longer
             // a candidate).
@@ -297,6 +333,18 @@ impl Controller {
             self.ctx.telemetry.forget_pool(pool);
         }
         Ok(pass.requeue)
+    }
+
+    /// Drops what the controller remembers about claims that no longer exist: their warning
+    /// latches (which would otherwise grow for the life of the process) and placeholder
+    /// trouble. Claim-scoped latch keys are `NodeClaim <name>`: one range of the latch.
+    fn forget_gone_claims(&mut self, snap: &Snapshot) {
+        let prefix = "NodeClaim ";
+        let range = (prefix.to_string(), String::new())..("NodeClaim!".to_string(), String::new());
+        self.ctx.latch.retain_range(range, |(object, _)| {
+            object.strip_prefix(prefix).is_none_or(|name| snap.claim(name).is_some())
+        });
+        self.ctx.placeholder_trouble.retain(|name, _| snap.claim(name).is_some());
     }
 
     /// The §5.3 start-up sweep. Run once per leadership, before the first `reconcile_pool`:
@@ -449,22 +497,24 @@ impl Controller {
         }
     }
 
-    /// The RotationPolicy status view (§5.4); a conflict is a silent requeue.
+    /// The RotationPolicy status view (§5.4); a conflict is a silent requeue. Linear in
+    /// policies × pools: every pool is resolved once, and each policy reads only the pools it
+    /// governs or ties for.
     pub fn update_policy_status(&mut self) {
         let now = self.clock.now();
         let cache = self.ctx.cluster.cache();
+        let selectors: Vec<PolicySelector<'_>> = cache
+            .policies
+            .values()
+            .map(|x| PolicySelector {
+                name: x.metadata.name.as_deref().unwrap_or(""),
+                selector: &x.spec.node_pool_selector,
+            })
+            .collect();
         let pools: Vec<(String, Governance, bool)> = cache
             .pools
             .values()
             .map(|p| {
-                let selectors: Vec<PolicySelector<'_>> = cache
-                    .policies
-                    .values()
-                    .map(|x| PolicySelector {
-                        name: x.metadata.name.as_deref().unwrap_or(""),
-                        selector: &x.spec.node_pool_selector,
-                    })
-                    .collect();
                 let labels = p.metadata.labels.clone().unwrap_or_default();
                 (
                     p.metadata.name.clone().unwrap_or_default(),
@@ -477,13 +527,18 @@ impl Controller {
             .iter()
             .map(|(name, g, anchored)| PoolView { name, governance: g, anchored: *anchored })
             .collect();
+        let by_policy = resolve::pools_by_policy(&views);
+        // Caches of objects that are gone.
+        self.validity.retain(|n, _| cache.policies.contains_key(n));
+        self.policies.retain(|n, _| cache.policies.contains_key(n));
+        self.assessments.retain(|n, _| cache.pools.contains_key(n));
         for (name, policy) in &cache.policies {
-            let invalid = Effective::from_spec(&policy.spec).err();
+            let invalid = self.validity(policy);
             let status = resolve::desired_status(&StatusInputs {
                 policy: name,
                 generation: policy.metadata.generation,
-                invalid: invalid.as_ref(),
-                pools: &views,
+                invalid: invalid.as_ref().map(|e| e.as_ref()),
+                pools: by_policy.get(name.as_str()).map_or(&[], Vec::as_slice),
                 previous: policy.status.as_ref(),
                 now,
             });
@@ -539,10 +594,10 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
     if let Some(cand) = snap.anchored_claim().and_then(|n| snap.claim(n)) {
         g.retry_count =
             crate::policy::derive::parse_retry_count(annotation(&cand.metadata, Key::RetryCount));
-        let tgp = cand.termination_grace_period().ok().flatten().unwrap_or(DEFAULT_TGP);
+        let bound = snap.drain_bound(cand);
         let deleted =
             cand.metadata.deletion_timestamp.as_ref().and_then(crate::cluster::chrono_time);
-        g.drain_stuck = u64::from(deleted.is_some_and(|t| now - t > tgp + BUFFER));
+        g.drain_stuck = u64::from(deleted.is_some_and(|t| now - t > bound));
     }
     g
 }

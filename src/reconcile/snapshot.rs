@@ -13,6 +13,7 @@ use crate::karpenter::{NodeClaim, NodePool};
 use crate::placeholder;
 use crate::policy::derive::{self, ClaimFacts, RotationOrder};
 use crate::policy::duration::ExpireAfter;
+use crate::policy::lookahead::{self, OpenTime};
 use crate::policy::settings::Effective;
 
 /// Detection lag allowance (§3.2 `buffer`).
@@ -32,6 +33,8 @@ pub struct PolicyView {
     pub settings: Effective,
     /// `P`, the worst-case window period from now (§3.1).
     pub period: Option<Duration>,
+    /// Window-open time around now, for the burst lookahead.
+    pub open: OpenTime,
 }
 
 /// The pool's governance, as the rules see it.
@@ -336,6 +339,23 @@ impl Snapshot {
         self.index.pool(&self.cache, self.pool_name()).iter().map(|c| self.live(c))
     }
 
+    /// `N` of the throughput checks (§3.2 layer 2): the pool's claims, the in-flight rotation
+    /// counted once. While the anchored claim still exists, one claim created at or after the
+    /// rotation started (`started-at`, or the forceful `draining-at`) is its replacement, not
+    /// another node: counting it made the burst warning flip on and off with every rotation.
+    pub fn pool_nodes(&self) -> usize {
+        let total = self.pool_claims().count();
+        let Some(cand) = self.anchored_claim().and_then(|n| self.claim(n)) else { return total };
+        let started = time_annotation(&cand.metadata, Key::StartedAt).or_else(|| {
+            self.pool.as_ref().and_then(|p| time_annotation(&p.metadata, Key::DrainingAt))
+        });
+        let Some(started) = started else { return total };
+        let replacement = self.pool_claims().any(|c| {
+            c.metadata.name != cand.metadata.name && c.created().is_some_and(|t| t >= started)
+        });
+        total - usize::from(replacement)
+    }
+
     /// Claims of this pool with what passes derive from their spec and status.
     pub fn pool_claims_derived(&self) -> impl Iterator<Item = (&NodeClaim, &Derived)> {
         let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
@@ -415,10 +435,20 @@ impl Snapshot {
         let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
         // A pass that wrote nothing reads the cached claims and nodes: their facts are derived.
         let unwritten = self.claims.is_empty() && self.nodes.is_empty();
-        for (cached, d) in claims.iter().zip(derived) {
-            let f = if unwritten { d.cached.clone() } else { self.written_facts(cached, d) };
+        let facts: Vec<Option<ClaimFacts>> = claims
+            .iter()
+            .zip(derived)
+            .map(
+                |(cached, d)| {
+                    if unwritten { d.cached.clone() } else { self.written_facts(cached, d) }
+                },
+            )
+            .collect();
+        let dues = self.lookahead_dues(&policy, period, &facts, derived);
+        for ((f, d), due) in facts.iter().zip(derived).zip(dues) {
             let Some(f) = f else { continue };
-            if !derive::is_candidate(&f, &policy.settings, period, self.now) {
+            let candidacy = derive::candidacy_due(f, &policy.settings, due, self.now);
+            if candidacy != derive::Candidacy::Candidate {
                 continue;
             }
             census += 1;
@@ -437,6 +467,49 @@ impl Snapshot {
         self.pick = pick;
     }
 
+    /// Each claim's due instant (parallel to `facts`): §3.2's, or earlier where the burst
+    /// lookahead needs the room ([`lookahead::effective_dues`] over the claims that still need
+    /// a rotation, in rotation order, one slot `t_rot_est + cooldownAfter` each).
+    fn lookahead_dues(
+        &self,
+        policy: &PolicyView,
+        period: Duration,
+        facts: &[Option<ClaimFacts>],
+        derived: &[Derived],
+    ) -> Vec<Option<DateTime<Utc>>> {
+        let settings = &policy.settings;
+        let mut dues: Vec<Option<DateTime<Utc>>> = facts
+            .iter()
+            .map(|f| f.as_ref().and_then(|f| derive::due_after(f, settings, period)))
+            .collect();
+        let mut queue: Vec<(RotationOrder<'_>, usize)> = facts
+            .iter()
+            .zip(derived)
+            .enumerate()
+            .filter_map(|(i, (f, d))| {
+                let f = f.as_ref().filter(|f| derive::needs_slot(f, settings, period))?;
+                let order = RotationOrder {
+                    deadline: derive::deadline(f.created, f.expire_after),
+                    created: f.created,
+                    name: &d.name,
+                };
+                Some((order, i))
+            })
+            .collect();
+        if queue.len() < 2 {
+            return dues;
+        }
+        queue.sort();
+        let tgp = self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten());
+        let slot = settings.t_rot_est(tgp) + settings.cooldown_after;
+        let ordered: Vec<DateTime<Utc>> = queue.iter().filter_map(|(_, i)| dues[*i]).collect();
+        let effective = lookahead::effective_dues(&ordered, &policy.open, slot);
+        for ((_, i), due) in queue.iter().zip(effective) {
+            dues[*i] = Some(due);
+        }
+        dues
+    }
+
     /// [`Snapshot::claim_facts`] of a cached claim after this pass's writes.
     fn written_facts(&self, cached: &Arc<NodeClaim>, d: &Derived) -> Option<ClaimFacts> {
         let claim = self.live(cached);
@@ -445,6 +518,12 @@ impl Snapshot {
             None => d.node.as_deref(),
         };
         d.facts(claim, node)
+    }
+
+    /// `drain_bound` (§4.2): the claim's tGP, else its pool's, else 1h, plus the buffer. The rule
+    /// `draining_stuck` and the `noderotation_drain_stuck` gauge both read it.
+    pub fn drain_bound(&self, claim: &NodeClaim) -> Duration {
+        derive::drain_bound(self.tgp(claim))
     }
 
     fn tgp(&self, claim: &NodeClaim) -> Option<Duration> {
@@ -770,7 +849,7 @@ impl Facts for Snapshot {
                 }
             }
             Pred::DrainBound => match claim {
-                Some(c) => Value::Duration(self.tgp(c).unwrap_or(DEFAULT_TGP) + BUFFER),
+                Some(c) => Value::Duration(self.drain_bound(c)),
                 None => Value::Nil,
             },
             Pred::Anchored => match (args.first(), &self.sweep) {

@@ -262,7 +262,12 @@ impl<'c> PassHost<'c> {
             Reason::InsufficientHeadroom => self.headroom_detail(),
             Reason::PolicyConflict => match &self.snap.governance {
                 super::snapshot::GovernanceView::Conflict(p) => {
-                    format!("policies {} tie for NodePool {pool}: no rotation", p.join(", "))
+                    let names = crate::policy::resolve::capped_list(
+                        p.iter().map(String::as_str),
+                        p.len(),
+                        crate::policy::resolve::LISTED_POLICIES + 1,
+                    );
+                    format!("policies {names} tie for NodePool {pool}: no rotation")
                 }
                 _ => "policy conflict".into(),
             },
@@ -327,9 +332,14 @@ impl<'c> PassHost<'c> {
                     .next_attempt(&claim)
                     .map(|t| t.to_rfc3339())
                     .unwrap_or_else(|| "the next window".into());
-                format!(
-                    "surge for NodeClaim {claim} was not ready within readyTimeout (retry {count}); next attempt {next}"
-                )
+                match self.ctx.placeholder_trouble.get(&claim) {
+                    Some(what) => format!(
+                        "the surge for NodeClaim {claim} failed: {what} (retry {count}); next attempt {next}"
+                    ),
+                    None => format!(
+                        "surge for NodeClaim {claim} was not ready within readyTimeout (retry {count}); next attempt {next}"
+                    ),
+                }
             }
             Reason::RotationExpired => format!(
                 "NodeClaim {claim} was force-expired by Karpenter before the rotation finished"
@@ -610,6 +620,19 @@ impl<'c> PassHost<'c> {
         })
     }
 
+    /// The node of the claim that the fresh copy of `owner` names in `surge-claim` (by
+    /// `status.nodeName`, else by providerID), if any.
+    fn fresh_surge_host(&self, owner: &str) -> Result<Option<String>, ApiError> {
+        let Some(claim) = self.ctx.cluster.get_claim(owner)? else { return Ok(None) };
+        let Some(surge) = annotation(&claim.metadata, Key::SurgeClaim) else { return Ok(None) };
+        let Some(surge) = self.ctx.cluster.get_claim(surge)? else { return Ok(None) };
+        let status = surge.status.as_ref();
+        Ok(status.and_then(|s| s.node_name.clone()).or_else(|| {
+            let id = status?.provider_id.as_deref()?;
+            self.snap.node_with_provider_id(id).map(str::to_string)
+        }))
+    }
+
     fn unfreeze(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(owner) = a.for_.clone() else { return Ok(Outcome::Won) };
         // Nodes the cache shows frozen for this rotation, plus the two this rotation can have
@@ -642,6 +665,11 @@ impl<'c> PassHost<'c> {
         }
         if let Some(host) = self.snap.placeholder_host(&owner) {
             names.insert(host.to_string());
+        }
+        // The surge host is frozen only once `surge-claim` names its claim; read both fresh, so
+        // a host whose freeze and placeholder the cache does not show yet is still released.
+        if let Some(host) = self.fresh_surge_host(&owner).map_err(|e| fail(a.verb, e))? {
+            names.insert(host);
         }
         for name in names {
             let owner = owner.clone();
@@ -695,7 +723,15 @@ impl<'c> PassHost<'c> {
         };
         let built = match placeholder::build_placeholder(&input) {
             Ok(p) => p,
-            Err(_) => return Ok(Outcome::Refused),
+            Err(_) => {
+                self.ctx.placeholder_trouble.insert(
+                    name,
+                    "its placeholder would request nothing after the clamp to the node's \
+                     allocatable, so none was created"
+                        .into(),
+                );
+                return Ok(Outcome::Refused);
+            }
         };
         if !built.clamped.is_empty() {
             let key = (format!("NodeClaim {name}"), Reason::SurgeClamped.name().to_string());
@@ -712,10 +748,20 @@ impl<'c> PassHost<'c> {
             Ok(()) => {
                 self.ctx.writes += 1;
                 self.wrote = true;
+                self.ctx.placeholder_trouble.remove(&name);
                 Ok(Outcome::Won)
             }
-            Err(ApiError::AlreadyExists) => Ok(Outcome::Raced),
-            Err(e) => Err(fail(a.verb, e)),
+            Err(ApiError::AlreadyExists) => {
+                self.ctx.placeholder_trouble.remove(&name);
+                Ok(Outcome::Raced)
+            }
+            Err(e) => {
+                // The pass fails and is retried until readyTimeout rolls the rotation back; the
+                // failure then says why no placeholder ran.
+                let what = format!("its placeholder was rejected by the API server ({e})");
+                self.ctx.placeholder_trouble.insert(name, what);
+                Err(fail(a.verb, e))
+            }
         }
     }
 
@@ -976,6 +1022,12 @@ impl Host for PassHost<'_> {
                 let message = self.message(reason, a);
                 self.event(&obj, reason, message);
                 let claim = self.subject_claim(a);
+                if reason == Reason::RotationFailed
+                    && let Some(c) = &claim
+                {
+                    // Told once: the next attempt starts with a clean slate.
+                    self.ctx.placeholder_trouble.remove(c);
+                }
                 self.announce(format!("event:{}", reason.name()), claim, a.row);
                 Ok(Outcome::Won)
             }
@@ -1002,21 +1054,15 @@ impl Host for PassHost<'_> {
     fn observe(&mut self, row: &Row, matched: bool) {
         if matched {
             self.ctx.coverage.insert(row.id.clone());
-        } else {
-            // Level-triggered warnings re-arm once their condition was seen false (§4.3).
-            let keys: Vec<(String, String)> = row
-                .warnings()
-                .map(|reason| {
-                    (
-                        ObjectRef::cluster(ObjectKind::NodePool, self.snap.pool_name()).to_string(),
-                        reason.name().to_string(),
-                    )
-                })
-                .collect();
-            for k in keys {
-                self.ctx.latch.clear(&k);
-            }
         }
         self.observed.push((row.id.clone(), matched));
+    }
+
+    fn rearm(&mut self, a: &Action<'_>) {
+        // Level-triggered warnings re-arm once their condition was seen false (§4.3), for the
+        // object they are about: the pool, or the claim of this rotation.
+        let (Some(obj), Some(reason)) = (a.target_obj(), a.reason) else { return };
+        let Some(object) = self.cluster_ref(obj) else { return };
+        self.ctx.latch.clear(&(object.to_string(), reason.name().to_string()));
     }
 }

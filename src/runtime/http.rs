@@ -13,8 +13,9 @@ pub trait Endpoints: Send + Sync + 'static {
     fn metrics(&self) -> String;
     /// The process is alive and its loops are not wedged.
     fn healthy(&self) -> bool;
-    /// The caches are synced (both replicas: the standby is ready to take over).
-    fn ready(&self) -> bool;
+    /// The caches are synced and every watch still delivers (both replicas: the standby is
+    /// ready to take over); else what is wrong.
+    fn ready(&self) -> Result<(), String>;
 }
 
 const MAX_HEAD: usize = 8 * 1024;
@@ -66,8 +67,8 @@ pub fn route(
             false => ("503 Service Unavailable", TEXT, "unhealthy\n".into()),
         },
         "/readyz" => match endpoints.ready() {
-            true => ("200 OK", TEXT, "ok\n".into()),
-            false => ("503 Service Unavailable", TEXT, "caches not synced\n".into()),
+            Ok(()) => ("200 OK", TEXT, "ok\n".into()),
+            Err(why) => ("503 Service Unavailable", TEXT, format!("{why}\n")),
         },
         _ => ("404 Not Found", TEXT, "not found\n".into()),
     }
@@ -114,8 +115,8 @@ mod tests {
         fn healthy(&self) -> bool {
             true
         }
-        fn ready(&self) -> bool {
-            self.0
+        fn ready(&self) -> Result<(), String> {
+            if self.0 { Ok(()) } else { Err("caches not synced".into()) }
         }
     }
 
@@ -123,6 +124,7 @@ mod tests {
     fn routes() {
         assert_eq!(route("GET", "/healthz", &Fixed(false)).0, "200 OK");
         assert_eq!(route("GET", "/readyz", &Fixed(false)).0, "503 Service Unavailable");
+        assert_eq!(route("GET", "/readyz", &Fixed(false)).2, "caches not synced\n");
         assert_eq!(route("GET", "/readyz?verbose", &Fixed(true)).0, "200 OK");
         assert_eq!(route("GET", "/metrics", &Fixed(true)).2, "noderotation_leader 1\n");
         assert_eq!(route("POST", "/metrics", &Fixed(true)).0, "405 Method Not Allowed");

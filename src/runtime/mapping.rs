@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 
+use crate::cluster::ObjectKind;
 use crate::cluster::kube::{Change, Watched};
 use crate::karpenter::NODEPOOL_LABEL;
 
@@ -18,6 +19,19 @@ pub enum Keys {
     None,
     Pool(String),
     All,
+}
+
+/// Whether a change can move the policy status view (§5.4: which pools a policy governs, which
+/// of them rotate, ties): NodePools and RotationPolicies, and a relist of either.
+pub fn affects_status(change: &Change) -> bool {
+    match change {
+        Change::Resynced(kind) => {
+            matches!(kind, ObjectKind::NodePool | ObjectKind::RotationPolicy)
+        }
+        Change::Applied(w) | Change::Deleted(w) => {
+            matches!(w, Watched::Pool(_) | Watched::Policy(_))
+        }
+    }
 }
 
 /// Remembers the last phase/readiness seen per object, to fire on the edge only.
@@ -104,7 +118,6 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::cluster::ObjectKind;
     use crate::karpenter::NodeClaim;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, PodSpec, PodStatus};
 
@@ -158,5 +171,30 @@ mod tests {
             Keys::Pool("gpu".into())
         );
         assert_eq!(m.keys(&Change::Resynced(ObjectKind::NodeClaim), &known), Keys::All);
+    }
+
+    #[test]
+    fn pool_and_policy_changes_ask_for_a_status_update() {
+        let mut pool = crate::karpenter::NodePool::default();
+        pool.metadata.name = Some("general".into());
+        let pool = Watched::Pool(Arc::new(pool));
+        let policy = Watched::Policy(Arc::new(crate::policy::crd::RotationPolicy::new(
+            "p",
+            serde_json::from_value(serde_json::json!({
+                "nodePoolSelector": {}, "maintenanceWindows": []
+            }))
+            .unwrap_or_else(|e| panic!("{e}")),
+        )));
+        assert!(affects_status(&Change::Applied(pool.clone())));
+        assert!(affects_status(&Change::Deleted(pool)));
+        assert!(affects_status(&Change::Applied(policy.clone())));
+        assert!(affects_status(&Change::Deleted(policy)));
+        assert!(affects_status(&Change::Resynced(ObjectKind::NodePool)));
+        assert!(affects_status(&Change::Resynced(ObjectKind::RotationPolicy)));
+        assert!(!affects_status(&Change::Resynced(ObjectKind::NodeClaim)));
+        let n = Change::Applied(Watched::Node(node("n1", "general", true)));
+        assert!(!affects_status(&n));
+        let p = Change::Applied(Watched::Placeholder(placeholder("Running")));
+        assert!(!affects_status(&p));
     }
 }

@@ -149,8 +149,15 @@ impl http::Endpoints for State {
         beat == 0 || self.started.elapsed().as_secs().saturating_sub(beat) < 300
     }
 
-    fn ready(&self) -> bool {
-        self.cluster.is_synced()
+    fn ready(&self) -> Result<(), String> {
+        if !self.cluster.is_synced() {
+            return Err("caches not synced".into());
+        }
+        // A watch that broke after the first sync leaves its cache to age silently.
+        match self.cluster.broken_watches().as_slice() {
+            [] => Ok(()),
+            broken => Err(format!("watch failing: {broken:?}")),
+        }
     }
 }
 
@@ -359,6 +366,9 @@ async fn shutdown_signal() {
     }
 }
 
+/// How long a status request waits for more changes to answer them together.
+const STATUS_COALESCE: Duration = Duration::from_secs(1);
+
 async fn map_changes(
     mut changes: mpsc::UnboundedReceiver<Change>,
     cluster: Arc<KubeCluster>,
@@ -366,6 +376,10 @@ async fn map_changes(
 ) {
     let mut mapper = Mapper::default();
     while let Some(change) = changes.recv().await {
+        if mapping::affects_status(&change) {
+            // Coalesced: a burst of pool writes (a rotation's annotations) asks once.
+            queue.request_status_after(STATUS_COALESCE);
+        }
         match mapper.keys(&change, &|claim| cluster.pool_of_claim(claim)) {
             Keys::None => {}
             Keys::Pool(pool) => queue.add_now(&pool),
@@ -412,6 +426,7 @@ fn work(mut controller: Controller, state: &State, tick: Duration) -> Controller
                 controller.update_policy_status();
                 next_tick = Instant::now() + tick;
             }
+            Next::Status => controller.update_policy_status(),
             Next::Key(pool) => {
                 tracing::debug!(nodepool = %pool, "reconciling");
                 let pass =

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Default)]
 struct State {
     due: HashMap<String, Instant>,
+    /// When the policy status view is due for a recompute (a pool or policy changed).
+    status: Option<Instant>,
     stopped: bool,
 }
 
@@ -18,7 +20,10 @@ struct State {
 pub enum Next {
     /// This pool is due: reconcile it.
     Key(String),
-    /// The deadline passed with nothing due.
+    /// A pool or policy changed: recompute the policy status view.
+    Status,
+    /// The deadline (the tick) passed. It comes before keys that are due, so passes requeued
+    /// back to back cannot starve the tick's work; it also answers a pending status request.
     Deadline,
     /// [`WorkQueue::stop`] was called.
     Stopped,
@@ -58,6 +63,18 @@ impl WorkQueue {
         self.add_at(key, Instant::now() + after);
     }
 
+    /// Asks for a policy status recompute `after` from now, unless one is already due sooner:
+    /// a burst of changes is answered once.
+    pub fn request_status_after(&self, after: Duration) {
+        let at = Instant::now() + after;
+        let mut state = self.lock();
+        if state.status.is_none_or(|due| at < due) {
+            state.status = Some(at);
+        }
+        drop(state);
+        self.wake.notify_all();
+    }
+
     pub fn len(&self) -> usize {
         self.lock().due.len()
     }
@@ -76,8 +93,8 @@ impl WorkQueue {
         self.lock().stopped = false;
     }
 
-    /// Blocks until a key is due (the earliest first; ties by name), `deadline` passes, or the
-    /// queue is stopped.
+    /// Blocks until `deadline` passes (first: the tick is never starved), a status recompute is
+    /// due, a key is due (the earliest first; ties by name), or the queue is stopped.
     pub fn next(&self, deadline: Instant) -> Next {
         let mut state = self.lock();
         loop {
@@ -85,6 +102,14 @@ impl WorkQueue {
                 return Next::Stopped;
             }
             let now = Instant::now();
+            if deadline <= now {
+                state.status = None;
+                return Next::Deadline;
+            }
+            if state.status.is_some_and(|at| at <= now) {
+                state.status = None;
+                return Next::Status;
+            }
             let earliest = state.due.iter().min_by(|a, b| a.1.cmp(b.1).then_with(|| a.0.cmp(b.0)));
             if let Some((key, at)) = earliest
                 && *at <= now
@@ -93,10 +118,8 @@ impl WorkQueue {
                 state.due.remove(&key);
                 return Next::Key(key);
             }
-            if deadline <= now {
-                return Next::Deadline;
-            }
             let wake_at = earliest.map_or(deadline, |(_, at)| (*at).min(deadline));
+            let wake_at = state.status.map_or(wake_at, |at| at.min(wake_at));
             let (guard, _) = self
                 .wake
                 .wait_timeout(state, wake_at.saturating_duration_since(now))
@@ -146,7 +169,39 @@ mod tests {
         assert_eq!(t.join().ok(), Some(Next::Stopped));
         q.resume();
         q.add_now("y");
-        assert_eq!(q.next(Instant::now()), Next::Key("y".into()));
+        assert_eq!(q.next(Instant::now() + Duration::from_secs(5)), Next::Key("y".into()));
+    }
+
+    #[test]
+    fn a_passed_deadline_is_not_starved_by_keys_that_are_always_due() {
+        let q = WorkQueue::new();
+        let now = Instant::now();
+        // Pools requeued back to back (errors, a flood of watch events) are always due.
+        q.add_at("a", now - Duration::from_secs(1));
+        q.add_at("b", now - Duration::from_secs(1));
+        assert_eq!(q.next(now - Duration::from_millis(1)), Next::Deadline, "the tick first");
+        assert_eq!(q.next(now + Duration::from_secs(60)), Next::Key("a".into()));
+    }
+
+    #[test]
+    fn a_status_request_is_served_once_between_keys_and_coalesced() {
+        let q = WorkQueue::new();
+        let later = Instant::now() + Duration::from_secs(60);
+        q.request_status_after(Duration::ZERO);
+        q.request_status_after(Duration::ZERO);
+        q.add_now("a");
+        assert_eq!(q.next(later), Next::Status);
+        assert_eq!(q.next(later), Next::Key("a".into()));
+        // A burst of changes asks once; the tick's own status write answers a pending request.
+        let start = Instant::now();
+        q.request_status_after(Duration::from_millis(20));
+        q.request_status_after(Duration::from_millis(20));
+        assert_eq!(q.next(later), Next::Status);
+        assert!(start.elapsed() >= Duration::from_millis(15), "held for more changes");
+        assert_eq!(q.next(Instant::now() + Duration::from_millis(40)), Next::Deadline, "once");
+        q.request_status_after(Duration::from_secs(30));
+        assert_eq!(q.next(Instant::now()), Next::Deadline);
+        assert_eq!(q.next(Instant::now() + Duration::from_millis(30)), Next::Deadline);
     }
 
     #[test]

@@ -90,3 +90,51 @@ pub fn lead_time(settings: &Effective, pool: &NodePool, now: DateTime<Utc>) -> O
     let tgp = pool.termination_grace_period().ok().flatten();
     Some(derive::lead_time(settings.min_rotation_chances, p, settings.t_rot(tgp)))
 }
+
+/// The claims of `pool` (in the store at `now`) that one rotation at a time cannot reach within
+/// their chances from `now` ([`crate::policy::lookahead::reachable`]): a fleet whose deadlines
+/// start out crowded. Invariant 8 does not hold the controller to them.
+pub fn unreachable_at_start(
+    settings: &Effective,
+    view: &CacheView,
+    pool: &NodePool,
+    now: DateTime<Utc>,
+) -> Vec<String> {
+    use crate::policy::derive::{ClaimFacts, ClaimState, RotationOrder};
+    use crate::policy::lookahead::{self, OpenTime};
+    let Some(period) = settings.schedule.period(now) else { return Vec::new() };
+    let name = pool.metadata.name.as_deref().unwrap_or("");
+    let mut queue: Vec<(RotationOrder<'_>, DateTime<Utc>)> = view
+        .claims
+        .iter()
+        .filter(|(_, c)| c.node_pool() == Some(name))
+        .filter_map(|(n, c)| {
+            let facts = ClaimFacts {
+                created: c.created()?,
+                expire_after: c.expire_after().ok()?,
+                termination_grace_period: c.termination_grace_period().ok().flatten(),
+                ready: true,
+                deleting: false,
+                state: ClaimState::Idle,
+                retry_count: 0,
+                failed_at: None,
+                operator_do_not_disrupt: false,
+            };
+            let due = derive::due_after(&facts, settings, period)?;
+            let deadline = derive::deadline(facts.created, facts.expire_after)?;
+            let order = RotationOrder { deadline: Some(deadline), created: facts.created, name: n };
+            Some((order, due))
+        })
+        .collect();
+    queue.sort();
+    let dues: Vec<DateTime<Utc>> = queue.iter().map(|(_, due)| *due).collect();
+    let tgp = pool.termination_grace_period().ok().flatten();
+    let slot = settings.t_rot_est(tgp) + settings.cooldown_after;
+    let open = OpenTime::of(&settings.schedule, now);
+    lookahead::reachable(now, &dues, &open, slot)
+        .into_iter()
+        .zip(&queue)
+        .filter(|(reached, _)| !reached)
+        .map(|(_, (order, _))| order.name.to_string())
+        .collect()
+}

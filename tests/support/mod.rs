@@ -345,11 +345,27 @@ pub struct Intercept {
     #[allow(clippy::type_complexity)]
     pub before:
         std::sync::Mutex<Option<(Box<dyn Fn(&str) -> bool + Send>, Box<dyn FnOnce() + Send>)>>,
+    /// Edits the cached view the controller reads (a cache that has not seen some events yet).
+    #[allow(clippy::type_complexity)]
+    pub view: std::sync::Mutex<Option<Box<dyn Fn(&mut noderotation::cluster::CacheView) + Send>>>,
 }
 
 impl Intercept {
     pub fn new(inner: MemoryCluster) -> Arc<Intercept> {
-        Arc::new(Intercept { inner, log: Default::default(), before: Default::default() })
+        Arc::new(Intercept {
+            inner,
+            log: Default::default(),
+            before: Default::default(),
+            view: Default::default(),
+        })
+    }
+
+    /// From now on the controller's cache is edited by `edit` before it reads it.
+    pub fn stale_view(
+        &self,
+        edit: impl Fn(&mut noderotation::cluster::CacheView) + Send + 'static,
+    ) {
+        *self.view.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(edit));
     }
 
     /// Runs `action` right before the first write whose description satisfies `when`.
@@ -383,7 +399,15 @@ impl Intercept {
 
 impl Cluster for Intercept {
     fn cache(&self) -> Arc<noderotation::cluster::CacheView> {
-        self.inner.cache()
+        let view = self.inner.cache();
+        match self.view.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(edit) => {
+                let mut copy = view.as_ref().clone();
+                edit(&mut copy);
+                Arc::new(copy)
+            }
+            None => view,
+        }
     }
     fn get_pool(&self, name: &str) -> Result<Option<NodePool>, noderotation::cluster::ApiError> {
         self.inner.get_pool(name)
