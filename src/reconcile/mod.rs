@@ -449,6 +449,13 @@ impl Controller {
         }
     }
 
+    /// The periodic work between pool passes (the 1-minute tick of `noderotation run` and of
+    /// the simulation's driver): the RotationPolicy status view.
+    pub fn tick(&mut self) -> SweepReport {
+        self.update_policy_status();
+        SweepReport::default()
+    }
+
     /// The RotationPolicy status view (§5.4); a conflict is a silent requeue.
     pub fn update_policy_status(&mut self) {
         let now = self.clock.now();

@@ -409,7 +409,7 @@ fn work(mut controller: Controller, state: &State, tick: Duration) -> Controller
             Next::Stopped => break,
             Next::Deadline => {
                 enqueue_all();
-                controller.update_policy_status();
+                controller.tick();
                 next_tick = Instant::now() + tick;
             }
             Next::Key(pool) => {

@@ -397,7 +397,7 @@ impl Driver {
                 self.set_due(pool, tick, true);
             }
             if let Some(ctl) = self.ctl.as_mut() {
-                ctl.update_policy_status();
+                ctl.tick();
             }
             return self.after_controller(None, true, "tick: status".into());
         }

@@ -211,6 +211,13 @@ impl Fx {
         self.ctl.reconcile_pool(POOL).unwrap_or_else(|e| panic!("pass failed: {e}"))
     }
 
+    /// The periodic tick (policy status, and whatever else the controller does between passes),
+    /// with an up-to-date cache.
+    pub fn tick(&mut self) -> noderotation::reconcile::SweepReport {
+        self.client.flush_cache();
+        self.ctl.tick()
+    }
+
     /// One pass reading whatever the (possibly lagging) cache holds.
     pub fn stale_pass(&mut self) -> Duration {
         self.ctl.reconcile_pool(POOL).unwrap_or_else(|e| panic!("pass failed: {e}"))
@@ -336,20 +343,38 @@ impl Fx {
     }
 }
 
-/// The real in-memory cluster with two test hooks: every call is logged, and a world action
+/// The real in-memory cluster with three test hooks: every call is logged, a world action
 /// can run just before the first write that matches a predicate (something happening between
-/// two writes of one pass).
+/// two writes of one pass), and the cached view can be edited (a reflector lagging on some
+/// objects and not on others).
 pub struct Intercept {
     pub inner: MemoryCluster,
     pub log: std::sync::Mutex<Vec<String>>,
     #[allow(clippy::type_complexity)]
     pub before:
         std::sync::Mutex<Option<(Box<dyn Fn(&str) -> bool + Send>, Box<dyn FnOnce() + Send>)>>,
+    #[allow(clippy::type_complexity)]
+    pub stale: std::sync::Mutex<Option<Box<dyn Fn(&mut noderotation::cluster::CacheView) + Send>>>,
 }
 
 impl Intercept {
     pub fn new(inner: MemoryCluster) -> Arc<Intercept> {
-        Arc::new(Intercept { inner, log: Default::default(), before: Default::default() })
+        Arc::new(Intercept {
+            inner,
+            log: Default::default(),
+            before: Default::default(),
+            stale: Default::default(),
+        })
+    }
+
+    /// From now on the controller's cache is the real one edited by `edit` (until
+    /// [`Intercept::fresh_cache`]).
+    pub fn stale_cache(&self, edit: impl Fn(&mut noderotation::cluster::CacheView) + Send + 'static) {
+        *self.stale.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(edit));
+    }
+
+    pub fn fresh_cache(&self) {
+        *self.stale.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Runs `action` right before the first write whose description satisfies `when`.
@@ -383,7 +408,15 @@ impl Intercept {
 
 impl Cluster for Intercept {
     fn cache(&self) -> Arc<noderotation::cluster::CacheView> {
-        self.inner.cache()
+        let view = self.inner.cache();
+        match self.stale.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(edit) => {
+                let mut view = (*view).clone();
+                edit(&mut view);
+                Arc::new(view)
+            }
+            None => view,
+        }
     }
     fn get_pool(&self, name: &str) -> Result<Option<NodePool>, noderotation::cluster::ApiError> {
         self.inner.get_pool(name)
