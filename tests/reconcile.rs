@@ -1388,3 +1388,31 @@ fn retry_count_saturates_instead_of_wrapping_or_panicking() {
         assert_eq!(fx.announced("emit:failure"), 1, "{before}");
     }
 }
+
+#[test]
+fn a_surge_node_that_never_turns_ready_is_reaped_at_rollback() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    // Karpenter launched a claim for the placeholder; its node registered but never turns
+    // Ready, so the scheduler never binds the placeholder and `surge-claim` is never written.
+    fx.advance(Duration::minutes(2));
+    fx.world.apply_node(node_obj("node-s1", false)).expect("node");
+    let mut s1 = claim_obj("s1", fx.clock.now(), Some("node-s1"));
+    if let Some(st) = s1.status.as_mut() {
+        st.conditions = serde_json::from_value(serde_json::json!([
+            {"type": "Launched", "status": "True"},
+            {"type": "Registered", "status": "True"},
+            {"type": "Ready", "status": "False"}]))
+        .expect("conditions");
+    }
+    fx.world.apply_claim(s1).expect("claim");
+    fx.pass();
+    assert!(fx.claim_ann("c1", Key::SurgeClaim).is_none(), "never bound, never recorded");
+    fx.advance(Duration::minutes(14));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert!(
+        fx.deleting("s1") || fx.world.claim("s1").is_none(),
+        "the never-Ready surge claim is reaped at rollback, not left to Karpenter's repair"
+    );
+}

@@ -756,7 +756,7 @@ impl<'c> PassHost<'c> {
             return Ok(Outcome::Gone);
         };
         // The recorded surge claim; else re-resolve from a live placeholder, else the pool's
-        // one claim created after started-at with no registered node (§3.8; ambiguous: none).
+        // one claim created after started-at that is not Ready (§3.8; ambiguous: none).
         let recorded = annotation(&claim.metadata, Key::SurgeClaim).map(str::to_string);
         let placeholder_pod = self.snap.placeholder_for(&name);
         let host = self.snap.placeholder_host(&name).and_then(|h| self.snap.node(h));
