@@ -1389,6 +1389,121 @@ fn retry_count_saturates_instead_of_wrapping_or_panicking() {
     }
 }
 
+// ---- Orphans repaired within a tick, placeholder identity, unfreeze, never-Ready surge ----
+
+/// The pending rotation of c1 after an operator (or `kubectl replace`, or a GitOps sync with
+/// `Replace=true`) removed the pool's anchor: the claim stays `pending`, node-c1 cordoned and
+/// frozen, the placeholder holds surge capacity, and nothing refers to any of it.
+fn anchor_removed_by_hand(fx: &mut Fx) {
+    started(fx);
+    fx.provision_surge("c1", "s1");
+    fx.set_pool_ann(Key::ActiveRotation, None);
+}
+
+/// Nothing of a rotation is left: no placeholder, no marker on either node, the claim failed.
+fn orphans_of_c1_repaired(fx: &Fx) {
+    assert!(fx.placeholder("c1").is_none(), "orphan placeholder deleted");
+    for node in ["node-c1", "node-s1"] {
+        assert!(fx.node_ann(node, Key::SurgeFor).is_none(), "{node}: surge-for lifted");
+        assert!(fx.node_ann(node, Key::DoNotDisrupt).is_none(), "{node}: our do-not-disrupt lifted");
+        assert!(fx.node_ann(node, Key::DoNotDisruptOwned).is_none());
+        assert!(fx.node_ann(node, Key::Cordoned).is_none());
+    }
+    assert!(!fx.cordoned("node-c1"), "our cordon lifted");
+}
+
+#[test]
+fn an_anchor_removed_by_hand_is_repaired_within_a_tick() {
+    let mut fx = Fx::new();
+    anchor_removed_by_hand(&mut fx);
+    let report = fx.tick();
+    assert!(report.errors.is_empty(), "{report:?}");
+    orphans_of_c1_repaired(&fx);
+    assert_eq!(
+        fx.claim_ann("c1", Key::State).as_deref(),
+        Some("failed"),
+        "a pending claim without an anchor is never picked again: it is failed, so it is retried"
+    );
+    assert_eq!(fx.events("RotationFailed"), 1);
+    // Retried after retryBackoff (30m), as a new attempt: no forced expiry waits for it.
+    fx.advance(Duration::minutes(31));
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+}
+
+#[test]
+fn a_nodepool_deleted_mid_rotation_releases_its_placeholder_and_markers_within_a_tick() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    fx.pass(); // draining: the surge host is frozen too
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"));
+    fx.world.delete_now(&obj(noderotation::cluster::ObjectKind::NodePool, POOL));
+    assert!(fx.pass().is_zero(), "the pool is gone: no pass");
+    let report = fx.tick();
+    assert!(report.errors.is_empty(), "{report:?}");
+    orphans_of_c1_repaired(&fx);
+}
+
+#[test]
+fn the_tick_judges_orphans_on_a_fresh_read_of_the_anchors() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    // The cache lags the pool (its anchor is not in it yet) but not the placeholder and the
+    // node markers that the rotation wrote after the anchor: they are not orphans.
+    let hook = fx.intercept();
+    hook.stale_cache(|v| {
+        if let Some(p) = v.pools.get_mut(POOL) {
+            let mut p = p.as_ref().clone();
+            if let Some(a) = p.metadata.annotations.as_mut() {
+                a.remove(Key::ActiveRotation.full());
+            }
+            v.pools.insert(POOL.into(), std::sync::Arc::new(p));
+        }
+    });
+    fx.tick();
+    hook.fresh_cache();
+    rotation_of_c1_untouched(&fx);
+}
+
+#[test]
+fn the_sweep_deletes_the_placeholder_it_judged_by_its_uid() {
+    let mut fx = Fx::new();
+    anchor_removed_by_hand(&mut fx);
+    let judged = fx.placeholder("c1").expect("orphan placeholder");
+    let judged_uid = judged.metadata.uid.clone();
+    // Between the sweep's read and its delete, the orphan goes and a rotation of c1 is anchored
+    // again with a new placeholder under the same name (another writer: a zombie leader).
+    fx.client.flush_cache();
+    let hook = fx.intercept();
+    let world = fx.world.clone();
+    let name = noderotation::placeholder::placeholder_name("c1");
+    hook.before_write(
+        move |w| w.starts_with(&format!("delete Pod {NS}/{name}")),
+        move || {
+            let ph = noderotation::placeholder::placeholder_name("c1");
+            world.delete_now(&noderotation::cluster::ObjectRef::pod(NS, &ph));
+            world
+                .update_pool(POOL, |p| {
+                    p.metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert(Key::ActiveRotation.full().into(), "c1".into());
+                })
+                .expect("pool");
+            let mut next = (*judged).clone();
+            next.metadata.uid = None;
+            next.metadata.resource_version = None;
+            world.apply_pod(next).expect("new placeholder");
+        },
+    );
+    fx.ctl.startup_sweep(); // the intercepting controller is a new process
+    let now = fx.placeholder("c1").expect("the new rotation's placeholder is not deleted");
+    assert_ne!(now.metadata.uid, judged_uid);
+}
+
 #[test]
 fn a_surge_node_that_never_turns_ready_is_reaped_at_rollback() {
     let mut fx = Fx::new();

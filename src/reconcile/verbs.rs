@@ -314,7 +314,7 @@ impl<'c> PassHost<'c> {
                 "noderotation.io/freeze is not an RFC3339 time: treated as frozen".into()
             }
             Reason::RotationFailed if a.row.starts_with("sweep_") => format!(
-                "NodeClaim {claim} was in flight without an anchor at start-up: marked failed, it is retried after retryBackoff"
+                "NodeClaim {claim} was in flight without an anchor (removed by hand, its NodePool deleted, or a crash of an older version): marked failed, it is retried after retryBackoff"
             ),
             Reason::RotationFailed => {
                 let count = self
@@ -960,9 +960,20 @@ impl Host for PassHost<'_> {
                 None => Ok(Outcome::Gone),
             },
             Verb::DeletePod => match a.target_obj() {
-                Some(ObjRef::Pod(ns, n)) => {
-                    self.delete(a.verb, ObjectRef::pod(ns.clone(), n.clone()), None)
-                }
+                // The pod the sweep judged, by its uid: a pod that took the name since (a new
+                // rotation's placeholder) is not the orphan.
+                Some(ObjRef::Pod(ns, n)) => match self
+                    .snap
+                    .cache
+                    .placeholders
+                    .get(n)
+                    .and_then(|p| p.metadata.uid.clone())
+                {
+                    Some(uid) => {
+                        self.delete(a.verb, ObjectRef::pod(ns.clone(), n.clone()), Some(uid))
+                    }
+                    None => Ok(Outcome::Gone),
+                },
                 _ => Ok(Outcome::Gone),
             },
             Verb::DeleteClaim => self.delete_claim(a),
