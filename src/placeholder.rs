@@ -976,20 +976,21 @@ pub fn induced_claim<'a>(
 
 /// The readyTimeout reap guard (SUPPLEMENT §3.8): the surge claim may be deleted only if it was
 /// created at or after `started_at` (an absorbing host, created before, is never reaped; an
-/// unknown creation time is not reaped) AND its node hosts nothing but the placeholder
-/// (`placeholder_name`, carrying our managed-by label) and pods that belong to the node itself:
-/// DaemonSet pods, static (mirror) pods, and completed pods, which hold nothing.
+/// unknown creation time is not reaped) AND its node hosts nothing but the placeholder the
+/// controller created (`placeholder_uid`, the uid recorded on the claim; a pod that merely
+/// carries its name and label is somebody's pod; no recorded uid: no pod is ours) and pods that
+/// belong to the node itself: DaemonSet pods, static (mirror) pods, and completed pods, which
+/// hold nothing.
 pub fn reap_allowed(
     surge_claim: &NodeClaim,
     started_at: DateTime<Utc>,
     pods_on_host: &[Pod],
-    placeholder_name: &str,
+    placeholder_uid: Option<&str>,
 ) -> bool {
     let fresh = surge_claim.created().is_some_and(|t| t >= started_at);
     fresh
         && pods_on_host.iter().all(|p| {
-            let ours = p.metadata.name.as_deref() == Some(placeholder_name)
-                && p.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE);
+            let ours = placeholder_uid.is_some() && p.metadata.uid.as_deref() == placeholder_uid;
             ours || is_owned_by(p, "DaemonSet") || is_mirror(p) || is_completed(p)
         })
 }
@@ -1938,8 +1939,10 @@ mod tests {
     fn reap_guard() {
         let start = t(2, 0);
         let name = "noderotation-surge-general-x7k2p";
+        let uid = Some("placeholder-uid-1");
         let fresh = surge_claim("general-new", "2026-06-03T02:01:00Z", Some("new"), "general");
-        let ph = placed("Running", Some("new"));
+        let mut ph = placed("Running", Some("new"));
+        ph.metadata.uid = uid.map(str::to_string);
         let ds: Pod = from(owned_by(pod("ds", "100m", "1Mi"), "DaemonSet"));
         let mirror: Pod = from(with(
             pod("static", "100m", "1Mi"),
@@ -1948,21 +1951,27 @@ mod tests {
         ));
         let done: Pod = from(with(pod("job", "1", "1Mi"), "/status/phase", json!("Succeeded")));
         let workload: Pod = from(pod("web", "1", "1Gi"));
-        assert!(reap_allowed(&fresh, start, &[ph.clone(), ds.clone(), mirror, done], name));
-        assert!(reap_allowed(&fresh, start, &[], name));
+        assert!(reap_allowed(&fresh, start, &[ph.clone(), ds.clone(), mirror, done], uid));
+        assert!(reap_allowed(&fresh, start, &[], uid));
         // A workload landed: keep.
-        assert!(!reap_allowed(&fresh, start, &[ph.clone(), ds.clone(), workload], name));
+        assert!(!reap_allowed(&fresh, start, &[ph.clone(), ds.clone(), workload], uid));
         // Someone else's pod that merely shares the name (no managed-by label): keep.
         let impostor: Pod = from(pod(name, "1", "1Gi"));
-        assert!(!reap_allowed(&fresh, start, &[impostor], name));
+        assert!(!reap_allowed(&fresh, start, &[impostor], uid));
+        // Name and label too, but not the pod the controller created (another uid): keep.
+        let mut lookalike = placed("Running", Some("new"));
+        lookalike.metadata.uid = Some("someone-else".into());
+        assert!(!reap_allowed(&fresh, start, std::slice::from_ref(&lookalike), uid));
+        // No recorded uid: nothing on the node is known to be ours.
+        assert!(!reap_allowed(&fresh, start, std::slice::from_ref(&ph), None));
         // An absorbing host (created before started-at) is never reaped, even if empty.
         let absorbing = surge_claim("general-old", "2026-06-03T01:00:00Z", Some("old"), "general");
-        assert!(!reap_allowed(&absorbing, start, std::slice::from_ref(&ph), name));
+        assert!(!reap_allowed(&absorbing, start, std::slice::from_ref(&ph), uid));
         // Unknown creation time: not reaped.
-        assert!(!reap_allowed(&NodeClaim::default(), start, &[ph], name));
+        assert!(!reap_allowed(&NodeClaim::default(), start, &[ph], uid));
         // Created exactly at started-at counts as induced.
         let same = surge_claim("general-same", "2026-06-03T02:00:00Z", Some("n"), "general");
-        assert!(reap_allowed(&same, start, &[ds], name));
+        assert!(reap_allowed(&same, start, &[ds], uid));
     }
 
     #[test]

@@ -173,6 +173,8 @@ impl Facts for Toy {
             Pred::HasPlaceholder | Pred::SurgeReady | Pred::SurgeUnschedulable => {
                 Value::Bool(false)
             }
+            // A placeholder that exists is the controller's own unless a test says otherwise.
+            Pred::PlaceholderOwned => Value::Bool(true),
             Pred::PlaceholderNode => Value::Object(ObjRef::Node("surge-node".into())),
             Pred::InducedClaim | Pred::SurgePath => Value::Nil,
             Pred::DrainBound => Value::Duration(Duration::minutes(62)),

@@ -388,7 +388,7 @@ fn governance_lost_mid_rotation_rolls_back_in_the_normative_order() {
     };
     let placeholder = pos("delete Pod");
     let unfreeze = pos("-noderotation.io/surge-for");
-    let failed = pos("noderotation.io/state=failed -noderotation.io/started-at");
+    let failed = pos("noderotation.io/state=failed -noderotation.io/placeholder-uid");
     let clear = pos("patch NodePool pool-a -noderotation.io/active-rotation");
     let event = pos("event GovernanceLost");
     assert!(
@@ -1466,6 +1466,40 @@ fn the_tick_judges_orphans_on_a_fresh_read_of_the_anchors() {
     fx.tick();
     hook.fresh_cache();
     rotation_of_c1_untouched(&fx);
+}
+
+#[test]
+fn a_pod_named_like_the_placeholder_is_never_taken_for_surge_capacity() {
+    let mut fx = Fx::new();
+    fx.claim("x", Duration::hours(1)).claim("c1", Duration::days(10));
+    // Someone created a pod with the placeholder's name, label and surge-for, Running on a Ready
+    // node of the pool, before the rotation of c1 starts.
+    let mut impostor = workload_pod("impostor", "node-x");
+    impostor.metadata.name = Some(noderotation::placeholder::placeholder_name("c1"));
+    impostor.metadata.namespace = Some(NS.into());
+    impostor.metadata.owner_references = None;
+    impostor.metadata.labels = Some(
+        [("app.kubernetes.io/managed-by".to_string(), "noderotation".to_string())].into(),
+    );
+    impostor.metadata.annotations =
+        Some([(Key::SurgeFor.full().to_string(), "c1".to_string())].into());
+    let impostor = fx.world.apply_pod(impostor).expect("impostor");
+    fx.pass();
+    fx.pass();
+    assert!(!fx.deleting("c1"), "no drain on capacity the operator did not reserve");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(fx.pool_ann(Key::ActiveRotationState).is_none());
+    let ph = fx.placeholder("c1").expect("the operator's own placeholder");
+    assert_ne!(ph.metadata.uid, impostor.metadata.uid, "the impostor was replaced");
+    assert_eq!(
+        fx.claim_ann("c1", Key::PlaceholderUid),
+        ph.metadata.uid,
+        "the uid of what the operator created is recorded"
+    );
+    // Its own placeholder, once Running on a new node, is surge capacity.
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
 }
 
 #[test]

@@ -511,12 +511,12 @@ impl Cluster for KubeCluster {
         self.block(api.delete(&target.name, &params)).map(|_| ()).map_err(|e| map_error(e, false))
     }
 
-    fn create_pod(&self, pod: &Pod) -> Result<(), ApiError> {
+    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or(&self.namespace);
         let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
         let params =
             PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
-        self.block(api.create(&params, pod)).map(|_| ()).map_err(|e| map_error(e, true))
+        self.block(api.create(&params, pod)).map_err(|e| map_error(e, true))
     }
 
     fn update_policy_status(

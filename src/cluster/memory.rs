@@ -757,7 +757,7 @@ impl State {
         Ok(())
     }
 
-    fn create<T: Kind>(&mut self, obj: &T) -> Result<(), ApiError> {
+    fn create<T: Kind>(&mut self, obj: &T) -> Result<Arc<T>, ApiError> {
         let key = key_of(obj)?;
         if obj.meta().resource_version.is_some() {
             return Err(ApiError::Invalid(
@@ -773,8 +773,7 @@ impl State {
         meta.uid = Some(uid);
         meta.creation_timestamp = Some(to_time(self.now));
         meta.deletion_timestamp = None;
-        self.write(&key, obj, false);
-        Ok(())
+        Ok(self.write(&key, obj, false))
     }
 
     fn update_policy_status(
@@ -1279,13 +1278,13 @@ impl Cluster for MemoryCluster {
         })
     }
 
-    fn create_pod(&self, pod: &Pod) -> Result<(), ApiError> {
+    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError> {
         let target = ObjectRef {
             kind: ObjectKind::Pod,
             namespace: pod.metadata.namespace.clone(),
             name: pod.metadata.name.clone().unwrap_or_default(),
         };
-        self.call(ApiVerb::Create, &target, false, |st| st.create(pod))
+        self.call(ApiVerb::Create, &target, false, |st| st.create(pod).map(|p| (*p).clone()))
     }
 
     fn update_policy_status(

@@ -149,8 +149,10 @@ pub trait Cluster: Send + Sync {
     /// finalized.
     fn delete(&self, target: &ObjectRef, uid: Option<&str>) -> Result<(), ApiError>;
 
-    /// Creates a pod (the placeholder). `AlreadyExists` when the name is taken.
-    fn create_pod(&self, pod: &Pod) -> Result<(), ApiError>;
+    /// Creates a pod (the placeholder) and returns it as the API server stored it (its
+    /// `metadata.uid` identifies what the controller created). `AlreadyExists` when the name is
+    /// taken.
+    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError>;
 
     /// Writes a RotationPolicy's status subresource, only at `resource_version` if given.
     fn update_policy_status(

@@ -123,7 +123,7 @@ pub fn parse_annotation(key: Key, raw: &str) -> Value {
             crate::policy::duration::parse(raw).map(Value::Duration).unwrap_or(Value::Nil)
         }
         KeyType::Int => raw.trim().parse().map(Value::Int).unwrap_or(Value::Nil),
-        KeyType::ClaimName => {
+        KeyType::ClaimName | KeyType::NodeName | KeyType::Uid => {
             if raw.is_empty() {
                 Value::Nil
             } else {

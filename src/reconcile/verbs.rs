@@ -708,15 +708,63 @@ impl<'c> PassHost<'c> {
                 self.event(&ObjRef::Claim(name.clone()), Reason::SurgeClamped, msg);
             }
         }
-        match self.ctx.cluster.create_pod(&built.pod) {
-            Ok(()) => {
-                self.ctx.writes += 1;
-                self.wrote = true;
-                Ok(Outcome::Won)
-            }
-            Err(ApiError::AlreadyExists) => Ok(Outcome::Raced),
-            Err(e) => Err(fail(a.verb, e)),
+        let created = match self.ctx.cluster.create_pod(&built.pod) {
+            Ok(pod) => pod,
+            Err(ApiError::AlreadyExists) => return Ok(Outcome::Raced),
+            Err(e) => return Err(fail(a.verb, e)),
+        };
+        self.ctx.writes += 1;
+        self.wrote = true;
+        // What the controller created is identified by the uid the API server gave it, recorded
+        // on the claim while the attempt is still pending. A crash (or a lost response) before
+        // the record leaves a pod nobody recorded: the next pass removes it and creates anew.
+        if let Some(uid) = created.metadata.uid {
+            self.conditional(a.verb, &ObjRef::Claim(name), |fresh| {
+                if state_of(fresh.meta()) != ClaimState::Pending {
+                    return Decide::Skip(Outcome::Raced);
+                }
+                let set = [(Key::PlaceholderUid, Value::Name(uid.clone()))];
+                Decide::Write(Self::patch_of(&set, &[], fresh.meta()), Outcome::Won)
+            })?;
         }
+        Ok(Outcome::Won)
+    }
+
+    /// `delete_unowned_placeholder`: the pod under the placeholder's name whose uid a fresh read
+    /// of the claim does not record, deleted by that uid.
+    fn delete_unowned_placeholder(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        let Some(pod) = self.snap.placeholder_named(&name) else { return Ok(Outcome::Gone) };
+        let Some(uid) = pod.metadata.uid.clone() else { return Ok(Outcome::Gone) };
+        let namespace =
+            pod.metadata.namespace.clone().unwrap_or_else(|| self.ctx.config.namespace.clone());
+        let Some(fresh) = self.ctx.cluster.get_claim(&name).map_err(|e| fail(a.verb, e))? else {
+            return Ok(Outcome::Gone);
+        };
+        if annotation(&fresh.metadata, Key::PlaceholderUid) == Some(uid.as_str()) {
+            return Ok(Outcome::Raced);
+        }
+        let target = ObjectRef::pod(namespace, placeholder::placeholder_name(&name));
+        self.delete(a.verb, target, Some(uid))
+    }
+
+    /// `delete_placeholder(for=X)`: by the uid of the pod this pass saw under the name, else the
+    /// uid recorded on the claim, else (neither known) by name.
+    fn delete_placeholder(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(owner) = a.for_.clone() else { return Ok(Outcome::Gone) };
+        let uid = self
+            .snap
+            .placeholder_named(&owner)
+            .and_then(|p| p.metadata.uid.clone())
+            .or_else(|| {
+                let claim = self.snap.claim(&owner)?;
+                annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string)
+            });
+        let pod = ObjectRef::pod(
+            self.ctx.config.namespace.clone(),
+            placeholder::placeholder_name(&owner),
+        );
+        self.delete(a.verb, pod, uid)
     }
 
     fn delete(
@@ -791,8 +839,8 @@ impl<'c> PassHost<'c> {
             Some(host) => self.ctx.cluster.pods_on_node(&host).map_err(|e| fail(a.verb, e))?,
             None => Vec::new(),
         };
-        if !placeholder::reap_allowed(&surge, started, &pods, &placeholder::placeholder_name(&name))
-        {
+        let placeholder_uid = annotation(&claim.metadata, Key::PlaceholderUid);
+        if !placeholder::reap_allowed(&surge, started, &pods, placeholder_uid) {
             return Ok(Outcome::Gone);
         }
         let uid = surge.metadata.uid.clone();
@@ -949,16 +997,8 @@ impl Host for PassHost<'_> {
             Verb::Unfreeze => self.unfreeze(a),
             Verb::Cordon => self.cordon(a),
             Verb::CreatePlaceholder => self.create_placeholder(a),
-            Verb::DeletePlaceholder => match a.for_.clone() {
-                Some(owner) => {
-                    let pod = ObjectRef::pod(
-                        self.ctx.config.namespace.clone(),
-                        placeholder::placeholder_name(&owner),
-                    );
-                    self.delete(a.verb, pod, None)
-                }
-                None => Ok(Outcome::Gone),
-            },
+            Verb::DeletePlaceholder => self.delete_placeholder(a),
+            Verb::DeleteUnownedPlaceholder => self.delete_unowned_placeholder(a),
             Verb::DeletePod => match a.target_obj() {
                 // The pod the sweep judged, by its uid: a pod that took the name since (a new
                 // rotation's placeholder) is not the orphan.

@@ -452,7 +452,7 @@ impl Cluster for Intercept {
         self.write(format!("delete {target}"));
         self.inner.delete(target, uid)
     }
-    fn create_pod(&self, pod: &Pod) -> Result<(), noderotation::cluster::ApiError> {
+    fn create_pod(&self, pod: &Pod) -> Result<Pod, noderotation::cluster::ApiError> {
         self.write(format!("create Pod {}", pod.metadata.name.clone().unwrap_or_default()));
         self.inner.create_pod(pod)
     }
