@@ -1539,6 +1539,64 @@ fn the_sweep_deletes_the_placeholder_it_judged_by_its_uid() {
 }
 
 #[test]
+fn unfreeze_finds_the_surge_host_from_a_fresh_read_not_a_stale_node_list() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    // The escalation fails halfway: the surge host is frozen and the pool mirror written, the
+    // claim's `state: draining` write is lost.
+    let patched_host = std::sync::atomic::AtomicBool::new(false);
+    fx.world.set_faults(move |c: &noderotation::cluster::memory::Call<'_>| {
+        use noderotation::cluster::ObjectKind::{Node, NodeClaim};
+        use noderotation::cluster::memory::{ApiVerb, Fault};
+        use std::sync::atomic::Ordering;
+        if c.verb == ApiVerb::Patch && c.target.kind == Node && c.target.name == "node-s1" {
+            patched_host.store(true, Ordering::SeqCst);
+        }
+        if c.verb == ApiVerb::Patch
+            && c.target.kind == NodeClaim
+            && patched_host.load(Ordering::SeqCst)
+        {
+            return Fault::Transient;
+        }
+        Fault::Proceed
+    });
+    fx.client.flush_cache();
+    assert!(fx.ctl.reconcile_pool(POOL).is_err(), "the pass fails at the claim write");
+    fx.world.clear_faults();
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"));
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    // Karpenter force-expires c1 a second later. The controller's cache lags: c1 still looks
+    // pending and alive, node-s1 not frozen yet, and workload moving off the draining node has
+    // preempted the placeholder, so nothing in the cache leads to node-s1.
+    fx.delete_claim("c1");
+    let hook = fx.intercept();
+    hook.stale_cache(|v| {
+        if let Some(c) = v.claims.get("c1") {
+            let mut c = c.as_ref().clone();
+            c.metadata.deletion_timestamp = None;
+            v.claims.insert("c1".into(), std::sync::Arc::new(c));
+        }
+        if let Some(n) = v.nodes.get("node-s1") {
+            let mut n = n.as_ref().clone();
+            if let Some(a) = n.metadata.annotations.as_mut() {
+                for k in [Key::SurgeFor, Key::DoNotDisrupt, Key::DoNotDisruptOwned] {
+                    a.remove(k.full());
+                }
+            }
+            v.nodes.insert("node-s1".into(), std::sync::Arc::new(n));
+        }
+        v.placeholders.clear();
+    });
+    fx.advance(Duration::minutes(16));
+    fx.pass(); // readyTimeout: the stale view rolls back as a failure
+    hook.fresh_cache();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "rolled back");
+    assert!(fx.node_ann("node-s1", Key::SurgeFor).is_none(), "the surge host is unfrozen");
+    assert!(fx.node_ann("node-s1", Key::DoNotDisrupt).is_none(), "and may be disrupted again");
+}
+
+#[test]
 fn a_surge_node_that_never_turns_ready_is_reaped_at_rollback() {
     let mut fx = Fx::new();
     started(&mut fx);

@@ -42,7 +42,7 @@ const SPEC_KEYS: [&str; 19] = [
 ];
 
 /// Keys the project added beyond the spec's reference (docs/decisions/reconciler.md).
-const ADDED_KEYS: [&str; 1] = ["placeholder-uid"];
+const ADDED_KEYS: [&str; 2] = ["placeholder-uid", "surge-host"];
 
 /// The 12 rows of the §5.3 transition table: (from, event, to).
 const SPEC_ROWS: [(&str, &str, &str); 12] = [
@@ -76,7 +76,9 @@ fn the_spec_catalogue_is_in_the_rules_and_in_the_docs() {
             "draining-at",
             "surge-wait",
             "surge-path",
-            "rotation-mode"
+            "rotation-mode",
+            // Added (docs/decisions/reconciler.md): rotation-scoped, so cleared with the rest.
+            "surge-host"
         ]
     );
     assert_eq!(book.spec_table.len(), 12);

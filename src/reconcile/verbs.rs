@@ -614,6 +614,9 @@ impl<'c> PassHost<'c> {
         let Some(owner) = a.for_.clone() else { return Ok(Outcome::Won) };
         // Nodes the cache shows frozen for this rotation, plus the two this rotation can have
         // frozen even if the cache has not caught up: the candidate's node and the surge host.
+        // The surge host comes from the pool's `surge-host`, read fresh (it is written before
+        // the host is frozen), not only from the placeholder, which may be gone (preempted by
+        // the workload moving off the candidate) while the node list still lags the freeze.
         let mut names: BTreeSet<String> = self
             .snap
             .cache
@@ -642,6 +645,12 @@ impl<'c> PassHost<'c> {
         }
         if let Some(host) = self.snap.placeholder_host(&owner) {
             names.insert(host.to_string());
+        }
+        if self.snap.pool.is_some() && self.snap.sweep.is_none() {
+            let pool = self.fresh(&ObjRef::Pool).map_err(|e| fail(a.verb, e))?;
+            if let Some(host) = pool.as_ref().and_then(|p| annotation(p.meta(), Key::SurgeHost)) {
+                names.insert(host.to_string());
+            }
         }
         for name in names {
             let owner = owner.clone();
