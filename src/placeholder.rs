@@ -1874,7 +1874,8 @@ mod tests {
     fn induced_claim_resolution() {
         let start = t(2, 0);
         let old = surge_claim("general-old", "2026-06-01T00:00:00Z", Some("old"), "general");
-        let fresh = ready(surge_claim("general-new", "2026-06-03T02:01:00Z", Some("new"), "general"));
+        let fresh =
+            ready(surge_claim("general-new", "2026-06-03T02:01:00Z", Some("new"), "general"));
         let pending = surge_claim("general-pend", "2026-06-03T02:02:00Z", None, "general");
         let other_pool = surge_claim("other-x", "2026-06-03T02:02:00Z", None, "other");
         let claims = [old.clone(), fresh.clone(), pending.clone(), other_pool.clone()];

@@ -947,6 +947,16 @@ const SCENARIOS: &[(&str, fn())] = &[
         "surge_path_unknown",
         surge_ready_before_the_host_claim_is_matched_holds_the_escalation_until_the_path_is_known,
     ),
+    ("anchor_removed", an_anchor_removed_by_hand_is_repaired_within_a_tick),
+    (
+        "pool_deleted",
+        a_nodepool_deleted_mid_rotation_releases_its_placeholder_and_markers_within_a_tick,
+    ),
+    ("tick_fresh_anchors", the_tick_judges_orphans_on_a_fresh_read_of_the_anchors),
+    ("placeholder_impostor", a_pod_named_like_the_placeholder_is_never_taken_for_surge_capacity),
+    ("sweep_by_uid", the_sweep_deletes_the_placeholder_it_judged_by_its_uid),
+    ("unfreeze_fresh", unfreeze_finds_the_surge_host_from_a_fresh_read_not_a_stale_node_list),
+    ("never_ready_reap", a_surge_node_that_never_turns_ready_is_reaped_at_rollback),
 ];
 
 #[test]
@@ -1405,7 +1415,10 @@ fn orphans_of_c1_repaired(fx: &Fx) {
     assert!(fx.placeholder("c1").is_none(), "orphan placeholder deleted");
     for node in ["node-c1", "node-s1"] {
         assert!(fx.node_ann(node, Key::SurgeFor).is_none(), "{node}: surge-for lifted");
-        assert!(fx.node_ann(node, Key::DoNotDisrupt).is_none(), "{node}: our do-not-disrupt lifted");
+        assert!(
+            fx.node_ann(node, Key::DoNotDisrupt).is_none(),
+            "{node}: our do-not-disrupt lifted"
+        );
         assert!(fx.node_ann(node, Key::DoNotDisruptOwned).is_none());
         assert!(fx.node_ann(node, Key::Cordoned).is_none());
     }
@@ -1478,9 +1491,8 @@ fn a_pod_named_like_the_placeholder_is_never_taken_for_surge_capacity() {
     impostor.metadata.name = Some(noderotation::placeholder::placeholder_name("c1"));
     impostor.metadata.namespace = Some(NS.into());
     impostor.metadata.owner_references = None;
-    impostor.metadata.labels = Some(
-        [("app.kubernetes.io/managed-by".to_string(), "noderotation".to_string())].into(),
-    );
+    impostor.metadata.labels =
+        Some([("app.kubernetes.io/managed-by".to_string(), "noderotation".to_string())].into());
     impostor.metadata.annotations =
         Some([(Key::SurgeFor.full().to_string(), "c1".to_string())].into());
     let impostor = fx.world.apply_pod(impostor).expect("impostor");

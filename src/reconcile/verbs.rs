@@ -761,14 +761,12 @@ impl<'c> PassHost<'c> {
     /// uid recorded on the claim, else (neither known) by name.
     fn delete_placeholder(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(owner) = a.for_.clone() else { return Ok(Outcome::Gone) };
-        let uid = self
-            .snap
-            .placeholder_named(&owner)
-            .and_then(|p| p.metadata.uid.clone())
-            .or_else(|| {
+        let uid = self.snap.placeholder_named(&owner).and_then(|p| p.metadata.uid.clone()).or_else(
+            || {
                 let claim = self.snap.claim(&owner)?;
                 annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string)
-            });
+            },
+        );
         let pod = ObjectRef::pod(
             self.ctx.config.namespace.clone(),
             placeholder::placeholder_name(&owner),
@@ -1011,18 +1009,14 @@ impl Host for PassHost<'_> {
             Verb::DeletePod => match a.target_obj() {
                 // The pod the sweep judged, by its uid: a pod that took the name since (a new
                 // rotation's placeholder) is not the orphan.
-                Some(ObjRef::Pod(ns, n)) => match self
-                    .snap
-                    .cache
-                    .placeholders
-                    .get(n)
-                    .and_then(|p| p.metadata.uid.clone())
-                {
-                    Some(uid) => {
-                        self.delete(a.verb, ObjectRef::pod(ns.clone(), n.clone()), Some(uid))
+                Some(ObjRef::Pod(ns, n)) => {
+                    match self.snap.cache.placeholders.get(n).and_then(|p| p.metadata.uid.clone()) {
+                        Some(uid) => {
+                            self.delete(a.verb, ObjectRef::pod(ns.clone(), n.clone()), Some(uid))
+                        }
+                        None => Ok(Outcome::Gone),
                     }
-                    None => Ok(Outcome::Gone),
-                },
+                }
                 _ => Ok(Outcome::Gone),
             },
             Verb::DeleteClaim => self.delete_claim(a),

@@ -67,6 +67,9 @@ pub struct ClaimSim {
     pub status_lag: bool,
     /// Pods this claim is being provisioned for.
     pub nominated: BTreeSet<PodKey>,
+    /// Karpenter created it for a placeholder: the rotation (`surge-for`) that placeholder
+    /// served. What the cost bound (invariant I11) holds the rollback to.
+    pub surge_for: Option<String>,
     /// Row in the report's timeline.
     pub lane: usize,
     /// Forced expiry deleted it.
@@ -214,6 +217,11 @@ pub struct World {
     pub notes: Vec<String>,
     /// Pools to wake at once (watch events the controller reacts to).
     pub wakes: BTreeSet<usize>,
+    /// Pools the operator deleted (Karpenter provisions nothing more for them).
+    pub deleted_pools: BTreeSet<usize>,
+    /// Anchors the operator removed by hand, per pool: the claim and when. A pass that read the
+    /// pool before the edit may still act on it for a moment (invariant I3's tolerance).
+    pub operator_unanchored: BTreeMap<String, (String, DateTime<Utc>)>,
 }
 
 pub fn parse_resources(map: Option<&BTreeMap<String, Quantity>>) -> Resources {
@@ -320,6 +328,8 @@ impl World {
             stuck_drains: BTreeMap::new(),
             notes: Vec::new(),
             wakes: BTreeSet::new(),
+            deleted_pools: BTreeSet::new(),
+            operator_unanchored: BTreeMap::new(),
             plan,
         };
         world.build_fleet(fleet_rng);
@@ -568,6 +578,7 @@ impl World {
                 never_ready,
                 status_lag: false,
                 nominated: BTreeSet::new(),
+                surge_for: None,
                 lane,
                 expired: false,
             },

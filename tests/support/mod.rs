@@ -369,7 +369,10 @@ impl Intercept {
 
     /// From now on the controller's cache is the real one edited by `edit` (until
     /// [`Intercept::fresh_cache`]).
-    pub fn stale_cache(&self, edit: impl Fn(&mut noderotation::cluster::CacheView) + Send + 'static) {
+    pub fn stale_cache(
+        &self,
+        edit: impl Fn(&mut noderotation::cluster::CacheView) + Send + 'static,
+    ) {
         *self.stale.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(edit));
     }
 
