@@ -66,7 +66,7 @@ fn the_spec_catalogue_is_in_the_rules_and_in_the_docs() {
     let keys: Vec<&str> = book.annotations.keys.iter().map(|k| k.key.as_str()).collect();
     assert_eq!(keys.len(), SPEC_KEYS.len() + ADDED_KEYS.len(), "{keys:?}");
     for key in SPEC_KEYS.iter().chain(&ADDED_KEYS) {
-        assert!(keys.contains(&key), "annotation `{key}` missing from rules/annotations.ron");
+        assert!(keys.contains(key), "annotation `{key}` missing from rules/annotations.ron");
     }
     assert_eq!(
         book.annotations.anchor_clear_set,
