@@ -59,6 +59,9 @@ pub enum ReconcileError {
     Api { pool: String, source: ApiError },
 }
 
+/// Reads of one pool's anchor a sweep makes before it gives up (transient errors only).
+const ANCHOR_READS: usize = 3;
+
 /// What a sweep (§5.3, at leader start and on every tick) did, for the log and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {
@@ -371,7 +374,15 @@ impl Controller {
         // clears it, and an orphan it hid would never be swept.
         let mut anchors = BTreeSet::new();
         for name in cache.pools.keys() {
-            let pool = match self.ctx.cluster.get_pool(name) {
+            // A transient error is retried at once (a skipped sweep waits a whole tick).
+            let mut read = self.ctx.cluster.get_pool(name);
+            for _ in 1..ANCHOR_READS {
+                if !matches!(read, Err(ApiError::Transient(_))) {
+                    break;
+                }
+                read = self.ctx.cluster.get_pool(name);
+            }
+            let pool = match read {
                 Ok(pool) => pool,
                 Err(e) => {
                     tracing::warn!(nodepool = %name, error = %e, "sweep skipped: anchor not read");

@@ -879,6 +879,9 @@ impl Checker {
             };
             let recorded = annotation(&a.metadata, SURGE_CLAIM);
             let Some(pool) = world.claims.get(claim).map(|c| c.pool) else { continue };
+            // As the controller may count them: its cache can still show a claim whose deletion
+            // began a moment ago.
+            let tolerance = self.tolerance;
             let not_ready_fresh = world
                 .claims
                 .values()
@@ -886,7 +889,7 @@ impl Checker {
                     c.pool == pool
                         && c.created >= started
                         && c.phase < Phase::Ready
-                        && c.deleting.is_none()
+                        && c.deleting.is_none_or(|t| now - t <= tolerance)
                 })
                 .count();
             for (s, sc) in &world.claims {
