@@ -328,8 +328,19 @@ fn pending_with_ready_surge_moves_to_draining() {
     assert_eq!(requeue, Duration::seconds(30));
     assert_eq!(
         toy.verbs(),
-        ["annotate_if", "freeze", "cordon", "freeze", "annotate_if", "annotate", "delete_claim"]
+        [
+            "annotate_if",
+            "freeze",
+            "cordon",
+            "annotate_if",
+            "freeze",
+            "annotate_if",
+            "annotate",
+            "delete_claim"
+        ]
     );
+    // The toy names every node `node`; what matters is that the host is recorded first.
+    assert_eq!(toy.store.pool[&Key::SurgeHost], "node", "recorded before the freeze");
     assert_eq!(toy.store.pool[&Key::ActiveRotationState], "draining");
     assert_eq!(toy.store.pool[&Key::SurgeWait], "5m0s");
     assert_eq!(toy.store.pool[&Key::SurgePath], "provisioned");
