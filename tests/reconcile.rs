@@ -957,6 +957,7 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("sweep_by_uid", the_sweep_deletes_the_placeholder_it_judged_by_its_uid),
     ("unfreeze_fresh", unfreeze_finds_the_surge_host_from_a_fresh_read_not_a_stale_node_list),
     ("never_ready_reap", a_surge_node_that_never_turns_ready_is_reaped_at_rollback),
+    ("delete_conflict", a_conflict_on_the_reap_or_placeholder_delete_is_rechecked_and_retried),
 ];
 
 #[test]
@@ -1634,4 +1635,38 @@ fn a_surge_node_that_never_turns_ready_is_reaped_at_rollback() {
         fx.deleting("s1") || fx.world.claim("s1").is_none(),
         "the never-Ready surge claim is reaped at rollback, not left to Karpenter's repair"
     );
+}
+
+#[test]
+fn a_conflict_on_the_reap_or_placeholder_delete_is_rechecked_and_retried() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(2));
+    fx.world.apply_node(node_obj("node-s1", false)).expect("node");
+    fx.world.apply_claim(claim_obj("s1", fx.clock.now(), Some("node-s1"))).expect("claim");
+    fx.world
+        .update_claim("s1", |c| {
+            if let Some(st) = c.status.as_mut() {
+                st.conditions.retain(|c| c.type_ != "Ready");
+            }
+        })
+        .expect("s1");
+    // The first delete of each gets a 409 although nothing replaced the object (the API server
+    // answers 409 for a write it could not apply): a fresh read shows the same uid, so the
+    // delete is retried instead of taken for "a new object took the name".
+    let conflicted = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    fx.world.set_faults(move |c: &noderotation::cluster::memory::Call<'_>| {
+        use noderotation::cluster::memory::{ApiVerb, Fault};
+        let mut seen = conflicted.lock().unwrap_or_else(|e| e.into_inner());
+        if c.verb == ApiVerb::Delete && c.precondition && seen.insert(c.target.to_string()) {
+            return Fault::Conflict;
+        }
+        Fault::Proceed
+    });
+    fx.advance(Duration::minutes(14));
+    fx.pass();
+    fx.world.clear_faults();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert!(fx.deleting("s1") || fx.world.claim("s1").is_none(), "the surge claim is reaped");
+    assert!(fx.placeholder("c1").is_none(), "the placeholder is deleted");
 }

@@ -480,6 +480,11 @@ impl Cluster for KubeCluster {
         self.block(api.get_opt(name)).map_err(|e| map_error(e, false))
     }
 
+    fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
+        let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
+        self.block(api.get_opt(name)).map_err(|e| map_error(e, false))
+    }
+
     fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
         let api = Api::<Pod>::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));

@@ -1239,6 +1239,14 @@ impl Cluster for MemoryCluster {
         })
     }
 
+    fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
+        let target = ObjectRef::pod(namespace, name);
+        self.call(ApiVerb::Get, &target, false, |st| {
+            let key = key_for(&target)?;
+            Ok(st.get::<Pod>(&key).map(|o| (*o).clone()))
+        })
+    }
+
     fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
         let target = ObjectRef::cluster(ObjectKind::Node, node);
         self.call(ApiVerb::List, &target, false, |st| {

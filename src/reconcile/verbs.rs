@@ -774,22 +774,44 @@ impl<'c> PassHost<'c> {
         self.delete(a.verb, pod, uid)
     }
 
+    /// Deletes `target`, only the incarnation `uid` when given. A 409 is re-checked on a fresh
+    /// read: another object took the name (not ours to delete: `gone`), or the same one is still
+    /// there and the delete is retried.
     fn delete(
         &mut self,
         verb: Verb,
         target: ObjectRef,
         uid: Option<String>,
     ) -> Result<Outcome, HostError> {
-        match self.ctx.cluster.delete(&target, uid.as_deref()) {
-            Ok(()) => {
-                self.ctx.writes += 1;
-                self.wrote = true;
-                Ok(Outcome::Won)
+        for _ in 0..ATTEMPTS {
+            match self.ctx.cluster.delete(&target, uid.as_deref()) {
+                Ok(()) => {
+                    self.ctx.writes += 1;
+                    self.wrote = true;
+                    return Ok(Outcome::Won);
+                }
+                Err(ApiError::NotFound) => return Ok(Outcome::Gone),
+                Err(ApiError::Conflict) => {
+                    let Some(uid) = uid.as_deref() else { return Ok(Outcome::Gone) };
+                    let cluster = &self.ctx.cluster;
+                    let now = match (target.kind, target.namespace.as_deref()) {
+                        (ObjectKind::NodeClaim, _) => {
+                            cluster.get_claim(&target.name).map(|c| c.and_then(|c| c.metadata.uid))
+                        }
+                        (ObjectKind::Pod, Some(ns)) => cluster
+                            .get_pod(ns, &target.name)
+                            .map(|p| p.and_then(|p| p.metadata.uid)),
+                        _ => return Ok(Outcome::Gone),
+                    }
+                    .map_err(|e| fail(verb, e))?;
+                    if now.as_deref() != Some(uid) {
+                        return Ok(Outcome::Gone);
+                    }
+                }
+                Err(e) => return Err(fail(verb, e)),
             }
-            // Gone, or a new object took the name: not ours to delete.
-            Err(ApiError::NotFound | ApiError::Conflict) => Ok(Outcome::Gone),
-            Err(e) => Err(fail(verb, e)),
         }
+        Err(fail(verb, format!("{target}: delete kept conflicting under {ATTEMPTS} attempts")))
     }
 
     fn delete_claim(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {

@@ -430,6 +430,13 @@ impl Cluster for Intercept {
     fn get_node(&self, name: &str) -> Result<Option<Node>, noderotation::cluster::ApiError> {
         self.inner.get_node(name)
     }
+    fn get_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Pod>, noderotation::cluster::ApiError> {
+        self.inner.get_pod(namespace, name)
+    }
     fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, noderotation::cluster::ApiError> {
         self.inner.pods_on_node(node)
     }
