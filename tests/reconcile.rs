@@ -958,6 +958,7 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("unfreeze_fresh", unfreeze_finds_the_surge_host_from_a_fresh_read_not_a_stale_node_list),
     ("never_ready_reap", a_surge_node_that_never_turns_ready_is_reaped_at_rollback),
     ("delete_conflict", a_conflict_on_the_reap_or_placeholder_delete_is_rechecked_and_retried),
+    ("stale_start", a_start_judged_on_a_lagging_cache_loses_to_a_failure_stamped_since),
 ];
 
 #[test]
@@ -1669,4 +1670,26 @@ fn a_conflict_on_the_reap_or_placeholder_delete_is_rechecked_and_retried() {
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
     assert!(fx.deleting("s1") || fx.world.claim("s1").is_none(), "the surge claim is reaped");
     assert!(fx.placeholder("c1").is_none(), "the placeholder is deleted");
+}
+
+#[test]
+fn a_start_judged_on_a_lagging_cache_loses_to_a_failure_stamped_since() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.client.flush_cache();
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::Fixed(Duration::hours(1)));
+    // A pass a moment ago rolled a rotation back: gate B is closed in the store, but this
+    // pass's cache does not show the stamp yet.
+    let now = noderotation::engine::Value::Time(fx.clock.now()).to_annotation();
+    fx.set_pool_ann(Key::LastFailureAt, now.as_deref());
+    fx.stale_pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "no start within failurePause");
+    assert_eq!(fx.events("RotationStarted"), 0);
+    // Once the cache shows the stamp, gate B holds the start until failurePause has passed.
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::None);
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    fx.advance(Duration::minutes(11));
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
 }

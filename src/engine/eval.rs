@@ -185,6 +185,7 @@ pub(super) fn bind<'r>(
         once: set(&call.once)?,
         incr: &call.incr,
         clear: &call.clear,
+        unchanged: &call.unchanged,
         reason: call.reason,
         signal: call.signal,
         verdict: call.verdict,

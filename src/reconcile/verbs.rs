@@ -420,9 +420,18 @@ impl<'c> PassHost<'c> {
         let Some(obj) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
         let (from, absent) = (a.from.to_vec(), a.absent);
         let (set, once, clear) = (a.set.clone(), a.once.clone(), a.clear.to_vec());
+        // What this pass judged: its own copy (the cache plus its own writes).
+        let judged: Vec<(Key, Option<String>)> = a
+            .unchanged
+            .iter()
+            .map(|k| (*k, self.meta(&obj).and_then(|m| annotation(m, *k)).map(str::to_string)))
+            .collect();
         self.conditional(a.verb, &obj, |fresh| {
             let meta = fresh.meta();
             if !from.is_empty() && !from.contains(&state_of(meta)) {
+                return Decide::Skip(Outcome::Raced);
+            }
+            if judged.iter().any(|(k, v)| annotation(meta, *k) != v.as_deref()) {
                 return Decide::Skip(Outcome::Raced);
             }
             if let Some(k) = absent
