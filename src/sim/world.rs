@@ -356,6 +356,15 @@ impl World {
         self.queue.pop_first().map(|((t, _), ev)| (t, ev))
     }
 
+    /// Karpenter's nomination of a placeholder to the claim launched for it ends when the pod
+    /// is deleted or bound.
+    pub fn forget_nomination(&mut self, placeholder: &str) {
+        let key = (CONTROLLER_NS.to_string(), placeholder.to_string());
+        for c in self.claims.values_mut() {
+            c.nominated.remove(&key);
+        }
+    }
+
     pub fn request_provisioning(&mut self, pool: usize) {
         if self.provision_queued.insert(pool) {
             // Karpenter batches pending pods for about a second.
