@@ -220,6 +220,8 @@ fn generate(book: &Rulebook) -> String {
             ValueType::Duration => "KeyType::Duration".to_string(),
             ValueType::Int => "KeyType::Int".to_string(),
             ValueType::ClaimName => "KeyType::ClaimName".to_string(),
+            ValueType::NodeName => "KeyType::NodeName".to_string(),
+            ValueType::Uid => "KeyType::Uid".to_string(),
             ValueType::True => "KeyType::True".to_string(),
             ValueType::Enum(v) => format!("KeyType::Enum(&{v:?})"),
         };

@@ -932,9 +932,9 @@ pub fn claim_of_node<'a>(
 pub enum InducedVia {
     /// The claim of the node the placeholder is bound to.
     Placeholder,
-    /// §3.8 fallback: the pool's only claim created at or after `started-at` whose node has not
-    /// registered.
-    UnregisteredClaim,
+    /// §3.8 fallback: the pool's only claim created at or after `started-at` that is not Ready:
+    /// its node has not registered, or registered and never turned Ready.
+    NotReadyClaim,
 }
 
 /// The surge claim a rotation induced.
@@ -952,9 +952,12 @@ pub struct InducedClaim {
 ///    found, `None`: a bound placeholder means the surge host is registered, so an
 ///    unregistered claim would be somebody else's.
 /// 2. Otherwise (no placeholder, or not bound yet): the pool's claim created at or after
-///    `started_at` with no registered node (no `status.nodeName` and `Registered` not True),
-///    not being deleted, if there is exactly one. Several is `None`: an ordinary scale-up
-///    raced the surge, and a claim that cannot be attributed is never reaped.
+///    `started_at` that is not Ready (its `Ready` condition is not True: the node has not
+///    registered, or registered and never turned Ready), not being deleted, if there is exactly
+///    one. Several is `None`: an ordinary scale-up raced the surge, and a claim that cannot be
+///    attributed is never reaped. A node that never turns Ready never gets the placeholder
+///    bound (the scheduler skips it), so without this fallback it would be billed until
+///    Karpenter's own repair, far past readyTimeout (§4.4).
 ///
 /// The result may be an absorbing host (created before `started_at`); [`reap_allowed`] keeps
 /// those.
@@ -974,39 +977,33 @@ pub fn induced_claim<'a>(
             .map(|c| InducedClaim { name: c.name_any(), via: InducedVia::Placeholder });
     }
     let mut fresh = pool_claims.into_iter().filter(|c| {
-        c.created().is_some_and(|t| t >= started_at) && !c.is_deleting() && !is_registered(c)
+        c.created().is_some_and(|t| t >= started_at) && !c.is_deleting() && !c.is_ready()
     });
     match (fresh.next(), fresh.next()) {
         (Some(only), None) => {
-            Some(InducedClaim { name: only.name_any(), via: InducedVia::UnregisteredClaim })
+            Some(InducedClaim { name: only.name_any(), via: InducedVia::NotReadyClaim })
         }
         _ => None,
     }
 }
 
-fn is_registered(claim: &NodeClaim) -> bool {
-    claim.status.as_ref().is_some_and(|s| {
-        s.node_name.is_some()
-            || s.conditions.iter().any(|c| c.type_ == "Registered" && c.status == "True")
-    })
-}
-
 /// The readyTimeout reap guard (§3.8): the surge claim may be deleted only if it was
 /// created at or after `started_at` (an absorbing host, created before, is never reaped; an
-/// unknown creation time is not reaped) AND its node hosts nothing but the placeholder
-/// (`placeholder_name`, carrying our managed-by label) and pods that belong to the node itself:
-/// DaemonSet pods, static (mirror) pods, and completed pods, which hold nothing.
+/// unknown creation time is not reaped) AND its node hosts nothing but the placeholder the
+/// controller created (`placeholder_uid`, the uid recorded on the claim; a pod that merely
+/// carries its name and label is somebody's pod; no recorded uid: no pod is ours) and pods that
+/// belong to the node itself: DaemonSet pods, static (mirror) pods, and completed pods, which
+/// hold nothing.
 pub fn reap_allowed(
     surge_claim: &NodeClaim,
     started_at: DateTime<Utc>,
     pods_on_host: &[Pod],
-    placeholder_name: &str,
+    placeholder_uid: Option<&str>,
 ) -> bool {
     let fresh = surge_claim.created().is_some_and(|t| t >= started_at);
     fresh
         && pods_on_host.iter().all(|p| {
-            let ours = p.metadata.name.as_deref() == Some(placeholder_name)
-                && p.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE);
+            let ours = placeholder_uid.is_some() && p.metadata.uid.as_deref() == placeholder_uid;
             ours || is_owned_by(p, "DaemonSet") || is_mirror(p) || is_completed(p)
         })
 }
@@ -1875,11 +1872,23 @@ mod tests {
         from(v)
     }
 
+    fn ready(mut claim: NodeClaim) -> NodeClaim {
+        if let Some(s) = claim.status.as_mut() {
+            s.conditions.push(karpenter::ClaimCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            });
+        }
+        claim
+    }
+
     #[test]
     fn induced_claim_resolution() {
         let start = t(2, 0);
         let old = surge_claim("general-old", "2026-06-01T00:00:00Z", Some("old"), "general");
-        let fresh = surge_claim("general-new", "2026-06-03T02:01:00Z", Some("new"), "general");
+        let fresh =
+            ready(surge_claim("general-new", "2026-06-03T02:01:00Z", Some("new"), "general"));
         let pending = surge_claim("general-pend", "2026-06-03T02:02:00Z", None, "general");
         let other_pool = surge_claim("other-x", "2026-06-03T02:02:00Z", None, "other");
         let claims = [old.clone(), fresh.clone(), pending.clone(), other_pool.clone()];
@@ -1907,25 +1916,31 @@ mod tests {
         let lost = placed("Running", Some("ghost"));
         assert_eq!(induced_claim(Some(&lost), None, &claims, "general", start), None);
 
-        // Fallback: no placeholder (or unbound): the only fresh unregistered claim of the pool.
+        // Fallback: no placeholder (or unbound): the only fresh claim of the pool that is not
+        // Ready (a fresh Ready claim is an ordinary scale-up that already serves pods).
         let got = induced_claim(None, None, &claims, "general", start);
         assert_eq!(
             got,
-            Some(InducedClaim { name: "general-pend".into(), via: InducedVia::UnregisteredClaim })
+            Some(InducedClaim { name: "general-pend".into(), via: InducedVia::NotReadyClaim })
         );
         let unbound = placed("Pending", None);
         let got = induced_claim(Some(&unbound), None, &claims, "general", start);
         assert_eq!(got.map(|c| c.name), Some("general-pend".into()));
-        // Registered condition counts as registered.
+        // Registered with a node that never turned Ready: still the surge's claim (the
+        // scheduler never binds the placeholder there, so only this fallback finds it).
         let mut registered = pending.clone();
         if let Some(s) = registered.status.as_mut() {
+            s.node_name = Some("never-ready".into());
             s.conditions.push(karpenter::ClaimCondition {
                 type_: "Registered".into(),
                 status: "True".into(),
                 ..Default::default()
             });
         }
-        assert_eq!(induced_claim(None, None, [&old, &registered], "general", start), None);
+        let got = induced_claim(None, None, [&old, &fresh, &registered], "general", start);
+        assert_eq!(got.map(|c| c.name), Some("general-pend".into()));
+        // Once Ready it is capacity like any other, not attributable by age alone.
+        assert_eq!(induced_claim(None, None, [&old, &ready(registered)], "general", start), None);
         // Created before started-at: not ours.
         let early = surge_claim("general-early", "2026-06-03T01:59:00Z", None, "general");
         assert_eq!(induced_claim(None, None, [&early], "general", start), None);
@@ -1938,8 +1953,10 @@ mod tests {
     fn reap_guard() {
         let start = t(2, 0);
         let name = "noderotation-surge-general-x7k2p";
+        let uid = Some("placeholder-uid-1");
         let fresh = surge_claim("general-new", "2026-06-03T02:01:00Z", Some("new"), "general");
-        let ph = placed("Running", Some("new"));
+        let mut ph = placed("Running", Some("new"));
+        ph.metadata.uid = uid.map(str::to_string);
         let ds: Pod = from(owned_by(pod("ds", "100m", "1Mi"), "DaemonSet"));
         let mirror: Pod = from(with(
             pod("static", "100m", "1Mi"),
@@ -1948,21 +1965,27 @@ mod tests {
         ));
         let done: Pod = from(with(pod("job", "1", "1Mi"), "/status/phase", json!("Succeeded")));
         let workload: Pod = from(pod("web", "1", "1Gi"));
-        assert!(reap_allowed(&fresh, start, &[ph.clone(), ds.clone(), mirror, done], name));
-        assert!(reap_allowed(&fresh, start, &[], name));
+        assert!(reap_allowed(&fresh, start, &[ph.clone(), ds.clone(), mirror, done], uid));
+        assert!(reap_allowed(&fresh, start, &[], uid));
         // A workload landed: keep.
-        assert!(!reap_allowed(&fresh, start, &[ph.clone(), ds.clone(), workload], name));
+        assert!(!reap_allowed(&fresh, start, &[ph.clone(), ds.clone(), workload], uid));
         // Someone else's pod that merely shares the name (no managed-by label): keep.
         let impostor: Pod = from(pod(name, "1", "1Gi"));
-        assert!(!reap_allowed(&fresh, start, &[impostor], name));
+        assert!(!reap_allowed(&fresh, start, &[impostor], uid));
+        // Name and label too, but not the pod the controller created (another uid): keep.
+        let mut lookalike = placed("Running", Some("new"));
+        lookalike.metadata.uid = Some("someone-else".into());
+        assert!(!reap_allowed(&fresh, start, std::slice::from_ref(&lookalike), uid));
+        // No recorded uid: nothing on the node is known to be ours.
+        assert!(!reap_allowed(&fresh, start, std::slice::from_ref(&ph), None));
         // An absorbing host (created before started-at) is never reaped, even if empty.
         let absorbing = surge_claim("general-old", "2026-06-03T01:00:00Z", Some("old"), "general");
-        assert!(!reap_allowed(&absorbing, start, std::slice::from_ref(&ph), name));
+        assert!(!reap_allowed(&absorbing, start, std::slice::from_ref(&ph), uid));
         // Unknown creation time: not reaped.
-        assert!(!reap_allowed(&NodeClaim::default(), start, &[ph], name));
+        assert!(!reap_allowed(&NodeClaim::default(), start, &[ph], uid));
         // Created exactly at started-at counts as induced.
         let same = surge_claim("general-same", "2026-06-03T02:00:00Z", Some("n"), "general");
-        assert!(reap_allowed(&same, start, &[ds], name));
+        assert!(reap_allowed(&same, start, &[ds], uid));
     }
 
     #[test]

@@ -173,6 +173,8 @@ impl Facts for Toy {
             Pred::HasPlaceholder | Pred::SurgeReady | Pred::SurgeUnschedulable => {
                 Value::Bool(false)
             }
+            // A placeholder that exists is the controller's own unless a test says otherwise.
+            Pred::PlaceholderOwned => Value::Bool(true),
             Pred::PlaceholderNode => Value::Object(ObjRef::Node("surge-node".into())),
             Pred::InducedClaim | Pred::SurgePath => Value::Nil,
             Pred::DrainBound => Value::Duration(Duration::minutes(62)),
@@ -326,8 +328,19 @@ fn pending_with_ready_surge_moves_to_draining() {
     assert_eq!(requeue, Duration::seconds(30));
     assert_eq!(
         toy.verbs(),
-        ["annotate_if", "freeze", "cordon", "freeze", "annotate_if", "annotate", "delete_claim"]
+        [
+            "annotate_if",
+            "freeze",
+            "cordon",
+            "annotate_if",
+            "freeze",
+            "annotate_if",
+            "annotate",
+            "delete_claim"
+        ]
     );
+    // The toy names every node `node`; what matters is that the host is recorded first.
+    assert_eq!(toy.store.pool[&Key::SurgeHost], "node", "recorded before the freeze");
     assert_eq!(toy.store.pool[&Key::ActiveRotationState], "draining");
     assert_eq!(toy.store.pool[&Key::SurgeWait], "5m0s");
     assert_eq!(toy.store.pool[&Key::SurgePath], "provisioned");

@@ -437,7 +437,7 @@ fn governance_lost_mid_rotation_rolls_back_in_the_normative_order() {
     };
     let placeholder = pos("delete Pod");
     let unfreeze = pos("-noderotation.io/surge-for");
-    let failed = pos("noderotation.io/state=failed -noderotation.io/started-at");
+    let failed = pos("noderotation.io/state=failed -noderotation.io/placeholder-uid");
     let clear = pos("patch NodePool pool-a -noderotation.io/active-rotation");
     let event = pos("event GovernanceLost");
     assert!(
@@ -1037,6 +1037,18 @@ const SCENARIOS: &[(&str, fn())] = &[
         "surge_path_unknown",
         surge_ready_before_the_host_claim_is_matched_holds_the_escalation_until_the_path_is_known,
     ),
+    ("anchor_removed", an_anchor_removed_by_hand_is_repaired_within_a_tick),
+    (
+        "pool_deleted",
+        a_nodepool_deleted_mid_rotation_releases_its_placeholder_and_markers_within_a_tick,
+    ),
+    ("tick_fresh_anchors", the_tick_judges_orphans_on_a_fresh_read_of_the_anchors),
+    ("placeholder_impostor", a_pod_named_like_the_placeholder_is_never_taken_for_surge_capacity),
+    ("sweep_by_uid", the_sweep_deletes_the_placeholder_it_judged_by_its_uid),
+    ("unfreeze_fresh", unfreeze_finds_the_surge_host_from_a_fresh_read_not_a_stale_node_list),
+    ("never_ready_reap", a_surge_node_that_never_turns_ready_is_reaped_at_rollback),
+    ("delete_conflict", a_conflict_on_the_reap_or_placeholder_delete_is_rechecked_and_retried),
+    ("stale_start", a_start_judged_on_a_lagging_cache_loses_to_a_failure_stamped_since),
 ];
 
 #[test]
@@ -1642,9 +1654,15 @@ fn a_rollback_unfreezes_the_surge_host_the_cache_does_not_show_frozen() {
     let mut fx = Fx::new();
     started(&mut fx);
     fx.provision_surge("c1", "s1");
-    fx.world.set_faults(|call: &Call<'_>| {
-        let pool = call.target.kind == ObjectKind::NodePool;
-        if call.verb == ApiVerb::Patch && pool { Fault::Transient } else { Fault::Proceed }
+    // The pool's first patch records the surge host; the next one, the draining mirror, fails.
+    let pool_patches = std::sync::atomic::AtomicUsize::new(0);
+    fx.world.set_faults(move |call: &Call<'_>| {
+        let pool = call.target.kind == ObjectKind::NodePool && call.verb == ApiVerb::Patch;
+        if pool && pool_patches.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 1 {
+            Fault::Transient
+        } else {
+            Fault::Proceed
+        }
     });
     fx.client.flush_cache();
     fx.ctl.reconcile_pool(POOL).expect_err("the draining mirror write fails");
@@ -1656,7 +1674,7 @@ fn a_rollback_unfreezes_the_surge_host_the_cache_does_not_show_frozen() {
     fx.world.delete_now(&ObjectRef::pod(NS, noderotation::placeholder::placeholder_name("c1")));
     fx.world.delete_now(&ObjectRef::pod("apps", "web-c1"));
     let hook = fx.intercept();
-    hook.stale_view(|view| {
+    hook.stale_cache(|view| {
         if let Some(n) = view.nodes.get_mut("node-s1") {
             let mut node = n.as_ref().clone();
             if let Some(a) = node.metadata.annotations.as_mut() {
@@ -1672,4 +1690,297 @@ fn a_rollback_unfreezes_the_surge_host_the_cache_does_not_show_frozen() {
     assert!(fx.pool_ann(Key::ActiveRotation).is_none());
     assert_eq!(fx.node_ann("node-s1", Key::SurgeFor), None, "the surge host is unfrozen");
     assert_eq!(fx.node_ann("node-s1", Key::DoNotDisrupt), None);
+}
+
+// ---- Orphans repaired within a tick, placeholder identity, unfreeze, never-Ready surge ----
+
+/// The pending rotation of c1 after an operator (or `kubectl replace`, or a GitOps sync with
+/// `Replace=true`) removed the pool's anchor: the claim stays `pending`, node-c1 cordoned and
+/// frozen, the placeholder holds surge capacity, and nothing refers to any of it.
+fn anchor_removed_by_hand(fx: &mut Fx) {
+    started(fx);
+    fx.provision_surge("c1", "s1");
+    fx.set_pool_ann(Key::ActiveRotation, None);
+}
+
+/// Nothing of a rotation is left: no placeholder, no marker on either node, the claim failed.
+fn orphans_of_c1_repaired(fx: &Fx) {
+    assert!(fx.placeholder("c1").is_none(), "orphan placeholder deleted");
+    for node in ["node-c1", "node-s1"] {
+        assert!(fx.node_ann(node, Key::SurgeFor).is_none(), "{node}: surge-for lifted");
+        assert!(
+            fx.node_ann(node, Key::DoNotDisrupt).is_none(),
+            "{node}: our do-not-disrupt lifted"
+        );
+        assert!(fx.node_ann(node, Key::DoNotDisruptOwned).is_none());
+        assert!(fx.node_ann(node, Key::Cordoned).is_none());
+    }
+    assert!(!fx.cordoned("node-c1"), "our cordon lifted");
+}
+
+#[test]
+fn an_anchor_removed_by_hand_is_repaired_within_a_tick() {
+    let mut fx = Fx::new();
+    anchor_removed_by_hand(&mut fx);
+    let report = fx.tick();
+    assert!(report.errors.is_empty(), "{report:?}");
+    orphans_of_c1_repaired(&fx);
+    assert_eq!(
+        fx.claim_ann("c1", Key::State).as_deref(),
+        Some("failed"),
+        "a pending claim without an anchor is never picked again: it is failed, so it is retried"
+    );
+    assert_eq!(fx.events("RotationFailed"), 1);
+    // Retried after retryBackoff (30m), as a new attempt: no forced expiry waits for it.
+    fx.advance(Duration::minutes(31));
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+}
+
+#[test]
+fn a_nodepool_deleted_mid_rotation_releases_its_placeholder_and_markers_within_a_tick() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    fx.pass(); // draining: the surge host is frozen too
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"));
+    fx.world.delete_now(&obj(noderotation::cluster::ObjectKind::NodePool, POOL));
+    assert!(fx.pass().is_zero(), "the pool is gone: no pass");
+    let report = fx.tick();
+    assert!(report.errors.is_empty(), "{report:?}");
+    orphans_of_c1_repaired(&fx);
+}
+
+#[test]
+fn the_tick_judges_orphans_on_a_fresh_read_of_the_anchors() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    // The cache lags the pool (its anchor is not in it yet) but not the placeholder and the
+    // node markers that the rotation wrote after the anchor: they are not orphans.
+    let hook = fx.intercept();
+    hook.stale_cache(|v| {
+        if let Some(p) = v.pools.get_mut(POOL) {
+            let mut p = p.as_ref().clone();
+            if let Some(a) = p.metadata.annotations.as_mut() {
+                a.remove(Key::ActiveRotation.full());
+            }
+            v.pools.insert(POOL.into(), std::sync::Arc::new(p));
+        }
+    });
+    fx.tick();
+    hook.fresh_cache();
+    rotation_of_c1_untouched(&fx);
+}
+
+#[test]
+fn a_pod_named_like_the_placeholder_is_never_taken_for_surge_capacity() {
+    let mut fx = Fx::new();
+    fx.claim("x", Duration::hours(1)).claim("c1", Duration::days(10));
+    // Someone created a pod with the placeholder's name, label and surge-for, Running on a Ready
+    // node of the pool, before the rotation of c1 starts.
+    let mut impostor = workload_pod("impostor", "node-x");
+    impostor.metadata.name = Some(noderotation::placeholder::placeholder_name("c1"));
+    impostor.metadata.namespace = Some(NS.into());
+    impostor.metadata.owner_references = None;
+    impostor.metadata.labels =
+        Some([("app.kubernetes.io/managed-by".to_string(), "noderotation".to_string())].into());
+    impostor.metadata.annotations =
+        Some([(Key::SurgeFor.full().to_string(), "c1".to_string())].into());
+    let impostor = fx.world.apply_pod(impostor).expect("impostor");
+    fx.pass();
+    fx.pass();
+    assert!(!fx.deleting("c1"), "no drain on capacity the operator did not reserve");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(fx.pool_ann(Key::ActiveRotationState).is_none());
+    let ph = fx.placeholder("c1").expect("the operator's own placeholder");
+    assert_ne!(ph.metadata.uid, impostor.metadata.uid, "the impostor was replaced");
+    assert_eq!(
+        fx.claim_ann("c1", Key::PlaceholderUid),
+        ph.metadata.uid,
+        "the uid of what the operator created is recorded"
+    );
+    // Its own placeholder, once Running on a new node, is surge capacity.
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+}
+
+#[test]
+fn the_sweep_deletes_the_placeholder_it_judged_by_its_uid() {
+    let mut fx = Fx::new();
+    anchor_removed_by_hand(&mut fx);
+    let judged = fx.placeholder("c1").expect("orphan placeholder");
+    let judged_uid = judged.metadata.uid.clone();
+    // Between the sweep's read and its delete, the orphan goes and a rotation of c1 is anchored
+    // again with a new placeholder under the same name (another writer: a zombie leader).
+    fx.client.flush_cache();
+    let hook = fx.intercept();
+    let world = fx.world.clone();
+    let name = noderotation::placeholder::placeholder_name("c1");
+    hook.before_write(
+        move |w| w.starts_with(&format!("delete Pod {NS}/{name}")),
+        move || {
+            let ph = noderotation::placeholder::placeholder_name("c1");
+            world.delete_now(&noderotation::cluster::ObjectRef::pod(NS, &ph));
+            world
+                .update_pool(POOL, |p| {
+                    p.metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert(Key::ActiveRotation.full().into(), "c1".into());
+                })
+                .expect("pool");
+            let mut next = (*judged).clone();
+            next.metadata.uid = None;
+            next.metadata.resource_version = None;
+            world.apply_pod(next).expect("new placeholder");
+        },
+    );
+    fx.ctl.startup_sweep(); // the intercepting controller is a new process
+    let now = fx.placeholder("c1").expect("the new rotation's placeholder is not deleted");
+    assert_ne!(now.metadata.uid, judged_uid);
+}
+
+#[test]
+fn unfreeze_finds_the_surge_host_from_a_fresh_read_not_a_stale_node_list() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    // The escalation fails halfway: the surge host is frozen and the pool mirror written, the
+    // claim's `state: draining` write is lost.
+    let patched_host = std::sync::atomic::AtomicBool::new(false);
+    fx.world.set_faults(move |c: &noderotation::cluster::memory::Call<'_>| {
+        use noderotation::cluster::ObjectKind::{Node, NodeClaim};
+        use noderotation::cluster::memory::{ApiVerb, Fault};
+        use std::sync::atomic::Ordering;
+        if c.verb == ApiVerb::Patch && c.target.kind == Node && c.target.name == "node-s1" {
+            patched_host.store(true, Ordering::SeqCst);
+        }
+        if c.verb == ApiVerb::Patch
+            && c.target.kind == NodeClaim
+            && patched_host.load(Ordering::SeqCst)
+        {
+            return Fault::Transient;
+        }
+        Fault::Proceed
+    });
+    fx.client.flush_cache();
+    assert!(fx.ctl.reconcile_pool(POOL).is_err(), "the pass fails at the claim write");
+    fx.world.clear_faults();
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"));
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    // Karpenter force-expires c1 a second later. The controller's cache lags: c1 still looks
+    // pending and alive, node-s1 not frozen yet, and workload moving off the draining node has
+    // preempted the placeholder, so nothing in the cache leads to node-s1.
+    fx.delete_claim("c1");
+    let hook = fx.intercept();
+    hook.stale_cache(|v| {
+        if let Some(c) = v.claims.get("c1") {
+            let mut c = c.as_ref().clone();
+            c.metadata.deletion_timestamp = None;
+            v.claims.insert("c1".into(), std::sync::Arc::new(c));
+        }
+        if let Some(n) = v.nodes.get("node-s1") {
+            let mut n = n.as_ref().clone();
+            if let Some(a) = n.metadata.annotations.as_mut() {
+                for k in [Key::SurgeFor, Key::DoNotDisrupt, Key::DoNotDisruptOwned] {
+                    a.remove(k.full());
+                }
+            }
+            v.nodes.insert("node-s1".into(), std::sync::Arc::new(n));
+        }
+        v.placeholders.clear();
+    });
+    fx.advance(Duration::minutes(16));
+    fx.pass(); // readyTimeout: the stale view rolls back as a failure
+    hook.fresh_cache();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "rolled back");
+    assert!(fx.node_ann("node-s1", Key::SurgeFor).is_none(), "the surge host is unfrozen");
+    assert!(fx.node_ann("node-s1", Key::DoNotDisrupt).is_none(), "and may be disrupted again");
+}
+
+#[test]
+fn a_surge_node_that_never_turns_ready_is_reaped_at_rollback() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    // Karpenter launched a claim for the placeholder; its node registered but never turns
+    // Ready, so the scheduler never binds the placeholder and `surge-claim` is never written.
+    fx.advance(Duration::minutes(2));
+    fx.world.apply_node(node_obj("node-s1", false)).expect("node");
+    let mut s1 = claim_obj("s1", fx.clock.now(), Some("node-s1"));
+    if let Some(st) = s1.status.as_mut() {
+        st.conditions = serde_json::from_value(serde_json::json!([
+            {"type": "Launched", "status": "True"},
+            {"type": "Registered", "status": "True"},
+            {"type": "Ready", "status": "False"}]))
+        .expect("conditions");
+    }
+    fx.world.apply_claim(s1).expect("claim");
+    fx.pass();
+    assert!(fx.claim_ann("c1", Key::SurgeClaim).is_none(), "never bound, never recorded");
+    fx.advance(Duration::minutes(14));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert!(
+        fx.deleting("s1") || fx.world.claim("s1").is_none(),
+        "the never-Ready surge claim is reaped at rollback, not left to Karpenter's repair"
+    );
+}
+
+#[test]
+fn a_conflict_on_the_reap_or_placeholder_delete_is_rechecked_and_retried() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(2));
+    fx.world.apply_node(node_obj("node-s1", false)).expect("node");
+    fx.world.apply_claim(claim_obj("s1", fx.clock.now(), Some("node-s1"))).expect("claim");
+    fx.world
+        .update_claim("s1", |c| {
+            if let Some(st) = c.status.as_mut() {
+                st.conditions.retain(|c| c.type_ != "Ready");
+            }
+        })
+        .expect("s1");
+    // The first delete of each gets a 409 although nothing replaced the object (the API server
+    // answers 409 for a write it could not apply): a fresh read shows the same uid, so the
+    // delete is retried instead of taken for "a new object took the name".
+    let conflicted = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    fx.world.set_faults(move |c: &noderotation::cluster::memory::Call<'_>| {
+        use noderotation::cluster::memory::{ApiVerb, Fault};
+        let mut seen = conflicted.lock().unwrap_or_else(|e| e.into_inner());
+        if c.verb == ApiVerb::Delete && c.precondition && seen.insert(c.target.to_string()) {
+            return Fault::Conflict;
+        }
+        Fault::Proceed
+    });
+    fx.advance(Duration::minutes(14));
+    fx.pass();
+    fx.world.clear_faults();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert!(fx.deleting("s1") || fx.world.claim("s1").is_none(), "the surge claim is reaped");
+    assert!(fx.placeholder("c1").is_none(), "the placeholder is deleted");
+}
+
+#[test]
+fn a_start_judged_on_a_lagging_cache_loses_to_a_failure_stamped_since() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.client.flush_cache();
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::Fixed(Duration::hours(1)));
+    // A pass a moment ago rolled a rotation back: gate B is closed in the store, but this
+    // pass's cache does not show the stamp yet.
+    let now = noderotation::engine::Value::Time(fx.clock.now()).to_annotation();
+    fx.set_pool_ann(Key::LastFailureAt, now.as_deref());
+    fx.stale_pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "no start within failurePause");
+    assert_eq!(fx.events("RotationStarted"), 0);
+    // Once the cache shows the stamp, gate B holds the start until failurePause has passed.
+    fx.client.set_cache_lag(noderotation::cluster::memory::CacheLag::None);
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    fx.advance(Duration::minutes(11));
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
 }

@@ -317,3 +317,40 @@ fn json_output_has_per_pool_and_per_seed_figures_that_add_up() {
     assert_eq!(sweep["summary"]["replacements"].as_u64(), Some(total));
     assert_eq!(sweep["summary"]["with_violations"].as_u64(), Some(0));
 }
+
+/// Anchors removed by hand, a NodePool replaced and one deleted mid-rotation, a pod replacing
+/// the placeholder under its name, nodes that never turn Ready (`orphans.yaml`): the debris is
+/// repaired within a tick (I7), no rotation drains on the look-alike (I10), failed surges are
+/// reaped at readyTimeout (I11), and no claim is force-expired (I8).
+#[test]
+fn orphans_are_repaired_within_a_tick_and_look_alikes_are_never_surge() {
+    let plan = scenario("orphans.yaml");
+    let mut failed = Vec::new();
+    for seed in 1..=3 {
+        let r =
+            run(Arc::clone(&plan), &opts(seed, Duration::days(3), false, embedded()), &mut |_| {});
+        if !r.violations.is_empty() {
+            failed.push(explain(&r));
+            continue;
+        }
+        let f = &r.figures;
+        assert_eq!(f.forced_expiries, 0, "seed {seed}: {f:?}");
+        assert!(f.outcomes.get("failure").copied().unwrap_or(0) > 0, "never-Ready surges: {f:?}");
+        for row in [
+            "sweep_orphan_placeholder",
+            "sweep_orphan_node_marker",
+            "sweep_unanchored_in_flight",
+            "pending_placeholder_unowned",
+        ] {
+            assert!(r.coverage.contains(row), "seed {seed}: row {row} never fired");
+        }
+    }
+    for seed in 1..=2 {
+        let r =
+            run(Arc::clone(&plan), &opts(seed, Duration::days(2), true, embedded()), &mut |_| {});
+        if !r.violations.is_empty() {
+            failed.push(explain(&r));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

@@ -274,7 +274,7 @@ pub fn simulate(args: &SimulateArgs) -> anyhow::Result<i32> {
         println!("report: {}", path.display());
     }
     if ours.violations.is_empty() {
-        println!("invariants 1-8: all hold");
+        println!("invariants I1-I11: all hold");
     } else {
         let mut out = String::new();
         print_violation(&mut out, args, &ours, true);

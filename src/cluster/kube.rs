@@ -537,6 +537,11 @@ impl Cluster for KubeCluster {
         self.block(api.get_opt(name)).map_err(|e| map_error(e, false))
     }
 
+    fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
+        let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
+        self.block(api.get_opt(name)).map_err(|e| map_error(e, false))
+    }
+
     fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
         let api = Api::<Pod>::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
@@ -568,12 +573,12 @@ impl Cluster for KubeCluster {
         self.block(api.delete(&target.name, &params)).map(|_| ()).map_err(|e| map_error(e, false))
     }
 
-    fn create_pod(&self, pod: &Pod) -> Result<(), ApiError> {
+    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or(&self.namespace);
         let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
         let params =
             PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
-        self.block(api.create(&params, pod)).map(|_| ()).map_err(|e| map_error(e, true))
+        self.block(api.create(&params, pod)).map_err(|e| map_error(e, true))
     }
 
     fn update_policy_status(

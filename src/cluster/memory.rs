@@ -761,7 +761,7 @@ impl State {
         Ok(())
     }
 
-    fn create<T: Kind>(&mut self, obj: &T) -> Result<(), ApiError> {
+    fn create<T: Kind>(&mut self, obj: &T) -> Result<Arc<T>, ApiError> {
         let key = key_of(obj)?;
         if obj.meta().resource_version.is_some() {
             return Err(ApiError::Invalid(
@@ -777,8 +777,7 @@ impl State {
         meta.uid = Some(uid);
         meta.creation_timestamp = Some(to_time(self.now));
         meta.deletion_timestamp = None;
-        self.write(&key, obj, false);
-        Ok(())
+        Ok(self.write(&key, obj, false))
     }
 
     fn update_policy_status(
@@ -1245,6 +1244,14 @@ impl Cluster for MemoryCluster {
         })
     }
 
+    fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
+        let target = ObjectRef::pod(namespace, name);
+        self.call(ApiVerb::Get, &target, false, |st| {
+            let key = key_for(&target)?;
+            Ok(st.get::<Pod>(&key).map(|o| (*o).clone()))
+        })
+    }
+
     fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
         let target = ObjectRef::cluster(ObjectKind::Node, node);
         self.call(ApiVerb::List, &target, false, |st| {
@@ -1284,13 +1291,13 @@ impl Cluster for MemoryCluster {
         })
     }
 
-    fn create_pod(&self, pod: &Pod) -> Result<(), ApiError> {
+    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError> {
         let target = ObjectRef {
             kind: ObjectKind::Pod,
             namespace: pod.metadata.namespace.clone(),
             name: pod.metadata.name.clone().unwrap_or_default(),
         };
-        self.call(ApiVerb::Create, &target, false, |st| st.create(pod))
+        self.call(ApiVerb::Create, &target, false, |st| st.create(pod).map(|p| (*p).clone()))
     }
 
     fn update_policy_status(

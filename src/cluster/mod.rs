@@ -131,6 +131,7 @@ pub trait Cluster: Send + Sync {
     fn get_pool(&self, name: &str) -> Result<Option<NodePool>, ApiError>;
     fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, ApiError>;
     fn get_node(&self, name: &str) -> Result<Option<Node>, ApiError>;
+    fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError>;
     /// Pods bound to a node, all namespaces (listed on demand with a field selector: the
     /// controller never caches every pod in the cluster).
     fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError>;
@@ -149,8 +150,10 @@ pub trait Cluster: Send + Sync {
     /// finalized.
     fn delete(&self, target: &ObjectRef, uid: Option<&str>) -> Result<(), ApiError>;
 
-    /// Creates a pod (the placeholder). `AlreadyExists` when the name is taken.
-    fn create_pod(&self, pod: &Pod) -> Result<(), ApiError>;
+    /// Creates a pod (the placeholder) and returns it as the API server stored it (its
+    /// `metadata.uid` identifies what the controller created). `AlreadyExists` when the name is
+    /// taken.
+    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError>;
 
     /// Writes a RotationPolicy's status subresource, only at `resource_version` if given.
     fn update_policy_status(

@@ -51,6 +51,7 @@ pub struct VerbCall {
     pub once: Vec<(Key, Ir)>,
     pub incr: Vec<Key>,
     pub clear: Vec<Key>,
+    pub unchanged: Vec<Key>,
     pub reason: Option<Reason>,
     pub signal: Option<Signal>,
     pub verdict: Option<Verdict>,
@@ -88,6 +89,8 @@ pub struct Action<'r> {
     pub once: Vec<(Key, Value)>,
     pub incr: &'r [Key],
     pub clear: &'r [Key],
+    /// Keys whose value on the fresh copy must equal this pass's copy (conditional writes).
+    pub unchanged: &'r [Key],
     pub reason: Option<Reason>,
     pub signal: Option<Signal>,
     pub verdict: Option<Verdict>,
@@ -229,6 +232,7 @@ fn verb(s: &RStatement, ctx: &mut Ctx) -> Result<VerbCall, String> {
         once: Vec::new(),
         incr: Vec::new(),
         clear: Vec::new(),
+        unchanged: Vec::new(),
         reason: None,
         signal: None,
         verdict: None,
@@ -274,6 +278,7 @@ fn verb(s: &RStatement, ctx: &mut Ctx) -> Result<VerbCall, String> {
             "once" => call.once = set(arg, ctx)?,
             "incr" => call.incr = keys(arg)?,
             "clear" => call.clear = keys(arg)?,
+            "unchanged" => call.unchanged = keys(arg)?,
             "reason" => {
                 let r = one(arg)?;
                 call.reason =

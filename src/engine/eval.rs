@@ -123,7 +123,7 @@ pub fn parse_annotation(key: Key, raw: &str) -> Value {
             crate::policy::duration::parse(raw).map(Value::Duration).unwrap_or(Value::Nil)
         }
         KeyType::Int => raw.trim().parse().map(Value::Int).unwrap_or(Value::Nil),
-        KeyType::ClaimName => {
+        KeyType::ClaimName | KeyType::NodeName | KeyType::Uid => {
             if raw.is_empty() {
                 Value::Nil
             } else {
@@ -185,6 +185,7 @@ pub(super) fn bind<'r>(
         once: set(&call.once)?,
         incr: &call.incr,
         clear: &call.clear,
+        unchanged: &call.unchanged,
         reason: call.reason,
         signal: call.signal,
         verdict: call.verdict,

@@ -10,6 +10,8 @@ pub enum KeyType {
     Duration,
     Int,
     ClaimName,
+    NodeName,
+    Uid,
     Enum(&'static [&'static str]),
     True,
 }

@@ -61,7 +61,10 @@ pub enum ReconcileError {
     Api { pool: String, source: ApiError },
 }
 
-/// What the start-up sweep did (§5.3), for the log and tests.
+/// Reads of one pool's anchor a sweep makes before it gives up (transient errors only).
+const ANCHOR_READS: usize = 3;
+
+/// What a sweep (§5.3, at leader start and on every tick) did, for the log and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {
     pub placeholders_deleted: Vec<String>,
@@ -351,25 +354,40 @@ impl Controller {
     /// cleans only markers no anchor refers to; per-item errors are logged, never fatal.
     pub fn startup_sweep(&mut self) -> SweepReport {
         self.swept = true;
+        let report = self.sweep();
+        tracing::info!(?report, "start-up sweep done");
+        report
+    }
+
+    /// The periodic work between pool passes (the 1-minute tick of `noderotation run` and of
+    /// the simulation's driver): the RotationPolicy status view, and the sweep's orphan checks
+    /// again, so that what no anchor refers to any more is repaired within a tick rather than at
+    /// the next leader start: an anchor removed by hand (`kubectl annotate`, `kubectl replace`,
+    /// a GitOps sync with `Replace=true`), a NodePool deleted mid-rotation, markers a pass could
+    /// not reach.
+    pub fn tick(&mut self) -> SweepReport {
+        self.update_policy_status();
+        let report = self.sweep();
+        if report != SweepReport::default() {
+            tracing::info!(?report, "orphans repaired");
+        }
+        report
+    }
+
+    /// The sweep's rows over every object that can carry one of our markers: placeholder pods,
+    /// nodes with `surge-for`, `do-not-disrupt-owned` or `cordoned`, claims with a `state`
+    /// (without one a claim reads as `none`, which no sweep row selects), and every pool.
+    ///
+    /// The anchor set is read fresh, pool by pool, after the cached view that lists the
+    /// subjects: every marker in that view was written after the anchor it belongs to, so a
+    /// marker whose anchor the fresh read does not show is an orphan, however far the cache lags
+    /// the pools. A pool that is gone has no anchor. If an anchor cannot be read, nothing is
+    /// swept (the next tick tries again): an unknown anchor set could make a live marker look
+    /// orphaned.
+    fn sweep(&mut self) -> SweepReport {
         let now = self.clock.now();
         let cache = self.ctx.cluster.cache();
         let index = self.index.of(&cache);
-        // An anchor naming another pool's claim (a copied NodePool) protects nothing: that pool
-        // clears it, and an orphan it hid would never be swept.
-        let anchors: Arc<BTreeSet<String>> = Arc::new(
-            cache
-                .pools
-                .values()
-                .filter_map(|p| {
-                    let name = annotation(&p.metadata, Key::ActiveRotation)?;
-                    let foreign = cache
-                        .claims
-                        .get(name)
-                        .is_some_and(|c| c.node_pool() != p.metadata.name.as_deref());
-                    (!foreign).then(|| name.to_string())
-                })
-                .collect(),
-        );
         let mut report = SweepReport::default();
         let mut subjects: Vec<(Handler, SweepSubject, Option<NodePool>)> = Vec::new();
         for (name, p) in &cache.pools {
@@ -379,8 +397,10 @@ impl Controller {
                 Some(p.as_ref().clone()),
             ));
         }
-        for name in cache.claims.keys() {
-            subjects.push((Handler::SweepClaim, SweepSubject::Claim(name.clone()), None));
+        for (name, c) in &cache.claims {
+            if annotation(&c.metadata, Key::State).is_some() {
+                subjects.push((Handler::SweepClaim, SweepSubject::Claim(name.clone()), None));
+            }
         }
         let ours = [Key::SurgeFor, Key::DoNotDisruptOwned, Key::Cordoned];
         for (name, n) in &cache.nodes {
@@ -393,6 +413,42 @@ impl Controller {
                 pod.metadata.namespace.clone().unwrap_or_else(|| self.ctx.config.namespace.clone());
             subjects.push((Handler::SweepPod, SweepSubject::Pod(ns, name.clone()), None));
         }
+        let marked = |p: &NodePool| annotation(&p.metadata, Key::ActiveRotationState).is_some();
+        let pools_only = subjects.len() == cache.pools.len();
+        if pools_only && !cache.pools.values().any(|p| marked(p)) {
+            return report;
+        }
+        // An anchor naming another pool's claim (a copied NodePool) protects nothing: that pool
+        // clears it, and an orphan it hid would never be swept.
+        let mut anchors = BTreeSet::new();
+        for name in cache.pools.keys() {
+            // A transient error is retried at once (a skipped sweep waits a whole tick).
+            let mut read = self.ctx.cluster.get_pool(name);
+            for _ in 1..ANCHOR_READS {
+                if !matches!(read, Err(ApiError::Transient(_))) {
+                    break;
+                }
+                read = self.ctx.cluster.get_pool(name);
+            }
+            let pool = match read {
+                Ok(pool) => pool,
+                Err(e) => {
+                    tracing::warn!(nodepool = %name, error = %e, "sweep skipped: anchor not read");
+                    report.errors.push(format!("NodePool {name}: anchor not read: {e}"));
+                    return report;
+                }
+            };
+            let Some(pool) = pool else { continue };
+            let Some(anchor) = annotation(&pool.metadata, Key::ActiveRotation) else { continue };
+            let foreign = cache
+                .claims
+                .get(anchor)
+                .is_some_and(|c| c.node_pool() != pool.metadata.name.as_deref());
+            if !foreign {
+                anchors.insert(anchor.to_string());
+            }
+        }
+        let anchors = Arc::new(anchors);
         for (handler, subject, pool) in subjects {
             let label = match &subject {
                 SweepSubject::Pool(n)
@@ -425,12 +481,11 @@ impl Controller {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(subject = %label, error = %e, "start-up sweep item failed");
+                    tracing::warn!(subject = %label, error = %e, "sweep item failed");
                     report.errors.push(format!("{label}: {e}"));
                 }
             }
         }
-        tracing::info!(?report, "start-up sweep done");
         report
     }
 

@@ -311,8 +311,18 @@ impl Snapshot {
         self.nodes.get(name).or_else(|| self.cache.nodes.get(name).map(|n| n.as_ref()))
     }
 
-    pub fn placeholder_for(&self, claim: &str) -> Option<&Pod> {
+    /// The cached pod holding the rotation's placeholder name, whoever created it.
+    pub fn placeholder_named(&self, claim: &str) -> Option<&Pod> {
         self.cache.placeholders.get(&placeholder::placeholder_name(claim)).map(|p| p.as_ref())
+    }
+
+    /// The rotation's placeholder: the pod holding its name whose uid is the one the controller
+    /// recorded on the claim when it created it (`placeholder-uid`). A pod merely named like it
+    /// (or one whose uid a crash kept from being recorded) is not surge capacity.
+    pub fn placeholder_for(&self, claim: &str) -> Option<&Pod> {
+        let pod = self.placeholder_named(claim)?;
+        let recorded = annotation(&self.claim(claim)?.metadata, Key::PlaceholderUid)?;
+        (pod.metadata.uid.as_deref() == Some(recorded)).then_some(pod)
     }
 
     /// The pool's anchor as written, whether or not the claim it names still exists.
@@ -797,8 +807,14 @@ impl Facts for Snapshot {
             },
             Pred::HasPlaceholder => match claim {
                 Some(c) => Value::Bool(
-                    self.placeholder_for(c.metadata.name.as_deref().unwrap_or(""))
+                    self.placeholder_named(c.metadata.name.as_deref().unwrap_or(""))
                         .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+                ),
+                None => Value::Nil,
+            },
+            Pred::PlaceholderOwned => match claim {
+                Some(c) => Value::Bool(
+                    self.placeholder_for(c.metadata.name.as_deref().unwrap_or("")).is_some(),
                 ),
                 None => Value::Nil,
             },

@@ -319,7 +319,7 @@ impl<'c> PassHost<'c> {
                 "noderotation.io/freeze is not an RFC3339 time: treated as frozen".into()
             }
             Reason::RotationFailed if a.row.starts_with("sweep_") => format!(
-                "NodeClaim {claim} was in flight without an anchor at start-up: marked failed, it is retried after retryBackoff"
+                "NodeClaim {claim} was in flight without an anchor (removed by hand, its NodePool deleted, or a crash of an older version): marked failed, it is retried after retryBackoff"
             ),
             Reason::RotationFailed => {
                 let count = self
@@ -430,9 +430,18 @@ impl<'c> PassHost<'c> {
         let Some(obj) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
         let (from, absent) = (a.from.to_vec(), a.absent);
         let (set, once, clear) = (a.set.clone(), a.once.clone(), a.clear.to_vec());
+        // What this pass judged: its own copy (the cache plus its own writes).
+        let judged: Vec<(Key, Option<String>)> = a
+            .unchanged
+            .iter()
+            .map(|k| (*k, self.meta(&obj).and_then(|m| annotation(m, *k)).map(str::to_string)))
+            .collect();
         self.conditional(a.verb, &obj, |fresh| {
             let meta = fresh.meta();
             if !from.is_empty() && !from.contains(&state_of(meta)) {
+                return Decide::Skip(Outcome::Raced);
+            }
+            if judged.iter().any(|(k, v)| annotation(meta, *k) != v.as_deref()) {
                 return Decide::Skip(Outcome::Raced);
             }
             if let Some(k) = absent
@@ -637,6 +646,9 @@ impl<'c> PassHost<'c> {
         let Some(owner) = a.for_.clone() else { return Ok(Outcome::Won) };
         // Nodes the cache shows frozen for this rotation, plus the two this rotation can have
         // frozen even if the cache has not caught up: the candidate's node and the surge host.
+        // The surge host comes from the pool's `surge-host`, read fresh (it is written before
+        // the host is frozen), not only from the placeholder, which may be gone (preempted by
+        // the workload moving off the candidate) while the node list still lags the freeze.
         let mut names: BTreeSet<String> = self
             .snap
             .cache
@@ -670,6 +682,12 @@ impl<'c> PassHost<'c> {
         // a host whose freeze and placeholder the cache does not show yet is still released.
         if let Some(host) = self.fresh_surge_host(&owner).map_err(|e| fail(a.verb, e))? {
             names.insert(host);
+        }
+        if self.snap.pool.is_some() && self.snap.sweep.is_none() {
+            let pool = self.fresh(&ObjRef::Pool).map_err(|e| fail(a.verb, e))?;
+            if let Some(host) = pool.as_ref().and_then(|p| annotation(p.meta(), Key::SurgeHost)) {
+                names.insert(host.to_string());
+            }
         }
         for name in names {
             let owner = owner.clone();
@@ -744,43 +762,111 @@ impl<'c> PassHost<'c> {
                 self.event(&ObjRef::Claim(name.clone()), Reason::SurgeClamped, msg);
             }
         }
-        match self.ctx.cluster.create_pod(&built.pod) {
-            Ok(()) => {
-                self.ctx.writes += 1;
-                self.wrote = true;
-                self.ctx.placeholder_trouble.remove(&name);
-                Ok(Outcome::Won)
-            }
+        let created = match self.ctx.cluster.create_pod(&built.pod) {
+            Ok(pod) => pod,
             Err(ApiError::AlreadyExists) => {
                 self.ctx.placeholder_trouble.remove(&name);
-                Ok(Outcome::Raced)
+                return Ok(Outcome::Raced);
             }
             Err(e) => {
                 // The pass fails and is retried until readyTimeout rolls the rotation back; the
                 // failure then says why no placeholder ran.
                 let what = format!("its placeholder was rejected by the API server ({e})");
                 self.ctx.placeholder_trouble.insert(name, what);
-                Err(fail(a.verb, e))
+                return Err(fail(a.verb, e));
             }
+        };
+        self.ctx.writes += 1;
+        self.wrote = true;
+        self.ctx.placeholder_trouble.remove(&name);
+        // What the controller created is identified by the uid the API server gave it, recorded
+        // on the claim while the attempt is still pending. A crash (or a lost response) before
+        // the record leaves a pod nobody recorded: the next pass removes it and creates anew.
+        if let Some(uid) = created.metadata.uid {
+            self.conditional(a.verb, &ObjRef::Claim(name), |fresh| {
+                if state_of(fresh.meta()) != ClaimState::Pending {
+                    return Decide::Skip(Outcome::Raced);
+                }
+                let set = [(Key::PlaceholderUid, Value::Name(uid.clone()))];
+                Decide::Write(Self::patch_of(&set, &[], fresh.meta()), Outcome::Won)
+            })?;
         }
+        Ok(Outcome::Won)
     }
 
+    /// `delete_unowned_placeholder`: the pod under the placeholder's name whose uid a fresh read
+    /// of the claim does not record, deleted by that uid.
+    fn delete_unowned_placeholder(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        let Some(pod) = self.snap.placeholder_named(&name) else { return Ok(Outcome::Gone) };
+        let Some(uid) = pod.metadata.uid.clone() else { return Ok(Outcome::Gone) };
+        let namespace =
+            pod.metadata.namespace.clone().unwrap_or_else(|| self.ctx.config.namespace.clone());
+        let Some(fresh) = self.ctx.cluster.get_claim(&name).map_err(|e| fail(a.verb, e))? else {
+            return Ok(Outcome::Gone);
+        };
+        if annotation(&fresh.metadata, Key::PlaceholderUid) == Some(uid.as_str()) {
+            return Ok(Outcome::Raced);
+        }
+        let target = ObjectRef::pod(namespace, placeholder::placeholder_name(&name));
+        self.delete(a.verb, target, Some(uid))
+    }
+
+    /// `delete_placeholder(for=X)`: by the uid of the pod this pass saw under the name, else the
+    /// uid recorded on the claim, else (neither known) by name.
+    fn delete_placeholder(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(owner) = a.for_.clone() else { return Ok(Outcome::Gone) };
+        let uid = self.snap.placeholder_named(&owner).and_then(|p| p.metadata.uid.clone()).or_else(
+            || {
+                let claim = self.snap.claim(&owner)?;
+                annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string)
+            },
+        );
+        let pod = ObjectRef::pod(
+            self.ctx.config.namespace.clone(),
+            placeholder::placeholder_name(&owner),
+        );
+        self.delete(a.verb, pod, uid)
+    }
+
+    /// Deletes `target`, only the incarnation `uid` when given. A 409 is re-checked on a fresh
+    /// read: another object took the name (not ours to delete: `gone`), or the same one is still
+    /// there and the delete is retried.
     fn delete(
         &mut self,
         verb: Verb,
         target: ObjectRef,
         uid: Option<String>,
     ) -> Result<Outcome, HostError> {
-        match self.ctx.cluster.delete(&target, uid.as_deref()) {
-            Ok(()) => {
-                self.ctx.writes += 1;
-                self.wrote = true;
-                Ok(Outcome::Won)
+        for _ in 0..ATTEMPTS {
+            match self.ctx.cluster.delete(&target, uid.as_deref()) {
+                Ok(()) => {
+                    self.ctx.writes += 1;
+                    self.wrote = true;
+                    return Ok(Outcome::Won);
+                }
+                Err(ApiError::NotFound) => return Ok(Outcome::Gone),
+                Err(ApiError::Conflict) => {
+                    let Some(uid) = uid.as_deref() else { return Ok(Outcome::Gone) };
+                    let cluster = &self.ctx.cluster;
+                    let now = match (target.kind, target.namespace.as_deref()) {
+                        (ObjectKind::NodeClaim, _) => {
+                            cluster.get_claim(&target.name).map(|c| c.and_then(|c| c.metadata.uid))
+                        }
+                        (ObjectKind::Pod, Some(ns)) => cluster
+                            .get_pod(ns, &target.name)
+                            .map(|p| p.and_then(|p| p.metadata.uid)),
+                        _ => return Ok(Outcome::Gone),
+                    }
+                    .map_err(|e| fail(verb, e))?;
+                    if now.as_deref() != Some(uid) {
+                        return Ok(Outcome::Gone);
+                    }
+                }
+                Err(e) => return Err(fail(verb, e)),
             }
-            // Gone, or a new object took the name: not ours to delete.
-            Err(ApiError::NotFound | ApiError::Conflict) => Ok(Outcome::Gone),
-            Err(e) => Err(fail(verb, e)),
         }
+        Err(fail(verb, format!("{target}: delete kept conflicting under {ATTEMPTS} attempts")))
     }
 
     fn delete_claim(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
@@ -802,7 +888,7 @@ impl<'c> PassHost<'c> {
             return Ok(Outcome::Gone);
         };
         // The recorded surge claim; else re-resolve from a live placeholder, else the pool's
-        // one claim created after started-at with no registered node (§3.8; ambiguous: none).
+        // one claim created after started-at that is not Ready (§3.8; ambiguous: none).
         let recorded = annotation(&claim.metadata, Key::SurgeClaim).map(str::to_string);
         let placeholder_pod = self.snap.placeholder_for(&name);
         let host = self.snap.placeholder_host(&name).and_then(|h| self.snap.node(h));
@@ -837,8 +923,8 @@ impl<'c> PassHost<'c> {
             Some(host) => self.ctx.cluster.pods_on_node(&host).map_err(|e| fail(a.verb, e))?,
             None => Vec::new(),
         };
-        if !placeholder::reap_allowed(&surge, started, &pods, &placeholder::placeholder_name(&name))
-        {
+        let placeholder_uid = annotation(&claim.metadata, Key::PlaceholderUid);
+        if !placeholder::reap_allowed(&surge, started, &pods, placeholder_uid) {
             return Ok(Outcome::Gone);
         }
         let uid = surge.metadata.uid.clone();
@@ -995,19 +1081,18 @@ impl Host for PassHost<'_> {
             Verb::Unfreeze => self.unfreeze(a),
             Verb::Cordon => self.cordon(a),
             Verb::CreatePlaceholder => self.create_placeholder(a),
-            Verb::DeletePlaceholder => match a.for_.clone() {
-                Some(owner) => {
-                    let pod = ObjectRef::pod(
-                        self.ctx.config.namespace.clone(),
-                        placeholder::placeholder_name(&owner),
-                    );
-                    self.delete(a.verb, pod, None)
-                }
-                None => Ok(Outcome::Gone),
-            },
+            Verb::DeletePlaceholder => self.delete_placeholder(a),
+            Verb::DeleteUnownedPlaceholder => self.delete_unowned_placeholder(a),
             Verb::DeletePod => match a.target_obj() {
+                // The pod the sweep judged, by its uid: a pod that took the name since (a new
+                // rotation's placeholder) is not the orphan.
                 Some(ObjRef::Pod(ns, n)) => {
-                    self.delete(a.verb, ObjectRef::pod(ns.clone(), n.clone()), None)
+                    match self.snap.cache.placeholders.get(n).and_then(|p| p.metadata.uid.clone()) {
+                        Some(uid) => {
+                            self.delete(a.verb, ObjectRef::pod(ns.clone(), n.clone()), Some(uid))
+                        }
+                        None => Ok(Outcome::Gone),
+                    }
                 }
                 _ => Ok(Outcome::Gone),
             },

@@ -54,6 +54,10 @@ pub enum ValueType {
     Int,
     /// The name of a NodeClaim.
     ClaimName,
+    /// The name of a Node.
+    NodeName,
+    /// An object's `metadata.uid`.
+    Uid,
     /// One of these values.
     Enum(Vec<String>),
     /// The literal `"true"`.
@@ -67,6 +71,8 @@ impl ValueType {
             ValueType::Duration => "Go duration".into(),
             ValueType::Int => "integer".into(),
             ValueType::ClaimName => "NodeClaim name".into(),
+            ValueType::NodeName => "Node name".into(),
+            ValueType::Uid => "uid".into(),
             ValueType::Enum(values) => {
                 values.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(" / ")
             }

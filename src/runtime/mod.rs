@@ -4,7 +4,7 @@
 //! preflight ─► KubeCluster (5 reflectors) ─► changes ─► Mapper ─► WorkQueue ◄─ requeue / backoff / tick
 //!                                                                     │
 //! Lease (kube-lease-manager) ── leader? ──► worker (spawn_blocking): startup_sweep, then
-//!                                           reconcile_pool(key) one at a time
+//!                                           reconcile_pool(key) one at a time, tick()
 //! /metrics /healthz /readyz (one port)
 //! ```
 //!
@@ -393,21 +393,14 @@ async fn map_changes(
 }
 
 /// The leader's worker (a blocking thread): the start-up sweep, then one pass at a time from
-/// the queue, the tick over every pool, until the queue is stopped. Returns the controller so the
+/// the queue and, every tick, every pool enqueued plus [`Controller::tick`] (policy status and
+/// the orphan sweep), until the queue is stopped. Returns the controller so the
 /// next leadership term reuses it (its metrics survive).
 fn work(mut controller: Controller, state: &State, tick: Duration) -> Controller {
     let beat =
         || state.heartbeat.store(state.started.elapsed().as_secs().max(1), Ordering::Release);
     beat();
-    let report = controller.startup_sweep();
-    tracing::info!(
-        placeholders_deleted = ?report.placeholders_deleted,
-        nodes_released = ?report.nodes_released,
-        claims_failed = ?report.claims_failed,
-        pools_cleaned = ?report.pools_cleaned,
-        errors = ?report.errors,
-        "start-up sweep done"
-    );
+    controller.startup_sweep();
     let enqueue_all = || {
         for pool in state.cluster.pool_names() {
             state.queue.add_now(&pool);
@@ -423,7 +416,7 @@ fn work(mut controller: Controller, state: &State, tick: Duration) -> Controller
             Next::Stopped => break,
             Next::Deadline => {
                 enqueue_all();
-                controller.update_policy_status();
+                controller.tick();
                 next_tick = Instant::now() + tick;
             }
             Next::Status => controller.update_policy_status(),

@@ -499,6 +499,9 @@ impl World {
 
     /// Karpenter's provisioner for one pool: new claims for its unschedulable pods.
     fn provision(&mut self, pool: usize) {
+        if self.deleted_pools.contains(&pool) {
+            return;
+        }
         let now = self.now();
         let plan = Arc::clone(&self.plan);
         let p = &plan.pools[pool];
@@ -608,8 +611,14 @@ impl World {
                 | self.fault(|r| r.node_never_ready);
             let name = self.new_claim(pool, zone, now, never_launch, never_ready);
             let count = pods.len();
+            let surge_for = pods.iter().find_map(|(ns, n)| {
+                let ph =
+                    self.snap.placeholders.get(n).filter(|_| ns == super::world::CONTROLLER_NS)?;
+                annotation(&ph.metadata, SURGE_FOR).map(str::to_string)
+            });
             if let Some(c) = self.claims.get_mut(&name) {
                 c.nominated = pods.into_iter().collect();
+                c.surge_for = surge_for;
             }
             if never_launch {
                 let why = if shortage { "capacity shortage" } else { "launch fails" };
@@ -953,6 +962,76 @@ impl World {
                     }
                 }
             }
+            ActionKind::RemoveAnchor | ActionKind::ReplaceNodePool | ActionKind::DeleteNodePool => {
+                let Some(pool) = pool else { return };
+                let anchor = self
+                    .snap
+                    .pools
+                    .get(&pool_name)
+                    .and_then(|p| annotation(&p.metadata, ACTIVE_ROTATION).map(str::to_string));
+                // Mid-rotation: wait for one (every 10s, for up to a day).
+                if anchor.is_none() && now - step.at < Duration::days(1) {
+                    self.at(now + Duration::seconds(10), Ev::Operator(i));
+                    return;
+                }
+                if let Some(claim) = &anchor {
+                    self.operator_unanchored.insert(pool_name.clone(), (claim.clone(), now));
+                }
+                match step.action {
+                    ActionKind::RemoveAnchor => {
+                        self.cluster.update_pool(&pool_name, |p| {
+                            if let Some(a) = p.metadata.annotations.as_mut() {
+                                a.remove(ACTIVE_ROTATION);
+                            }
+                        });
+                        self.note(format!("removed the anchor ({anchor:?}) of pool {pool_name}"));
+                    }
+                    ActionKind::ReplaceNodePool => {
+                        self.cluster.update_pool(&pool_name, |p| {
+                            if let Some(a) = p.metadata.annotations.as_mut() {
+                                a.retain(|k, _| !k.starts_with("noderotation.io/"));
+                            }
+                        });
+                        self.note(format!(
+                            "replaced pool {pool_name} from a manifest without our annotations (anchor {anchor:?})"
+                        ));
+                    }
+                    _ => {
+                        self.deleted_pools.insert(pool);
+                        self.cluster
+                            .delete_now(&ObjectRef::cluster(ObjectKind::NodePool, &pool_name));
+                        let claims: Vec<String> = self
+                            .claims
+                            .iter()
+                            .filter(|(_, c)| c.pool == pool && c.deleting.is_none())
+                            .map(|(n, _)| n.clone())
+                            .collect();
+                        self.note(format!(
+                            "kubectl delete nodepool {pool_name} (anchor {anchor:?}): Karpenter deletes its {} claims",
+                            claims.len()
+                        ));
+                        for c in claims {
+                            self.delete_claim(&c);
+                        }
+                    }
+                }
+            }
+            ActionKind::ImpersonatePlaceholder => {
+                let Some(pool) = pool else { return };
+                let anchor = self
+                    .snap
+                    .pools
+                    .get(&pool_name)
+                    .and_then(|p| annotation(&p.metadata, ACTIVE_ROTATION).map(str::to_string))
+                    .filter(|a| self.claims.get(a).is_some_and(|c| c.deleting.is_none()));
+                let Some(claim) = anchor else {
+                    if now - step.at < Duration::days(1) {
+                        self.at(now + Duration::seconds(10), Ev::Operator(i));
+                    }
+                    return;
+                };
+                self.impersonate_placeholder(pool, &claim);
+            }
             ActionKind::Uncordon | ActionKind::AllowDisrupt => {
                 let Some(pool) = pool else { return };
                 let set = if step.action == ActionKind::Uncordon {
@@ -993,6 +1072,64 @@ impl World {
             }
         }
         self.request_scheduling();
+    }
+
+    /// Replaces `claim`'s placeholder with a pod of the same name, managed-by label and
+    /// `surge-for`, Running on another Ready node of the pool (the newest): capacity the
+    /// controller did not reserve.
+    fn impersonate_placeholder(&mut self, pool: usize, claim: &str) {
+        let name = crate::placeholder::placeholder_name(claim);
+        let ns = super::world::CONTROLLER_NS;
+        if self.cluster.delete_now(&ObjectRef::pod(ns, &name)) {
+            self.note(format!("deleted the controller's {name}"));
+        }
+        let own = self.claims.get(claim).map(|c| c.node.clone());
+        let host = self
+            .claims
+            .iter()
+            .filter(|(n, c)| {
+                c.pool == pool
+                    && c.deleting.is_none()
+                    && c.phase == super::world::Phase::Ready
+                    && n.as_str() != claim
+                    && Some(&c.node) != own.as_ref()
+            })
+            .max_by_key(|(n, c)| (c.created, (*n).clone()))
+            .map(|(_, c)| c.node.clone());
+        let Some(host) = host else {
+            self.note(format!(
+                "no other Ready node in pool {}: nothing impersonated",
+                self.pool_name(pool)
+            ));
+            return;
+        };
+        let pod: Pod = match serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": name,
+                "namespace": super::world::CONTROLLER_NS,
+                "labels": {crate::cluster::MANAGED_BY_LABEL: crate::cluster::MANAGED_BY_VALUE},
+                "annotations": {SURGE_FOR: claim},
+            },
+            "spec": {
+                "nodeName": host,
+                "nodeSelector": {NODEPOOL_LABEL: self.pool_name(pool)},
+                "containers": [{"name": "pause", "image": "pause",
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+            },
+            "status": {"phase": "Running"},
+        })) {
+            Ok(p) => p,
+            Err(e) => {
+                self.note(format!("impersonation pod: {e}"));
+                return;
+            }
+        };
+        match self.cluster.apply_pod(pod) {
+            Ok(_) => {
+                self.note(format!("created {name} for {claim} on {host}: not the controller's"))
+            }
+            Err(e) => self.note(format!("impersonation pod: {e}")),
+        }
     }
 
     // -- faults --------------------------------------------------------------------------------

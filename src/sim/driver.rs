@@ -19,7 +19,7 @@ use crate::clock::Clock;
 use crate::cluster::Cluster;
 use crate::cluster::memory::{ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, Rng};
 use crate::engine::Engine;
-use crate::reconcile::{Announcement, Controller, ControllerConfig};
+use crate::reconcile::{Announcement, Controller, ControllerConfig, SweepReport};
 
 /// One controller call, as the hook saw it.
 #[derive(Debug, Clone)]
@@ -167,6 +167,22 @@ pub struct Driver {
     pub restarts: u64,
     pub leader_changes: u64,
     pub zombie_passes: u64,
+}
+
+/// What a sweep did, for the trace; `None` when it did nothing.
+fn sweep_summary(report: &SweepReport) -> Option<String> {
+    let parts: Vec<String> = [
+        (report.placeholders_deleted.len(), "placeholders deleted"),
+        (report.nodes_released.len(), "nodes released"),
+        (report.claims_failed.len(), "claims failed"),
+        (report.pools_cleaned.len(), "pools cleaned"),
+        (report.errors.len(), "errors"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 fn ceil_minute(t: DateTime<Utc>) -> DateTime<Utc> {
@@ -396,10 +412,12 @@ impl Driver {
             for pool in 0..self.pools.len() {
                 self.set_due(pool, tick, true);
             }
-            if let Some(ctl) = self.ctl.as_mut() {
-                ctl.update_policy_status();
-            }
-            return self.after_controller(None, true, "tick: status".into());
+            let report = self.ctl.as_mut().map(Controller::tick).unwrap_or_default();
+            let what = match sweep_summary(&report) {
+                Some(s) => format!("tick: status, sweep: {s}"),
+                None => "tick: status".into(),
+            };
+            return self.after_controller(None, report.errors.is_empty(), what);
         }
         let Some((t, pool)) = pass_due else { return self.quiet("idle") };
         self.order.remove(&(t, pool));
@@ -498,17 +516,9 @@ impl Driver {
             self.set_due(pool, now, true);
         }
         let what = format!(
-            "start (cache {}), sweep: {} placeholders deleted, {} nodes released, {} claims failed, {} pools cleaned{}",
+            "start (cache {}), sweep: {}",
             if handle == 0 { "A" } else { "B" },
-            report.placeholders_deleted.len(),
-            report.nodes_released.len(),
-            report.claims_failed.len(),
-            report.pools_cleaned.len(),
-            if report.errors.is_empty() {
-                String::new()
-            } else {
-                format!(", {} errors", report.errors.len())
-            },
+            sweep_summary(&report).unwrap_or_else(|| "nothing to do".into()),
         );
         let ok = report.errors.is_empty();
         self.after_controller(None, ok, what)

@@ -1,4 +1,4 @@
-//! The simulation's invariants (I1–I9), each a named check over one step:
+//! The simulation's invariants (I1–I11), each a named check over one step:
 //! the store before and after it, what the controller announced during it, and what the world
 //! knows (which pods run where, which claims ever existed). Safety checks run after every step;
 //! the quiescence and liveness checks run where their premise holds (no faults, or the calm
@@ -30,12 +30,44 @@ pub const I7: &str = "I7 quiescence";
 pub const I8: &str = "I8 liveness";
 /// Not in the guide's list: the surge path a rotation reports is observed, never guessed.
 pub const I9: &str = "I9 surge-path-recorded";
+/// Not in the guide's list: a surge rotation drains the old node only on the placeholder the
+/// controller created, never on a pod merely named like it.
+pub const I10: &str = "I10 placeholder-identity";
+/// Not in the guide's list: the cost bound of §4.4, a failed surge bills one node for
+/// at most readyTimeout: the rollback reaps a surge claim that never turned Ready.
+pub const I11: &str = "I11 failed-surge-cost";
 
 const LAST_ROTATION_AT: &str = "noderotation.io/last-rotation-at";
 const LAST_FAILURE_AT: &str = "noderotation.io/last-failure-at";
 const ROTATION_STATE: &str = "noderotation.io/active-rotation-state";
 const ROTATION_MODE: &str = "noderotation.io/rotation-mode";
 const SURGE_PATH: &str = "noderotation.io/surge-path";
+const RETRY_COUNT: &str = "noderotation.io/retry-count";
+const SURGE_CLAIM: &str = "noderotation.io/surge-claim";
+
+/// How long debris may stay (I7) before the controller must have repaired it: a tick (1m, when
+/// the sweep runs) and slack; with faults, a crash and restart or a failed anchor read too.
+const DEBRIS_GRACE: Duration = Duration::minutes(2);
+const DEBRIS_GRACE_FAULTS: Duration = Duration::minutes(5);
+
+/// One piece of I7 debris: what it is, the object to pull from the trace, since when.
+#[derive(Debug, Clone)]
+struct Debris {
+    detail: String,
+    object: String,
+    since: DateTime<Utc>,
+}
+
+/// Which new debris a step answers for (I7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answers {
+    /// A clean controller step without faults in the run: all of it.
+    Any,
+    /// A clean pass in a run with faults: its own pool's.
+    Pool(String),
+    /// Not a clean controller step.
+    Nothing,
+}
 
 /// A broken invariant.
 #[derive(Debug, Clone)]
@@ -97,6 +129,13 @@ pub struct Checker {
     announced: BTreeMap<(String, &'static str, &'static str), u64>,
     anchor_since: BTreeMap<String, (String, DateTime<Utc>, Option<Duration>)>,
     flagged: BTreeSet<(String, String)>,
+    /// I7: what the store holds without the anchor that references it, keyed by detail, since
+    /// when.
+    debris: BTreeMap<String, Debris>,
+    /// How long debris may stay.
+    debris_grace: Duration,
+    /// I10: uids of the placeholder pods that appeared during controller steps.
+    controller_placeholders: BTreeSet<String>,
     expiries_seen: usize,
     /// leadTime per pool at the start, for invariant 8.
     lead: BTreeMap<String, Option<Duration>>,
@@ -151,6 +190,9 @@ impl Checker {
             announced: BTreeMap::new(),
             anchor_since: BTreeMap::new(),
             flagged: BTreeSet::new(),
+            debris: BTreeMap::new(),
+            debris_grace: if faults { DEBRIS_GRACE_FAULTS } else { DEBRIS_GRACE },
+            controller_placeholders: BTreeSet::new(),
             expiries_seen: 0,
             lead,
             unreachable,
@@ -188,28 +230,44 @@ impl Checker {
         self.anchors(post, now);
         self.surge_paths(d, now);
         if step.controller {
+            for (_, a, b) in &d.placeholders {
+                if a.is_none()
+                    && let Some(uid) = b.as_ref().and_then(|p| p.metadata.uid.clone())
+                {
+                    self.controller_placeholders.insert(uid);
+                }
+            }
             self.starts(prev, d, step, world);
             self.deletions(prev, post, d, step, world);
             self.protections(d, now);
+            self.identity(prev, post, d, now);
+            if !step.zombie {
+                self.surge_cost(prev, post, d, world, now);
+            }
         }
         self.announcements(prev, post, d, announced, now);
         // The calm phase starts checking once a restart scheduled before it has run.
         let calm = self.calm_since.is_some_and(|c| now - c >= Duration::minutes(2));
-        // Debris can only appear when the store changed (or when the calm phase begins). Without
-        // faults every clean pass is held to it; with faults, a clean pass answers for its own
-        // pool (a crash leaves its debris to the next start-up sweep, which is not a pass).
+        // Debris can only appear when the store changed (or when the calm phase begins). A clean
+        // controller step must not add any (without faults, any at all; with faults, of its own
+        // pool); whatever else leaves it (an operator's edit, a crash, a deposed leader) must be
+        // repaired within the grace (the tick's sweep runs every minute).
         let fresh_calm = self.calm_since.is_some() && !self.calm_checked;
         let clean = step.controller && step.ok && !step.faulted && !step.zombie;
+        if !d.is_empty() || fresh_calm {
+            let pool = step.pool.and_then(|p| self.plan.pools.get(p)).map(|p| p.name.clone());
+            let answers = match (clean, self.continuous_quiescence, pool) {
+                (false, _, _) => Answers::Nothing,
+                (true, true, _) => Answers::Any,
+                (true, false, Some(p)) => Answers::Pool(p),
+                (true, false, None) => Answers::Nothing,
+            };
+            self.track_debris(post, now, world, &answers);
+        }
+        self.aged_debris(now);
         if calm && (!d.is_empty() || fresh_calm) {
             self.calm_checked = true;
-            self.quiescence(post, now, world, None);
-        } else if clean && self.continuous_quiescence && !d.is_empty() {
-            self.quiescence(post, now, world, None);
-        } else if clean
-            && !d.is_empty()
-            && let Some(p) = step.pool.and_then(|p| self.plan.pools.get(p)).map(|p| p.name.clone())
-        {
-            self.quiescence(post, now, world, Some(&p));
+            self.quiescence(post, now, world);
         }
         if step.controller && step.ok && !step.faulted && step.exact {
             self.gone_anchor(prev, post, step);
@@ -395,13 +453,21 @@ impl Checker {
             let pool = self.claim_pool.get(name).cloned().unwrap_or_default();
             let anchor_pre = prev.pools.get(&pool).and_then(|p| anchor_of(p).map(str::to_string));
             let anchor_post = post.pools.get(&pool).and_then(|p| anchor_of(p).map(str::to_string));
+            // An anchor the operator removed a moment ago: a pass that read the pool before the
+            // edit still drives that rotation (its writes re-check the claim, not the anchor).
+            let unanchored = world
+                .operator_unanchored
+                .get(&pool)
+                .filter(|(_, t)| now - *t <= self.tolerance)
+                .map(|(c, _)| c.clone());
             if anchor_pre.as_deref() == Some(name.as_str())
                 || anchor_post.as_deref() == Some(name.as_str())
+                || unanchored.as_deref() == Some(name.as_str())
             {
                 continue;
             }
             // Not the candidate: only a §3.8 reap may delete it.
-            let Some(cand) = anchor_pre.clone() else {
+            let Some(cand) = anchor_pre.clone().or(unanchored) else {
                 self.fail(
                     I3,
                     now,
@@ -608,26 +674,18 @@ impl Checker {
 
     /// The end of the calm phase: quiescence over the whole store.
     pub fn final_check(&mut self, post: &CacheView, now: DateTime<Utc>, world: &World) {
-        self.quiescence(post, now, world, None);
+        self.quiescence(post, now, world);
     }
 
-    /// I7: no placeholder, `surge-for`, owned do-not-disrupt or owned cordon without the anchor
-    /// that references it.
-    fn quiescence(
-        &mut self,
-        post: &CacheView,
-        now: DateTime<Utc>,
-        world: &World,
-        only: Option<&str>,
-    ) {
+    /// I7 debris in `post`: a placeholder, `surge-for`, owned do-not-disrupt or owned cordon
+    /// without the anchor that references it, and a claim left `pending` (or `draining` with no
+    /// delete issued) without its pool's anchor, which nothing would ever pick again.
+    fn debris_in(&self, post: &CacheView, world: &World) -> Vec<(String, String, Option<String>)> {
         let anchor = |pool: &str| post.pools.get(pool).and_then(|p| anchor_of(p));
         let mut bad = Vec::new();
         for (name, ph) in &post.placeholders {
             let target = annotation(&ph.metadata, SURGE_FOR);
             let pool = target.and_then(|c| self.claim_pool.get(c));
-            if only.is_some() && pool.map(String::as_str) != only {
-                continue;
-            }
             let ok = matches!((target, pool), (Some(c), Some(p)) if anchor(p) == Some(c));
             if !ok {
                 bad.push((
@@ -635,6 +693,7 @@ impl Checker {
                         "placeholder {name} (surge-for {target:?}) without the anchor it serves"
                     ),
                     name.clone(),
+                    pool.cloned(),
                 ));
             }
         }
@@ -649,12 +708,14 @@ impl Checker {
                 bad.push((
                     format!("node {name} frozen for {s} (surge-for) without that anchor"),
                     name.clone(),
+                    pool.cloned(),
                 ));
             }
             if annotation(&node.metadata, OWNED_MARKER) == Some("true") && surge_for.is_none() {
                 bad.push((
                     format!("node {name} keeps our do-not-disrupt without surge-for"),
                     name.clone(),
+                    pool.cloned(),
                 ));
             }
             if annotation(&node.metadata, CORDONED_MARKER) == Some("true") {
@@ -663,12 +724,215 @@ impl Checker {
                     bad.push((
                         format!("node {name} keeps our cordon without an anchor referencing it"),
                         name.clone(),
+                        pool.cloned(),
                     ));
                 }
             }
         }
-        for (detail, obj) in bad {
-            self.fail(I7, now, detail, vec![obj]);
+        for (name, c) in &post.claims {
+            let state = state_of(c);
+            let stranded =
+                state == Some("pending") || (state == Some("draining") && !c.is_deleting());
+            let pool = self.claim_pool.get(name);
+            if stranded && pool.and_then(|p| anchor(p)) != Some(name.as_str()) {
+                bad.push((
+                    format!(
+                        "claim {name} is {} without its pool's anchor: never picked again",
+                        state.unwrap_or_default()
+                    ),
+                    name.clone(),
+                    pool.cloned(),
+                ));
+            }
+        }
+        bad
+    }
+
+    /// I7 after a step that changed the store: records when each piece of debris appeared, and
+    /// fails a clean controller step that added some it answers for.
+    fn track_debris(
+        &mut self,
+        post: &CacheView,
+        now: DateTime<Utc>,
+        world: &World,
+        answers: &Answers,
+    ) {
+        let found = self.debris_in(post, world);
+        let mut next = BTreeMap::new();
+        let mut added = Vec::new();
+        for (detail, object, pool) in found {
+            let since = match self.debris.get(&detail) {
+                Some(d) => d.since,
+                None => {
+                    added.push((detail.clone(), object.clone(), pool));
+                    now
+                }
+            };
+            next.insert(detail.clone(), Debris { detail, object, since });
+        }
+        self.debris = next;
+        for (detail, object, pool) in added {
+            let ours = match answers {
+                Answers::Any => true,
+                Answers::Pool(p) => pool.as_ref() == Some(p),
+                Answers::Nothing => false,
+            };
+            // A pass that read the pool before the operator removed its anchor may still act on
+            // that rotation for a moment (its writes re-check the claim, not the anchor); the
+            // tick repairs what it leaves, which the grace holds it to.
+            let unanchored = pool.as_ref().and_then(|p| world.operator_unanchored.get(p));
+            let ours = ours && unanchored.is_none_or(|(_, t)| now - *t > self.tolerance);
+            if ours && self.flagged.insert((I7.to_string(), detail.clone())) {
+                self.fail(I7, now, format!("a clean pass left {detail}"), vec![object]);
+            }
+        }
+    }
+
+    /// I7: debris older than the grace was not repaired within a tick.
+    fn aged_debris(&mut self, now: DateTime<Utc>) {
+        let grace = self.debris_grace;
+        let old: Vec<Debris> =
+            self.debris.values().filter(|d| now - d.since > grace).cloned().collect();
+        for d in old {
+            if self.flagged.insert((I7.to_string(), d.detail.clone())) {
+                self.fail(
+                    I7,
+                    now,
+                    format!(
+                        "{} for {} (repair within {})",
+                        d.detail,
+                        fmt(now - d.since),
+                        fmt(grace)
+                    ),
+                    vec![d.object],
+                );
+            }
+        }
+    }
+
+    /// I7 at rest: no debris at all.
+    fn quiescence(&mut self, post: &CacheView, now: DateTime<Utc>, world: &World) {
+        for (detail, obj, _) in self.debris_in(post, world) {
+            if self.flagged.insert((I7.to_string(), detail.clone())) {
+                self.fail(I7, now, detail, vec![obj]);
+            }
+        }
+    }
+
+    /// I10: a surge rotation escalates to draining only on the placeholder the controller
+    /// created (a pod that appeared during one of its steps), never on a pod merely named like
+    /// it.
+    fn identity(&mut self, prev: &CacheView, post: &CacheView, d: &Diff, now: DateTime<Utc>) {
+        let mut bad = Vec::new();
+        for (claim, a, b) in &d.claims {
+            let was = a.as_deref().and_then(state_of);
+            let is = b.as_deref().and_then(state_of);
+            if was == Some("draining") || is != Some("draining") {
+                continue;
+            }
+            let pool = self.claim_pool.get(claim);
+            let forceful =
+                pool.and_then(|p| post.pools.get(p).or_else(|| prev.pools.get(p))).is_some_and(
+                    |np| annotation(&np.metadata, ROTATION_MODE) == Some("forceful-fallback"),
+                );
+            if forceful {
+                continue;
+            }
+            let name = crate::placeholder::placeholder_name(claim);
+            let Some(ph) = prev.placeholders.get(&name) else { continue };
+            let uid = ph.metadata.uid.clone().unwrap_or_default();
+            if !self.controller_placeholders.contains(&uid) {
+                bad.push((
+                    format!(
+                        "claim {claim} escalated to draining while {name} (uid {uid}) is a pod the controller did not create"
+                    ),
+                    claim.clone(),
+                ));
+            }
+        }
+        for (detail, claim) in bad {
+            self.fail(I10, now, detail, vec![claim]);
+        }
+    }
+
+    /// I11: the readyTimeout rollback of an attempt (pending -> failed with the retry count
+    /// raised) leaves no surge claim the world launched for its placeholder that is not Ready,
+    /// unless §3.8 could not attribute it (another fresh claim of the pool not Ready, or
+    /// `surge-claim` naming another host), its node holds pods, or it is too new for the
+    /// controller's cache.
+    fn surge_cost(
+        &mut self,
+        prev: &CacheView,
+        post: &CacheView,
+        d: &Diff,
+        world: &World,
+        now: DateTime<Utc>,
+    ) {
+        use super::world::Phase;
+        let mut bad = Vec::new();
+        for (claim, a, b) in &d.claims {
+            let (Some(a), Some(b)) = (a, b) else { continue };
+            let count = |c: &crate::karpenter::NodeClaim| {
+                annotation(&c.metadata, RETRY_COUNT)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            let rollback = state_of(a) == Some("pending")
+                && state_of(b) == Some("failed")
+                && count(b) > count(a);
+            if !rollback {
+                continue;
+            }
+            let Some(started) = annotation(&a.metadata, STARTED_AT).and_then(parse_time) else {
+                continue;
+            };
+            let recorded = annotation(&a.metadata, SURGE_CLAIM);
+            let Some(pool) = world.claims.get(claim).map(|c| c.pool) else { continue };
+            // As the controller may count them: its cache can still show a claim whose deletion
+            // began a moment ago.
+            let tolerance = self.tolerance;
+            let not_ready_fresh = world
+                .claims
+                .values()
+                .filter(|c| {
+                    c.pool == pool
+                        && c.created >= started
+                        && c.phase < Phase::Ready
+                        && c.deleting.is_none_or(|t| now - t <= tolerance)
+                })
+                .count();
+            for (s, sc) in &world.claims {
+                let launched = sc.phase >= Phase::Launched && sc.phase < Phase::Ready;
+                if sc.surge_for.as_deref() != Some(claim.as_str())
+                    || !launched
+                    || sc.created < started
+                {
+                    continue;
+                }
+                let billed = post.claims.get(s).is_some_and(|c| !c.is_deleting());
+                let excused = now - sc.created <= self.tolerance
+                    || not_ready_fresh > 1
+                    || recorded.is_some_and(|r| r != s)
+                    || prev.claims.get(s).is_some_and(|c| c.is_deleting())
+                    || world
+                        .node_pods
+                        .get(&sc.node)
+                        .into_iter()
+                        .flatten()
+                        .any(|k| world.pods.get(k).is_some_and(|p| !p.daemonset));
+                if billed && !excused {
+                    bad.push((
+                        format!(
+                            "the rollback of {claim} left its surge claim {s} (launched {}, never Ready) billed: a failed surge may bill one node for at most readyTimeout",
+                            sc.created.to_rfc3339()
+                        ),
+                        s.clone(),
+                    ));
+                }
+            }
+        }
+        for (detail, s) in bad {
+            self.fail(I11, now, detail, vec![s]);
         }
     }
 

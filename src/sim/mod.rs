@@ -1,7 +1,7 @@
 //! The deterministic simulation behind `noderotation simulate`: the real controller, on a
 //! [`MemoryCluster`] and a virtual clock, against actors that play Karpenter, the kubelet and
 //! scheduler, and an operator. One seed gives one exact history; with `--faults` the same seed
-//! also decides every crash, conflict, lag and misbehaving node, and the invariants I1–I9 are
+//! also decides every crash, conflict, lag and misbehaving node, and the invariants I1–I11 are
 //! checked after every step.
 //!
 //! - [`scenario`]: the fleet file; [`world`] and [`actors`]: the cluster model;
@@ -280,6 +280,13 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
         // Reactions: Karpenter's termination controller sees deletions it did not make; the
         // scheduler sees placeholder and cordon changes.
         let mut reschedule = !d.placeholders.is_empty();
+        // A placeholder that is gone or bound is nominated to no in-flight claim any more (a
+        // new incarnation under the same name needs capacity of its own).
+        for (name, _, b) in &d.placeholders {
+            if b.as_deref().is_none_or(|p| actors::placeholder_node(p).is_some()) {
+                world.forget_nomination(name);
+            }
+        }
         // A placeholder leaving a node may leave it empty (emptiness consolidation).
         for (_, a, b) in &d.placeholders {
             if let Some(host) = a.as_deref().and_then(actors::placeholder_node)

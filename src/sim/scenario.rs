@@ -288,6 +288,20 @@ pub enum ActionKind {
     AllowDisrupt,
     /// `kubectl delete nodeclaim`.
     DeleteClaim,
+    /// `kubectl annotate nodepool <pool> noderotation.io/active-rotation-`: the anchor removed
+    /// by hand, mid-rotation (at the first moment from `at` on that the pool has an anchored
+    /// rotation, looked for every 10s for up to a day; this and the next two).
+    RemoveAnchor,
+    /// `kubectl replace` (or a GitOps sync with `Replace=true`) of the NodePool from a manifest
+    /// without our annotations: every `noderotation.io/` annotation is gone.
+    ReplaceNodePool,
+    /// `kubectl delete nodepool` mid-rotation: Karpenter deletes every claim of the pool and
+    /// provisions nothing more for it.
+    DeleteNodePool,
+    /// Mid-rotation (as `removeAnchor` waits for one), someone replaces the rotation's
+    /// placeholder with a pod of the same name, label and `surge-for`, Running on another Ready
+    /// node of the pool: capacity the controller did not reserve.
+    ImpersonatePlaceholder,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

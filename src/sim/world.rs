@@ -67,6 +67,9 @@ pub struct ClaimSim {
     pub status_lag: bool,
     /// Pods this claim is being provisioned for.
     pub nominated: BTreeSet<PodKey>,
+    /// Karpenter created it for a placeholder: the rotation (`surge-for`) that placeholder
+    /// served. What the cost bound (invariant I11) holds the rollback to.
+    pub surge_for: Option<String>,
     /// Row in the report's timeline.
     pub lane: usize,
     /// Forced expiry deleted it.
@@ -214,6 +217,11 @@ pub struct World {
     pub notes: Vec<String>,
     /// Pools to wake at once (watch events the controller reacts to).
     pub wakes: BTreeSet<usize>,
+    /// Pools the operator deleted (Karpenter provisions nothing more for them).
+    pub deleted_pools: BTreeSet<usize>,
+    /// Anchors the operator removed by hand, per pool: the claim and when. A pass that read the
+    /// pool before the edit may still act on it for a moment (invariant I3's tolerance).
+    pub operator_unanchored: BTreeMap<String, (String, DateTime<Utc>)>,
 }
 
 pub fn parse_resources(map: Option<&BTreeMap<String, Quantity>>) -> Resources {
@@ -320,6 +328,8 @@ impl World {
             stuck_drains: BTreeMap::new(),
             notes: Vec::new(),
             wakes: BTreeSet::new(),
+            deleted_pools: BTreeSet::new(),
+            operator_unanchored: BTreeMap::new(),
             plan,
         };
         world.build_fleet(fleet_rng);
@@ -344,6 +354,15 @@ impl World {
 
     pub fn pop(&mut self) -> Option<(DateTime<Utc>, Ev)> {
         self.queue.pop_first().map(|((t, _), ev)| (t, ev))
+    }
+
+    /// Karpenter's nomination of a placeholder to the claim launched for it ends when the pod
+    /// is deleted or bound.
+    pub fn forget_nomination(&mut self, placeholder: &str) {
+        let key = (CONTROLLER_NS.to_string(), placeholder.to_string());
+        for c in self.claims.values_mut() {
+            c.nominated.remove(&key);
+        }
     }
 
     pub fn request_provisioning(&mut self, pool: usize) {
@@ -568,6 +587,7 @@ impl World {
                 never_ready,
                 status_lag: false,
                 nominated: BTreeSet::new(),
+                surge_for: None,
                 lane,
                 expired: false,
             },

@@ -211,6 +211,13 @@ impl Fx {
         self.ctl.reconcile_pool(POOL).unwrap_or_else(|e| panic!("pass failed: {e}"))
     }
 
+    /// The periodic tick (policy status, and whatever else the controller does between passes),
+    /// with an up-to-date cache.
+    pub fn tick(&mut self) -> noderotation::reconcile::SweepReport {
+        self.client.flush_cache();
+        self.ctl.tick()
+    }
+
     /// One pass reading whatever the (possibly lagging) cache holds.
     pub fn stale_pass(&mut self) -> Duration {
         self.ctl.reconcile_pool(POOL).unwrap_or_else(|e| panic!("pass failed: {e}"))
@@ -336,18 +343,18 @@ impl Fx {
     }
 }
 
-/// The real in-memory cluster with two test hooks: every call is logged, and a world action
+/// The real in-memory cluster with three test hooks: every call is logged, a world action
 /// can run just before the first write that matches a predicate (something happening between
-/// two writes of one pass).
+/// two writes of one pass), and the cached view can be edited (a reflector lagging on some
+/// objects and not on others).
 pub struct Intercept {
     pub inner: MemoryCluster,
     pub log: std::sync::Mutex<Vec<String>>,
     #[allow(clippy::type_complexity)]
     pub before:
         std::sync::Mutex<Option<(Box<dyn Fn(&str) -> bool + Send>, Box<dyn FnOnce() + Send>)>>,
-    /// Edits the cached view the controller reads (a cache that has not seen some events yet).
     #[allow(clippy::type_complexity)]
-    pub view: std::sync::Mutex<Option<Box<dyn Fn(&mut noderotation::cluster::CacheView) + Send>>>,
+    pub stale: std::sync::Mutex<Option<Box<dyn Fn(&mut noderotation::cluster::CacheView) + Send>>>,
 }
 
 impl Intercept {
@@ -356,16 +363,21 @@ impl Intercept {
             inner,
             log: Default::default(),
             before: Default::default(),
-            view: Default::default(),
+            stale: Default::default(),
         })
     }
 
-    /// From now on the controller's cache is edited by `edit` before it reads it.
-    pub fn stale_view(
+    /// From now on the controller's cache is the real one edited by `edit` (until
+    /// [`Intercept::fresh_cache`]).
+    pub fn stale_cache(
         &self,
         edit: impl Fn(&mut noderotation::cluster::CacheView) + Send + 'static,
     ) {
-        *self.view.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(edit));
+        *self.stale.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(edit));
+    }
+
+    pub fn fresh_cache(&self) {
+        *self.stale.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Runs `action` right before the first write whose description satisfies `when`.
@@ -400,11 +412,11 @@ impl Intercept {
 impl Cluster for Intercept {
     fn cache(&self) -> Arc<noderotation::cluster::CacheView> {
         let view = self.inner.cache();
-        match self.view.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        match self.stale.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             Some(edit) => {
-                let mut copy = view.as_ref().clone();
-                edit(&mut copy);
-                Arc::new(copy)
+                let mut view = (*view).clone();
+                edit(&mut view);
+                Arc::new(view)
             }
             None => view,
         }
@@ -417,6 +429,13 @@ impl Cluster for Intercept {
     }
     fn get_node(&self, name: &str) -> Result<Option<Node>, noderotation::cluster::ApiError> {
         self.inner.get_node(name)
+    }
+    fn get_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Pod>, noderotation::cluster::ApiError> {
+        self.inner.get_pod(namespace, name)
     }
     fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, noderotation::cluster::ApiError> {
         self.inner.pods_on_node(node)
@@ -443,7 +462,7 @@ impl Cluster for Intercept {
         self.write(format!("delete {target}"));
         self.inner.delete(target, uid)
     }
-    fn create_pod(&self, pod: &Pod) -> Result<(), noderotation::cluster::ApiError> {
+    fn create_pod(&self, pod: &Pod) -> Result<Pod, noderotation::cluster::ApiError> {
         self.write(format!("create Pod {}", pod.metadata.name.clone().unwrap_or_default()));
         self.inner.create_pod(pod)
     }

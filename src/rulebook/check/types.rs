@@ -90,7 +90,7 @@ impl Checker<'_> {
             ValueType::Time => Ty::Time,
             ValueType::Duration => Ty::Duration,
             ValueType::Int => Ty::Int,
-            ValueType::ClaimName => Ty::Name,
+            ValueType::ClaimName | ValueType::NodeName | ValueType::Uid => Ty::Name,
             ValueType::Enum(values) => {
                 Ty::Enum { label: format!("annotation `{}`", k.key), values: values.clone() }
             }
