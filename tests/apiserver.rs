@@ -321,14 +321,16 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
         assert_eq!(on_node.iter().map(|p| p.name_any()).collect::<Vec<_>>(), ["kc-semantics-app"]);
         assert!(c.pods_on_node("no-such-node")?.is_empty());
 
-        // uid-preconditioned delete: a wrong uid is a conflict; the right one leaves the claim
-        // terminating behind its finalizer.
+        // uid-preconditioned delete: a wrong uid is a conflict, so is a stale resourceVersion;
+        // the right ones leave the claim terminating behind its finalizer.
         let uid = after.uid().ok_or("no uid")?;
         assert_eq!(
-            c.delete(&claim_ref, Some("00000000-0000-0000-0000-000000000000")),
+            c.delete(&claim_ref, Some("00000000-0000-0000-0000-000000000000"), None),
             Err(ApiError::Conflict)
         );
-        c.delete(&claim_ref, Some(&uid))?;
+        assert_eq!(c.delete(&claim_ref, Some(&uid), Some("1")), Err(ApiError::Conflict));
+        let current = c.get_claim(claim)?.ok_or("claim")?;
+        c.delete(&claim_ref, Some(&uid), current.resource_version().as_deref())?;
         let deleting = c.get_claim(claim)?.ok_or("a finalized claim must stay")?;
         assert!(deleting.is_deleting());
 

@@ -1569,3 +1569,28 @@ fn a_rollback_stalled_before_its_failure_write_does_not_fail_the_next_attempt() 
     assert_eq!(fx.announced("emit:failure"), 0, "a failure this pass did not write");
     assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
 }
+
+/// The draining mirror is re-asserted only while the anchor still names the rotation: a pass
+/// reading a draining claim after another pass completed the rotation leaves no orphan mirror.
+#[test]
+fn a_stale_draining_view_does_not_mirror_onto_a_released_pool() {
+    let mut fx = Fx::new();
+    draining(&mut fx);
+    fx.set_pool_ann(Key::ActiveRotationState, None); // a GitOps sync stripped the mirror
+    lagging(&mut fx);
+    // Another pass (the standby, while this one stalled) completed the rotation.
+    fx.finalize("c1");
+    fx.set_pool(|p| {
+        let ann = p.metadata.annotations.get_or_insert_with(Default::default);
+        for k in noderotation::engine::ANCHOR_CLEAR_SET {
+            ann.remove(k.full());
+        }
+        ann.insert(Key::LastRotationAt.full().into(), "2026-11-28T03:10:00Z".into());
+    });
+    fx.stale_pass();
+    assert!(
+        fx.pool_ann(Key::ActiveRotationState).is_none(),
+        "a draining mirror on a pool with no rotation"
+    );
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+}

@@ -501,13 +501,18 @@ impl Cluster for KubeCluster {
             .map_err(|e| map_error(e, false))
     }
 
-    fn delete(&self, target: &ObjectRef, uid: Option<&str>) -> Result<(), ApiError> {
+    fn delete(
+        &self,
+        target: &ObjectRef,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
         let api = self.dynamic_api(target);
-        let params = DeleteParams {
-            preconditions: uid
-                .map(|uid| Preconditions { uid: Some(uid.to_string()), resource_version: None }),
-            ..DeleteParams::default()
-        };
+        let preconditions = (uid.is_some() || resource_version.is_some()).then(|| Preconditions {
+            uid: uid.map(str::to_string),
+            resource_version: resource_version.map(str::to_string),
+        });
+        let params = DeleteParams { preconditions, ..DeleteParams::default() };
         self.block(api.delete(&target.name, &params)).map(|_| ()).map_err(|e| map_error(e, false))
     }
 

@@ -144,10 +144,15 @@ pub trait Cluster: Send + Sync {
         resource_version: Option<&str>,
     ) -> Result<(), ApiError>;
 
-    /// Deletes the object; with `uid`, only that incarnation (else `Conflict`). `NotFound` when
-    /// it does not exist. Objects with finalizers get a deletionTimestamp and stay until
-    /// finalized.
-    fn delete(&self, target: &ObjectRef, uid: Option<&str>) -> Result<(), ApiError>;
+    /// Deletes the object; with `uid`, only that incarnation, with `resource_version`, only if
+    /// the object still has it (else `Conflict`). `NotFound` when it does not exist. Objects
+    /// with finalizers get a deletionTimestamp and stay until finalized.
+    fn delete(
+        &self,
+        target: &ObjectRef,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError>;
 
     /// Creates a pod (the placeholder). `AlreadyExists` when the name is taken.
     fn create_pod(&self, pod: &Pod) -> Result<(), ApiError>;

@@ -134,6 +134,23 @@ pub enum RExpr {
     In { lhs: Box<RExpr>, values: Vec<Lit> },
 }
 
+/// The first root or outcome in `e` that a fresh read does not rebind (anything but `np`,
+/// `policy` and `now`), for `holds=` guards.
+fn fresh_unsafe(e: &RExpr) -> Option<String> {
+    match e {
+        RExpr::Lit(_) => None,
+        RExpr::Root(r) => (!matches!(r.as_str(), "np" | "policy" | "now")).then(|| r.clone()),
+        RExpr::Outcome(o) => Some(o.clone()),
+        RExpr::Field { obj, .. } | RExpr::Annotation { obj, .. } | RExpr::Present { obj, .. } => {
+            fresh_unsafe(obj)
+        }
+        RExpr::Call { args, .. } => args.iter().find_map(fresh_unsafe),
+        RExpr::Not(x) => fresh_unsafe(x),
+        RExpr::Binary { lhs, rhs, .. } => fresh_unsafe(lhs).or_else(|| fresh_unsafe(rhs)),
+        RExpr::In { lhs, .. } => fresh_unsafe(lhs),
+    }
+}
+
 /// A verb argument after resolution.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RArg {
@@ -1461,6 +1478,27 @@ impl<'a> Checker<'a> {
                         out.push((k.clone(), r));
                     }
                     RArg::Set(out)
+                }
+                ParamType::Guard => {
+                    let (t, r) = self.expr(v, scope, Some(&Ty::Bool))?;
+                    if t.ty != Some(Ty::Bool) || t.nullable {
+                        return Err(local(
+                            v.span.start,
+                            format!("`{}=` takes a bool guard, found {}", p.name, show(&t)),
+                        ));
+                    }
+                    // Re-evaluated on the fresh read: only what that read rebinds (np) or what
+                    // does not depend on the pass's copies (policy, now) may appear.
+                    if let Some(bad) = fresh_unsafe(&r) {
+                        return Err(local(
+                            v.span.start,
+                            format!(
+                                "`{}=` is re-evaluated on the fresh read and may name only np, policy and now (found `{bad}`)",
+                                p.name
+                            ),
+                        ));
+                    }
+                    RArg::Expr(r)
                 }
                 ParamType::Reason | ParamType::Signal | ParamType::Verdict => {
                     let (what, values): (&str, Vec<String>) = match p.ty {

@@ -210,8 +210,13 @@ impl Cluster for Stall {
     ) -> Result<(), ApiError> {
         self.write(|| self.inner.patch(target, patch, resource_version))
     }
-    fn delete(&self, target: &ObjectRef, uid: Option<&str>) -> Result<(), ApiError> {
-        self.write(|| self.inner.delete(target, uid))
+    fn delete(
+        &self,
+        target: &ObjectRef,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
+        self.write(|| self.inner.delete(target, uid, resource_version))
     }
     fn create_pod(&self, pod: &Pod) -> Result<(), ApiError> {
         self.write(|| self.inner.create_pod(pod))
