@@ -15,6 +15,7 @@ use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::{RotationPolicy, RotationPolicyStatus};
 
 pub mod events;
+pub mod fence;
 pub mod kube;
 pub mod memory;
 
@@ -43,6 +44,9 @@ pub enum ApiError {
     /// 5xx, timeout, connection reset: the write may or may not have been applied.
     #[error("transient: {0}")]
     Transient(String),
+    /// Not sent: this replica's leader Lease deadline has passed ([`fence::Fence`]).
+    #[error("fenced: {0}")]
+    Fenced(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

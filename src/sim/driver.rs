@@ -8,7 +8,10 @@
 //! every call of a dead process; a new instance re-lists and sweeps), hands leadership to the
 //! second instance with its own cache (the deposed one may still run one pass), injects
 //! Conflict and transient errors that did or did not apply, lags the caches, and delivers
-//! wake-ups late, twice or not at all. A stalled pass (the `stalledPass` fault) runs on a thread
+//! wake-ups late, twice or not at all. Each instance writes through a [`Fenced`] view: the
+//! leader's fence is renewed at each of its steps, as its Lease renewals would move it, and a
+//! deposed leader keeps the deadline of its last renewal; the standby starts only once that
+//! Lease has expired. A stalled pass (the `stalledPass` fault) runs on a thread
 //! of its own: it blocks inside its stalled write while the simulation goes on (the standby takes
 //! the Lease and leads), and resumes when the driver says so; the driver waits for it at both
 //! ends, so the history stays one exact sequence.
@@ -21,6 +24,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::scenario::FaultRates;
 use crate::clock::Clock;
+use crate::cluster::fence::{self, Fence, Fenced};
 use crate::cluster::memory::{ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, Rng};
 use crate::cluster::{ApiError, CacheView, Cluster, EventRecord, ObjectRef, Patch};
 use crate::engine::Engine;
@@ -268,6 +272,9 @@ pub struct Driver {
     ctl: Option<Controller>,
     /// The stall hook of the current leader's cluster view.
     stall: Option<Arc<Stall>>,
+    /// The current leader's write fence, and when it last renewed its Lease.
+    fence: Option<Arc<Fence>>,
+    last_renew: DateTime<Utc>,
     /// The deposed leader's pass, held in its stalled write (at most one at a time).
     stalled: Option<Stalled>,
     /// Announcements of the current leader already handed out.
@@ -295,6 +302,17 @@ pub struct Driver {
     pub leader_changes: u64,
     pub zombie_passes: u64,
     pub stalled_passes: u64,
+}
+
+/// The Lease of `noderotation run`'s defaults.
+fn lease_duration() -> Duration {
+    Duration::seconds(i64::try_from(fence::DEFAULT_LEASE_DURATION_SECS).unwrap_or(15))
+}
+
+/// How long before the Lease expires a leader stops writing, at `run`'s default request bound.
+fn fence_margin() -> Duration {
+    let request = i64::try_from(fence::DEFAULT_API_REQUEST_TIMEOUT_SECS).unwrap_or(5);
+    fence::margin(Duration::seconds(request))
 }
 
 fn ceil_minute(t: DateTime<Utc>) -> DateTime<Utc> {
@@ -353,6 +371,8 @@ impl Driver {
             leader: 0,
             ctl: None,
             stall: None,
+            fence: None,
+            last_renew: now,
             stalled: None,
             seen: 0,
             stash: Vec::new(),
@@ -485,16 +505,32 @@ impl Driver {
         [ev, pass, Some(self.next_tick), Some(self.next_housekeeping)].into_iter().flatten().min()
     }
 
-    fn new_controller(&self, handle: usize) -> (Controller, Arc<Stall>) {
+    fn new_controller(&self, handle: usize) -> (Controller, Arc<Stall>, Arc<Fence>) {
         let stall = Arc::new(Stall::new(self.handles[handle].clone()));
-        let cluster: Arc<dyn Cluster> = stall.clone();
+        let fence = Arc::new(Fence::new(Arc::clone(&self.clock)));
+        let cluster: Arc<dyn Cluster> = Arc::new(Fenced::new(stall.clone(), fence.clone()));
         let ctl = Controller::new(
             cluster,
             Arc::clone(&self.clock),
             Arc::clone(&self.engine),
             ControllerConfig::default(),
         );
-        (ctl, stall)
+        (ctl, stall, fence)
+    }
+
+    /// The leader's Lease renewal at `now`: its fence moves to `now + duration - margin`.
+    fn renew(&mut self, now: DateTime<Utc>) {
+        if let Some(f) = &self.fence {
+            f.open_until(now + lease_duration() - fence_margin());
+            self.last_renew = now;
+        }
+    }
+
+    /// When the standby may take the Lease: once the deposed leader's last renewal expired
+    /// (kube-lease-manager then waits up to a second before locking it).
+    fn takeover(&mut self, now: DateTime<Utc>) -> DateTime<Utc> {
+        let jitter = Duration::milliseconds(i64::try_from(self.rng.below(3000)).unwrap_or(0));
+        (self.last_renew + lease_duration()).max(now) + jitter
     }
 
     fn crashed(&self) -> Option<usize> {
@@ -537,6 +573,7 @@ impl Driver {
             for pool in 0..self.pools.len() {
                 self.set_due(pool, tick, true);
             }
+            self.renew(now);
             if let Some(ctl) = self.ctl.as_mut() {
                 ctl.update_policy_status();
             }
@@ -554,6 +591,7 @@ impl Driver {
             self.leader_changes += 1;
             let old = self.ctl.take();
             self.stall = None;
+            self.fence = None;
             let old_handle = self.leader;
             self.leader = 1 - self.leader;
             if let Some(old) = old {
@@ -566,12 +604,13 @@ impl Driver {
                 }
             }
             self.seen = 0;
-            let t = now + Duration::seconds(2 + i64::try_from(self.rng.below(14)).unwrap_or(0));
+            let t = self.takeover(now);
             self.at(t, DrvEv::Start);
             self.set_due(pool, now, true);
             return self.quiet("leader lost: lease moves to the other instance");
         }
         self.passes += 1;
+        self.renew(now);
         let name = self.pools[pool].clone();
         if let Some(r) = self.rates.clone()
             && self.stalled.is_none()
@@ -623,6 +662,7 @@ impl Driver {
             if let Some(old) = self.ctl.take() {
                 self.retire(&old, self.seen);
             }
+            self.fence = None;
             self.seen = 0;
             self.restarts += 1;
             let now = self.clock.now();
@@ -643,7 +683,9 @@ impl Driver {
         self.handles[handle].resync_cache();
         let client = self.handles[handle].client_id();
         lock(&self.hook).dead.remove(&client);
-        let (mut ctl, stall) = self.new_controller(handle);
+        let (mut ctl, stall, fence) = self.new_controller(handle);
+        self.fence = Some(fence);
+        self.renew(now);
         let report = ctl.startup_sweep();
         self.ctl = Some(ctl);
         self.stall = Some(stall);
@@ -745,13 +787,13 @@ impl Driver {
                     thread,
                 });
                 self.stall = None;
+                self.fence = None;
                 self.leader = 1 - self.leader;
                 self.seen = 0;
                 // The Lease renewals stall with the pass: the standby takes the Lease once it
                 // expires; the stalled response comes back 30s to 15m after it was sent.
-                let takeover =
-                    Duration::seconds(15 + i64::try_from(self.rng.below(3)).unwrap_or(0));
-                self.at(now + takeover, DrvEv::Start);
+                let takeover = self.takeover(now);
+                self.at(takeover, DrvEv::Start);
                 let stall_for =
                     Duration::seconds(30 + i64::try_from(self.rng.below(870)).unwrap_or(0));
                 self.at(now + stall_for, DrvEv::Resume);
