@@ -398,7 +398,8 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
     .await?;
     let c = cluster.clone();
     let gone =
-        blocking(move || c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None)).await?;
+        blocking(move || c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None, None))
+            .await?;
     assert_eq!(gone, Err(ApiError::NotFound));
 
     // Policy status through the subresource, with a resourceVersion precondition.
@@ -548,13 +549,13 @@ async fn rbac_allows_the_controller_writes_and_denies_creating_nodeclaims() -> T
     tokio::time::timeout(Duration::from_secs(30), cluster.wait_synced()).await??;
     let c = cluster.clone();
     let denied = tokio::task::spawn_blocking(move || {
-        c.delete(&ObjectRef::cluster(ObjectKind::RotationPolicy, "anything"), None)
+        c.delete(&ObjectRef::cluster(ObjectKind::RotationPolicy, "anything"), None, None)
     })
     .await?;
     assert!(matches!(denied, Err(ApiError::Forbidden(_))), "{denied:?}");
     let c = cluster.clone();
     tokio::task::spawn_blocking(move || {
-        c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None)
+        c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None, None)
     })
     .await??;
     remove_finalizers(&admin, "NodeClaim", claim).await?;
@@ -952,7 +953,16 @@ async fn in_cluster_rotation(env: &Env, deployment: &Value, pod: &str, test: &st
         deployment,
         pod,
         &[("NODEROTATION_LOG_LEVEL", "info,noderotation=debug".to_string())],
-        &["--lease-duration", "10", "--lease-grace", "4", "--tick-seconds", "2"],
+        &[
+            "--lease-duration",
+            "10",
+            "--lease-grace",
+            "7",
+            "--api-request-timeout",
+            "3",
+            "--tick-seconds",
+            "2",
+        ],
         &fx.dir,
     )?;
     let result = full_surge(&fx, actor, &ctl).await;
@@ -1204,7 +1214,16 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
         &deployment,
         &format!("{name}-0"),
         &[("NODEROTATION_LOG_LEVEL", "info,noderotation=debug".to_string())],
-        &["--lease-duration", "10", "--lease-grace", "4", "--tick-seconds", "2"],
+        &[
+            "--lease-duration",
+            "10",
+            "--lease-grace",
+            "7",
+            "--api-request-timeout",
+            "3",
+            "--tick-seconds",
+            "2",
+        ],
         &fx.dir,
     )?);
     let result = async {

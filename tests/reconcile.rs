@@ -1403,7 +1403,8 @@ fn retry_count_saturates_instead_of_wrapping_or_panicking() {
 /// write must find them still open on its fresh read of the pool.
 #[test]
 fn a_start_gate_closed_on_the_fresh_read_holds_the_start() {
-    let starts: [(&str, fn(&Fx)); 3] = [
+    type Close = fn(&Fx);
+    let starts: [(&str, Close); 3] = [
         ("frozen", |fx| {
             let until = fx.clock.now() + Duration::hours(1);
             fx.set_pool_ann(Key::Freeze, Some(&until.to_rfc3339()));
@@ -1496,7 +1497,8 @@ fn standby_rolls_back(world: &noderotation::cluster::memory::MemoryCluster, clai
 /// stays failed, nothing is deleted, the pool gets no draining mirror).
 #[test]
 fn a_pass_stalled_in_the_surge_ready_writes_does_not_drain_a_rolled_back_claim() {
-    let stalls: [(&str, fn(&str) -> bool); 3] = [
+    type Write = fn(&str) -> bool;
+    let stalls: [(&str, Write); 3] = [
         ("the mirror", |w| {
             w.starts_with("patch NodePool") && w.contains("active-rotation-state=draining")
         }),
