@@ -385,14 +385,16 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
         assert_eq!(on_node.iter().map(|p| p.name_any()).collect::<Vec<_>>(), ["kc-semantics-app"]);
         assert!(c.pods_on_node("no-such-node")?.is_empty());
 
-        // uid-preconditioned delete: a wrong uid is a conflict; the right one leaves the claim
-        // terminating behind its finalizer.
+        // uid-preconditioned delete: a wrong uid is a conflict, so is a stale resourceVersion;
+        // the right ones leave the claim terminating behind its finalizer.
         let uid = after.uid().ok_or("no uid")?;
         assert_eq!(
-            c.delete(&claim_ref, Some("00000000-0000-0000-0000-000000000000")),
+            c.delete(&claim_ref, Some("00000000-0000-0000-0000-000000000000"), None),
             Err(ApiError::Conflict)
         );
-        c.delete(&claim_ref, Some(&uid))?;
+        assert_eq!(c.delete(&claim_ref, Some(&uid), Some("1")), Err(ApiError::Conflict));
+        let current = c.get_claim(claim)?.ok_or("claim")?;
+        c.delete(&claim_ref, Some(&uid), current.resource_version().as_deref())?;
         let deleting = c.get_claim(claim)?.ok_or("a finalized claim must stay")?;
         assert!(deleting.is_deleting());
 
@@ -460,7 +462,8 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
     .await?;
     let c = cluster.clone();
     let gone =
-        blocking(move || c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None)).await?;
+        blocking(move || c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None, None))
+            .await?;
     assert_eq!(gone, Err(ApiError::NotFound));
 
     // Policy status through the subresource, with a resourceVersion precondition.
@@ -610,13 +613,13 @@ async fn rbac_allows_the_controller_writes_and_denies_creating_nodeclaims() -> T
     tokio::time::timeout(Duration::from_secs(30), cluster.wait_synced()).await??;
     let c = cluster.clone();
     let denied = tokio::task::spawn_blocking(move || {
-        c.delete(&ObjectRef::cluster(ObjectKind::RotationPolicy, "anything"), None)
+        c.delete(&ObjectRef::cluster(ObjectKind::RotationPolicy, "anything"), None, None)
     })
     .await?;
     assert!(matches!(denied, Err(ApiError::Forbidden(_))), "{denied:?}");
     let c = cluster.clone();
     tokio::task::spawn_blocking(move || {
-        c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None)
+        c.delete(&ObjectRef::cluster(ObjectKind::NodeClaim, claim), None, None)
     })
     .await??;
     remove_finalizers(&admin, "NodeClaim", claim).await?;
@@ -1014,7 +1017,16 @@ async fn in_cluster_rotation(env: &Env, deployment: &Value, pod: &str, test: &st
         deployment,
         pod,
         &[("NODEROTATION_LOG_LEVEL", "info,noderotation=debug".to_string())],
-        &["--lease-duration", "10", "--lease-grace", "4", "--tick-seconds", "2"],
+        &[
+            "--lease-duration",
+            "10",
+            "--lease-grace",
+            "7",
+            "--api-request-timeout",
+            "3",
+            "--tick-seconds",
+            "2",
+        ],
         &fx.dir,
     )?;
     let result = full_surge(&fx, actor, &ctl).await;
@@ -1266,7 +1278,16 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
         &deployment,
         &format!("{name}-0"),
         &[("NODEROTATION_LOG_LEVEL", "info,noderotation=debug".to_string())],
-        &["--lease-duration", "10", "--lease-grace", "4", "--tick-seconds", "2"],
+        &[
+            "--lease-duration",
+            "10",
+            "--lease-grace",
+            "7",
+            "--api-request-timeout",
+            "3",
+            "--tick-seconds",
+            "2",
+        ],
         &fx.dir,
     )?);
     let result = async {

@@ -31,6 +31,8 @@ struct Toy {
     preds: BTreeMap<Pred, Value>,
     /// Outcomes forced per verb (otherwise computed from the store).
     forced: BTreeMap<Verb, Outcome>,
+    /// Outcomes forced per row (before `forced`).
+    forced_rows: BTreeMap<&'static str, Outcome>,
     pick: Option<String>,
     log: Vec<String>,
 }
@@ -59,6 +61,7 @@ impl Toy {
             lagging: false,
             preds,
             forced: BTreeMap::new(),
+            forced_rows: BTreeMap::new(),
             pick: None,
             log: Vec::new(),
         }
@@ -80,6 +83,11 @@ impl Toy {
 
     fn force(&mut self, v: Verb, o: Outcome) -> &mut Self {
         self.forced.insert(v, o);
+        self
+    }
+
+    fn force_row(&mut self, row: &'static str, o: Outcome) -> &mut Self {
+        self.forced_rows.insert(row, o);
         self
     }
 
@@ -196,17 +204,45 @@ impl Host for Toy {
         }
         line.push(')');
         self.log.push(line);
-        if let Some(o) = self.forced.get(&a.verb) {
+        if let Some(o) = self.forced_rows.get(a.row).or_else(|| self.forced.get(&a.verb)) {
             return Ok(*o);
         }
+        // `match`: the stored copy must still read as the values the pass evaluated.
+        let matches = |ann: &BTreeMap<Key, String>| {
+            a.match_.iter().all(|(k, want)| {
+                let have = ann
+                    .get(k)
+                    .map_or(Value::Nil, |raw| noderotation::engine::value_of_annotation(*k, raw));
+                noderotation::engine::same_value(&have, want)
+            })
+        };
         let now = fmt_time(self.now);
         let outcome = match a.verb {
+            Verb::DeleteClaim => {
+                let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else {
+                    return Ok(Outcome::Gone);
+                };
+                let Some(claim) = self.store.claims.get_mut(&name) else {
+                    return Ok(Outcome::Gone);
+                };
+                let state = claim.ann.get(&Key::State).cloned().unwrap_or_else(|| "none".into());
+                let state = ClaimState::from_name(&state).unwrap_or(ClaimState::None);
+                if claim.deleting.is_none() && !a.from.contains(&state) {
+                    return Ok(Outcome::Raced);
+                }
+                claim.deleting.get_or_insert(self.now);
+                self.sync();
+                Outcome::Won
+            }
             Verb::AnnotateIf | Verb::Annotate | Verb::MarkExpired => {
                 let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else {
                     // Pool writes.
                     if let Some(k) = a.absent
                         && self.store.pool.contains_key(&k)
                     {
+                        return Ok(Outcome::Raced);
+                    }
+                    if !matches(&self.store.pool) {
                         return Ok(Outcome::Raced);
                     }
                     for (k, v) in &a.set {
@@ -230,6 +266,9 @@ impl Host for Toy {
                     return Ok(Outcome::Won);
                 }
                 if !a.from.is_empty() && !a.from.contains(&state) {
+                    return Ok(Outcome::Raced);
+                }
+                if !matches(&claim.ann) {
                     return Ok(Outcome::Raced);
                 }
                 for (k, v) in &a.set {
@@ -324,7 +363,16 @@ fn pending_with_ready_surge_moves_to_draining() {
     .pred(Pred::SurgeReady, Value::Bool(true))
     .pred(Pred::SurgePath, Value::Sym("provisioned".into()));
     let (fired, requeue) = toy.run();
-    ends_with(&fired, &["pending_entry", "pending_protect", "pending_surge_ready"]);
+    ends_with(
+        &fired,
+        &[
+            "pending_entry",
+            "pending_protect",
+            "pending_surge_ready",
+            "pending_surge_draining",
+            "pending_surge_delete",
+        ],
+    );
     assert_eq!(requeue, Duration::seconds(30));
     assert_eq!(
         toy.verbs(),
@@ -335,7 +383,7 @@ fn pending_with_ready_surge_moves_to_draining() {
             "annotate_if",
             "freeze",
             "annotate_if",
-            "annotate",
+            "annotate_if",
             "delete_claim"
         ]
     );
@@ -381,7 +429,7 @@ fn ready_timeout_rolls_back_and_announces_the_failure_once() {
             "reap_surge_claim",
             "delete_placeholder",
             "unfreeze",
-            "annotate",
+            "annotate_if",
             "emit",
             "event",
             "clear_anchor"
@@ -401,7 +449,7 @@ fn claim_finalized_during_rollback_announces_nothing_and_keeps_the_anchor() {
     toy.claim(|c| {
         c.ann.insert(Key::StartedAt, "2026-11-28T02:10:00Z".into());
     })
-    .force(Verb::Annotate, Outcome::Gone);
+    .force_row("rollback_mark_failed", Outcome::Gone);
     let (fired, requeue) = toy.run();
     ends_with(&fired, &["rollback_mark_failed", "rollback_claim_finalized"]);
     assert_eq!(requeue, Duration::seconds(30));
@@ -449,7 +497,7 @@ fn draining_without_deletion_reissues_the_delete() {
     let (fired, requeue) = toy.run();
     ends_with(&fired, &["dispatch_draining", "draining_mirror", "draining_redelete"]);
     assert_eq!(requeue, Duration::seconds(30));
-    assert_eq!(toy.verbs(), ["annotate", "delete_claim"]);
+    assert_eq!(toy.verbs(), ["annotate_if", "delete_claim"]);
 }
 
 #[test]

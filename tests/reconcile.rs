@@ -1049,6 +1049,16 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("never_ready_reap", a_surge_node_that_never_turns_ready_is_reaped_at_rollback),
     ("delete_conflict", a_conflict_on_the_reap_or_placeholder_delete_is_rechecked_and_retried),
     ("stale_start", a_start_judged_on_a_lagging_cache_loses_to_a_failure_stamped_since),
+    ("fresh_start_gates", a_start_gate_closed_on_the_fresh_read_holds_the_start),
+    ("fresh_retry_gates", a_retry_whose_gate_closed_on_the_fresh_read_is_held),
+    (
+        "stalled_surge_ready",
+        a_pass_stalled_in_the_surge_ready_writes_does_not_drain_a_rolled_back_claim,
+    ),
+    (
+        "stalled_rollback",
+        a_rollback_stalled_before_its_failure_write_does_not_fail_the_next_attempt,
+    ),
 ];
 
 #[test]
@@ -1983,4 +1993,201 @@ fn a_start_judged_on_a_lagging_cache_loses_to_a_failure_stamped_since() {
     fx.advance(Duration::minutes(11));
     fx.pass();
     assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+}
+/// The gates that decide a start (freeze, gate A, gate B) are read from the cache; the anchor
+/// write must find them still open on its fresh read of the pool.
+#[test]
+fn a_start_gate_closed_on_the_fresh_read_holds_the_start() {
+    type Close = fn(&Fx);
+    let starts: [(&str, Close); 3] = [
+        ("frozen", |fx| {
+            let until = fx.clock.now() + Duration::hours(1);
+            fx.set_pool_ann(Key::Freeze, Some(&until.to_rfc3339()));
+        }),
+        ("gate A", |fx| {
+            let at = fx.clock.now() - Duration::seconds(1);
+            fx.set_pool_ann(Key::LastRotationAt, Some(&at.to_rfc3339()));
+        }),
+        ("gate B", |fx| {
+            let at = fx.clock.now() - Duration::seconds(1);
+            fx.set_pool_ann(Key::LastFailureAt, Some(&at.to_rfc3339()));
+        }),
+    ];
+    for (gate, close) in starts {
+        for forceful in [false, true] {
+            let mut fx = if forceful {
+                let policy = policy_yaml(", forcefulFallback: {enabled: true}", None);
+                let fx = Fx::with(policy, pool_yaml(""));
+                fx.claim("c1", Duration::days(14) - Duration::minutes(30));
+                fx
+            } else {
+                let fx = Fx::new();
+                fx.claim("c1", Duration::days(10));
+                fx
+            };
+            // The cache shows the gates open; the store has just closed one.
+            lagging(&mut fx);
+            close(&fx);
+            fx.stale_pass();
+            assert!(
+                fx.pool_ann(Key::ActiveRotation).is_none(),
+                "{gate} (forceful: {forceful}): started on the cache's gates"
+            );
+            assert!(fx.claim_ann("c1", Key::State).is_none(), "{gate} ({forceful})");
+            assert!(!fx.deleting("c1"), "{gate} ({forceful})");
+            assert_eq!(fx.events("RotationStarted"), 0, "{gate} ({forceful})");
+            assert_eq!(fx.announced("emit:forceful_fallback"), 0, "{gate} ({forceful})");
+        }
+    }
+}
+
+/// A retry (failed -> pending) is a new attempt: the same gates must hold on a fresh read.
+#[test]
+fn a_retry_whose_gate_closed_on_the_fresh_read_is_held() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.set_claim_ann("c1", Key::State, Some("failed"));
+    fx.set_claim_ann("c1", Key::RetryCount, Some("1"));
+    fx.set_claim_ann("c1", Key::FailedAt, Some("2026-11-27T03:00:00Z")); // a day ago
+    fx.set_pool_ann(Key::ActiveRotation, Some("c1"));
+    lagging(&mut fx);
+    let at = fx.clock.now() - Duration::seconds(1);
+    fx.set_pool_ann(Key::LastFailureAt, Some(&at.to_rfc3339()));
+    fx.stale_pass();
+    assert_eq!(
+        fx.claim_ann("c1", Key::State).as_deref(),
+        Some("failed"),
+        "retried 1s after a failure, against failurePause 10m"
+    );
+    assert!(fx.placeholder("c1").is_none());
+}
+
+/// What the standby does to the rotation while the old leader's pass is stalled: the readyTimeout
+/// rollback (claim failed, anchor set cleared, pause stamped).
+fn standby_rolls_back(world: &noderotation::cluster::memory::MemoryCluster, claim: &str) {
+    let at = "2026-11-28T03:20:00Z".to_string();
+    world
+        .update_claim(claim, |c| {
+            let ann = c.metadata.annotations.get_or_insert_with(Default::default);
+            ann.insert(Key::State.full().into(), "failed".into());
+            ann.insert(Key::FailedAt.full().into(), at.clone());
+            ann.insert(Key::RetryCount.full().into(), "1".into());
+            ann.remove(Key::StartedAt.full());
+            ann.remove(Key::SurgeClaim.full());
+        })
+        .expect("claim");
+    world
+        .update_pool(POOL, |p| {
+            let ann = p.metadata.annotations.get_or_insert_with(Default::default);
+            for k in noderotation::engine::ANCHOR_CLEAR_SET {
+                ann.remove(k.full());
+            }
+            ann.insert(Key::LastFailureAt.full().into(), at.clone());
+        })
+        .expect("pool");
+}
+
+/// A leader whose pass stalls at one of the surge-ready writes while the standby rolls the
+/// rotation back: when the pass goes on, none of its remaining writes may land (the claim
+/// stays failed, nothing is deleted, the pool gets no draining mirror).
+#[test]
+fn a_pass_stalled_in_the_surge_ready_writes_does_not_drain_a_rolled_back_claim() {
+    type Write = fn(&str) -> bool;
+    let stalls: [(&str, Write); 3] = [
+        ("the mirror", |w| {
+            w.starts_with("patch NodePool") && w.contains("active-rotation-state=draining")
+        }),
+        ("the draining write", |w| {
+            w.starts_with("patch NodeClaim c1") && w.contains("/state=draining")
+        }),
+        ("the delete", |w| w.starts_with("delete NodeClaim c1")),
+    ];
+    for (at, when) in stalls {
+        let mut fx = Fx::new();
+        started(&mut fx);
+        fx.advance(Duration::minutes(3));
+        fx.provision_surge("c1", "s1");
+        let hook = fx.intercept();
+        let world = fx.world.clone();
+        hook.before_write(when, move || standby_rolls_back(&world, "c1"));
+        let _ = fx.ctl.reconcile_pool(POOL);
+        assert_eq!(
+            fx.claim_ann("c1", Key::State).as_deref(),
+            Some("failed"),
+            "stalled before {at}: a rolled-back claim was drained ({:?})",
+            hook.writes()
+        );
+        assert!(!fx.deleting("c1"), "stalled before {at}: a claim with no surge was deleted");
+        assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "stalled before {at}");
+        assert!(
+            fx.pool_ann(Key::ActiveRotationState).is_none(),
+            "stalled before {at}: a draining mirror on a pool with no rotation"
+        );
+    }
+}
+
+/// A leader whose rollback stalls before its failure write while the standby rolled back the
+/// same attempt and retried it: the stale write must not fail the new attempt or count again.
+#[test]
+fn a_rollback_stalled_before_its_failure_write_does_not_fail_the_next_attempt() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(16));
+    let hook = fx.intercept();
+    let world = fx.world.clone();
+    hook.before_write(
+        |w| w.starts_with("patch NodeClaim c1") && w.contains("/state=failed"),
+        move || {
+            standby_rolls_back(&world, "c1");
+            // ... and retried it: a new attempt, pending again with a new started-at.
+            world
+                .update_claim("c1", |c| {
+                    let ann = c.metadata.annotations.get_or_insert_with(Default::default);
+                    ann.insert(Key::State.full().into(), "pending".into());
+                    ann.insert(Key::StartedAt.full().into(), "2026-11-28T03:40:00Z".into());
+                })
+                .expect("claim");
+            world
+                .update_pool(POOL, |p| {
+                    let ann = p.metadata.annotations.get_or_insert_with(Default::default);
+                    ann.insert(Key::ActiveRotation.full().into(), "c1".into());
+                })
+                .expect("pool");
+        },
+    );
+    let _ = fx.ctl.reconcile_pool(POOL);
+    assert_eq!(
+        fx.claim_ann("c1", Key::State).as_deref(),
+        Some("pending"),
+        "the new attempt was failed by a stale rollback ({:?})",
+        hook.writes()
+    );
+    assert_eq!(fx.claim_ann("c1", Key::RetryCount).as_deref(), Some("1"), "counted twice");
+    assert_eq!(fx.announced("emit:failure"), 0, "a failure this pass did not write");
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+}
+
+/// The draining mirror is re-asserted only while the anchor still names the rotation: a pass
+/// reading a draining claim after another pass completed the rotation leaves no orphan mirror.
+#[test]
+fn a_stale_draining_view_does_not_mirror_onto_a_released_pool() {
+    let mut fx = Fx::new();
+    draining(&mut fx);
+    fx.set_pool_ann(Key::ActiveRotationState, None); // a GitOps sync stripped the mirror
+    lagging(&mut fx);
+    // Another pass (the standby, while this one stalled) completed the rotation.
+    fx.finalize("c1");
+    fx.set_pool(|p| {
+        let ann = p.metadata.annotations.get_or_insert_with(Default::default);
+        for k in noderotation::engine::ANCHOR_CLEAR_SET {
+            ann.remove(k.full());
+        }
+        ann.insert(Key::LastRotationAt.full().into(), "2026-11-28T03:10:00Z".into());
+    });
+    fx.stale_pass();
+    assert!(
+        fx.pool_ann(Key::ActiveRotationState).is_none(),
+        "a draining mirror on a pool with no rotation"
+    );
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
 }

@@ -130,14 +130,21 @@ fn generated_docs_are_fresh() {
 
 /// A copy of the minimal fixture rulebook with one textual edit.
 fn fixture_with(edit: (&str, &str, &str)) -> Result<Rulebook, String> {
-    let (file, from, to) = edit;
+    fixture_with_all(&[edit])
+}
+
+/// A copy of the minimal fixture rulebook with textual edits, in order.
+fn fixture_with_all(edits: &[(&str, &str, &str)]) -> Result<Rulebook, String> {
     let src = repo().join("tests/fixtures/rules-min");
-    let dir = tempdir(&format!("bad-{}", from.len() + to.len()));
+    let tag: usize = edits.iter().map(|(_, from, to)| from.len() + to.len()).sum();
+    let dir = tempdir(&format!("bad-{tag}"));
     for f in noderotation::rulebook::check::FILES {
         let mut text = std::fs::read_to_string(src.join(f)).expect("fixture file");
-        if f == file {
-            assert!(text.contains(from), "fixture {f} lacks {from:?}");
-            text = text.replacen(from, to, 1);
+        for (file, from, to) in edits {
+            if f == *file {
+                assert!(text.contains(from), "fixture {f} lacks {from:?}");
+                text = text.replacen(from, to, 1);
+            }
         }
         std::fs::write(dir.join(f), text).expect("write fixture");
     }
@@ -215,6 +222,26 @@ fn bad_rules_are_reported_with_file_line_and_column() {
         report.push_str(&format!("## {name}\n{err}\n\n"));
     }
     insta::assert_snapshot!(report);
+}
+
+/// A `holds=` guard is re-evaluated on the write's fresh read: it must be a bool and may name
+/// only what that read rebinds (`np`) or what no read changes (`policy`, `now`).
+#[test]
+fn a_holds_guard_may_name_only_what_the_fresh_read_rebinds() {
+    let param = (
+        "vocabulary.ron",
+        "(name: \"from\", ty: States, named: true),",
+        "(name: \"from\", ty: States, named: true),\n            (name: \"holds\", ty: Guard, named: true, optional: true),",
+    );
+    let with = |guard: &str| {
+        let to = format!("from=[none, busy], holds={guard}, set=");
+        fixture_with_all(&[param, ("transitions.ron", "from=[none, busy], set=", to.as_str())])
+    };
+    with("now == now").expect("a guard over now is accepted");
+    let err = with("cand.state == busy").expect_err("cand is the pass's copy");
+    assert!(err.contains("may name only np, policy and now (found `cand`)"), "{err}");
+    let err = with("now").expect_err("not a bool");
+    assert!(err.contains("takes a bool guard"), "{err}");
 }
 
 fn bin() -> Command {
@@ -365,8 +392,8 @@ fn rules_diff_shows_each_kind_of_change_in_context() {
             "a spec-table row remapped",
             vec![(
                 "spec-table.ron",
-                "rules: [\"pending_surge_path_unknown\", \"pending_surge_ready\"]",
-                "rules: [\"pending_surge_ready\", \"pending_wait\"]",
+                "rules: [\"pending_surge_path_unknown\", \"pending_surge_ready\", \"pending_surge_draining\", \"pending_surge_delete\"]",
+                "rules: [\"pending_surge_ready\", \"pending_surge_draining\", \"pending_surge_delete\", \"pending_wait\"]",
             )],
         ),
         (

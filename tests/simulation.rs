@@ -152,6 +152,27 @@ fn invariants_hold_under_faults() {
     assert!(rotations > 100, "{rotations}");
 }
 
+/// `stalledPass` often: passes stall in a write while the standby leads, then go on; the
+/// deposed leader's fence refuses what they would still write.
+#[test]
+fn stalled_passes_resume_behind_the_fence() {
+    let mut plan = (*scenario("tight-race.yaml")).clone();
+    plan.faults.rates.stalled_pass = 0.3;
+    let plan = Arc::new(plan);
+    let mut stalled = 0;
+    let mut failed = Vec::new();
+    for seed in 1..=4 {
+        let r =
+            run(Arc::clone(&plan), &opts(seed, Duration::hours(12), true, embedded()), &mut |_| {});
+        stalled += r.stalled_passes;
+        if !r.violations.is_empty() {
+            failed.push(explain(&r));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert!(stalled >= 4, "passes must stall now and then: {stalled}");
+}
+
 fn copy_rules(name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules");
     let dst = std::env::temp_dir().join(format!("noderotation-{name}-{}", std::process::id()));

@@ -27,8 +27,9 @@ pub struct SimulateArgs {
     /// Simulated weeks (default: the scenario's, 8 for the built-in fleet).
     #[arg(long)]
     pub weeks: Option<f64>,
-    /// Inject faults: crashes, leader changes, conflicts, transient errors, cache lag, late or
-    /// lost wake-ups, provisioning that never completes, stuck drains, preemptions.
+    /// Inject faults: crashes, leader changes, passes stalled while the standby takes the
+    /// Lease, conflicts, transient errors, cache lag, late or lost wake-ups, provisioning that
+    /// never completes, stuck drains, preemptions.
     #[arg(long)]
     pub faults: bool,
     /// Run this many seeds (from --seed on) and report invariant violations and throughput.
@@ -261,10 +262,11 @@ pub fn simulate(args: &SimulateArgs) -> anyhow::Result<i32> {
     print!("{}", table(&ours.figures, alone.as_ref()));
     println!();
     println!(
-        "controller: {} passes, {} restarts, {} leader changes; {} simulated steps ({:.0} steps/s)",
+        "controller: {} passes, {} restarts, {} leader changes ({} with a stalled pass); {} simulated steps ({:.0} steps/s)",
         ours.passes,
         ours.restarts,
         ours.leader_changes,
+        ours.stalled_passes,
         ours.steps,
         ours.steps as f64 / ours_wall.as_secs_f64().max(1e-9)
     );

@@ -255,7 +255,7 @@ pub fn uninstall(cluster: &dyn Cluster, dry_run: bool) -> Report {
             report.changes.push(change);
             continue;
         }
-        match cluster.delete(&target, pod.metadata.uid.as_deref()) {
+        match cluster.delete(&target, pod.metadata.uid.as_deref(), None) {
             Ok(()) => report.changes.push(change),
             Err(ApiError::NotFound) => {}
             Err(e) => report.errors.push(format!("{target}: delete: {e}")),

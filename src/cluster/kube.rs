@@ -7,7 +7,12 @@
 //! is no cache of every pod in the cluster). Writes are JSON merge patches on
 //! `metadata.annotations` (a `null` value removes a key) and, for nodes, `spec.unschedulable`;
 //! a resourceVersion precondition travels in the patch body as `metadata.resourceVersion`, so
-//! the API server answers 409 when the object moved on. Deletes carry a uid precondition.
+//! the API server answers 409 when the object moved on. Deletes carry a uid precondition (and
+//! the resourceVersion of the read that verified them, when the caller has one).
+//!
+//! The watches and the requests may use two clients ([`KubeCluster::start_with`]): `run` bounds
+//! every request ([`Requests::timeout`], on top of the client's own connect/read/write bounds)
+//! while a watch may stay quiet for minutes.
 //!
 //! # Threads
 //!
@@ -145,9 +150,19 @@ struct Stores {
     policies: Store<RotationPolicy>,
 }
 
+/// The client of the requests (reads, writes, Events) and the bound of each.
+#[derive(Clone)]
+pub struct Requests {
+    pub client: Client,
+    /// A request (with whatever the client does inside it) that has not answered by then is
+    /// abandoned: `Transient`, the write may or may not have been applied.
+    pub timeout: Option<std::time::Duration>,
+}
+
 /// The kube-rs cluster. Cheap to share (`Arc`); see the module docs for the threading rule.
 pub struct KubeCluster {
     client: Client,
+    timeout: Option<std::time::Duration>,
     handle: Handle,
     namespace: String,
     stores: Stores,
@@ -257,6 +272,17 @@ impl KubeCluster {
         namespace: impl Into<String>,
         reporter: Reporter,
     ) -> (Arc<KubeCluster>, mpsc::UnboundedReceiver<Change>) {
+        let requests = Requests { client: client.clone(), timeout: None };
+        KubeCluster::start_with(client, requests, namespace, reporter)
+    }
+
+    /// [`KubeCluster::start`] with the watches on `client` and every request on `requests`.
+    pub fn start_with(
+        client: Client,
+        requests: Requests,
+        namespace: impl Into<String>,
+        reporter: Reporter,
+    ) -> (Arc<KubeCluster>, mpsc::UnboundedReceiver<Change>) {
         let namespace = namespace.into();
         let generation = Arc::new(AtomicU64::new(0));
         let (tx, rx) = mpsc::unbounded_channel();
@@ -305,9 +331,11 @@ impl KubeCluster {
                 ObjectKind::RotationPolicy,
             ),
         };
-        let recorder = EventSink::new(client.clone(), reporter.controller, reporter.instance);
+        let recorder =
+            EventSink::new(requests.client.clone(), reporter.controller, reporter.instance);
         let cluster = KubeCluster {
-            client,
+            client: requests.client,
+            timeout: requests.timeout,
             handle: Handle::current(),
             namespace,
             stores,
@@ -347,6 +375,7 @@ impl KubeCluster {
         let recorder = EventSink::new(client.clone(), reporter.controller, reporter.instance);
         Ok(Arc::new(KubeCluster {
             client,
+            timeout: None,
             handle: Handle::current(),
             namespace,
             stores,
@@ -397,6 +426,24 @@ impl KubeCluster {
 
     fn block<F: std::future::Future>(&self, fut: F) -> F::Output {
         self.handle.block_on(fut)
+    }
+
+    /// One request, bounded by [`Requests::timeout`], its error mapped.
+    fn request<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, kube::Error>>,
+        creating: bool,
+    ) -> Result<T, ApiError> {
+        let answer = match self.timeout {
+            Some(bound) => match self.block(tokio::time::timeout(bound, fut)) {
+                Ok(answer) => answer,
+                Err(_) => {
+                    return Err(ApiError::Transient(format!("no answer within {bound:?}")));
+                }
+            },
+            None => self.block(fut),
+        };
+        answer.map_err(|e| map_error(e, creating))
     }
 
     fn resource(kind: ObjectKind) -> ApiResource {
@@ -524,17 +571,17 @@ impl Cluster for KubeCluster {
 
     fn get_pool(&self, name: &str) -> Result<Option<NodePool>, ApiError> {
         let api = Api::<NodePool>::all(self.client.clone());
-        self.block(api.get_opt(name)).map_err(|e| map_error(e, false))
+        self.request(api.get_opt(name), false)
     }
 
     fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, ApiError> {
         let api = Api::<NodeClaim>::all(self.client.clone());
-        self.block(api.get_opt(name)).map_err(|e| map_error(e, false))
+        self.request(api.get_opt(name), false)
     }
 
     fn get_node(&self, name: &str) -> Result<Option<Node>, ApiError> {
         let api = Api::<Node>::all(self.client.clone());
-        self.block(api.get_opt(name)).map_err(|e| map_error(e, false))
+        self.request(api.get_opt(name), false)
     }
 
     fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
@@ -545,7 +592,7 @@ impl Cluster for KubeCluster {
     fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
         let api = Api::<Pod>::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        self.block(api.list(&params)).map(|list| list.items).map_err(|e| map_error(e, false))
+        self.request(api.list(&params), false).map(|list| list.items)
     }
 
     fn patch(
@@ -558,19 +605,22 @@ impl Cluster for KubeCluster {
         let api = self.dynamic_api(target);
         let params =
             PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
-        self.block(api.patch(&target.name, &params, &KubePatch::Merge(&body)))
-            .map(|_| ())
-            .map_err(|e| map_error(e, false))
+        self.request(api.patch(&target.name, &params, &KubePatch::Merge(&body)), false).map(|_| ())
     }
 
-    fn delete(&self, target: &ObjectRef, uid: Option<&str>) -> Result<(), ApiError> {
+    fn delete(
+        &self,
+        target: &ObjectRef,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
         let api = self.dynamic_api(target);
-        let params = DeleteParams {
-            preconditions: uid
-                .map(|uid| Preconditions { uid: Some(uid.to_string()), resource_version: None }),
-            ..DeleteParams::default()
-        };
-        self.block(api.delete(&target.name, &params)).map(|_| ()).map_err(|e| map_error(e, false))
+        let preconditions = (uid.is_some() || resource_version.is_some()).then(|| Preconditions {
+            uid: uid.map(str::to_string),
+            resource_version: resource_version.map(str::to_string),
+        });
+        let params = DeleteParams { preconditions, ..DeleteParams::default() };
+        self.request(api.delete(&target.name, &params), false).map(|_| ())
     }
 
     fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError> {
@@ -578,7 +628,7 @@ impl Cluster for KubeCluster {
         let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
         let params =
             PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
-        self.block(api.create(&params, pod)).map_err(|e| map_error(e, true))
+        self.request(api.create(&params, pod), true)
     }
 
     fn update_policy_status(
@@ -593,7 +643,7 @@ impl Cluster for KubeCluster {
         let resource_version = match resource_version {
             Some(rv) => rv.to_string(),
             None => {
-                let current = self.block(api.get_opt(name)).map_err(|e| map_error(e, false))?;
+                let current = self.request(api.get_opt(name), false)?;
                 current.and_then(|p| p.resource_version()).ok_or(ApiError::NotFound)?
             }
         };
@@ -603,16 +653,13 @@ impl Cluster for KubeCluster {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         let params =
             PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
-        self.block(api.replace_status(name, &params, &body))
-            .map(|_| ())
-            .map_err(|e| map_error(e, false))
+        self.request(api.replace_status(name, &params, &body), false).map(|_| ())
     }
 
     fn record_event(&self, event: &EventRecord) -> Result<(), ApiError> {
         let reference = self.object_reference(&event.object);
         let note = truncate(&event.message, 1024);
-        self.block(self.recorder.publish(&reference, event.warning, &event.reason, &note))
-            .map_err(|e| map_error(e, true))
+        self.request(self.recorder.publish(&reference, event.warning, &event.reason, &note), true)
     }
 }
 

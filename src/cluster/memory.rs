@@ -743,10 +743,20 @@ impl State {
         Ok(())
     }
 
-    fn delete<T: Kind>(&mut self, key: &Key, uid: Option<&str>) -> Result<(), ApiError> {
+    fn delete<T: Kind>(
+        &mut self,
+        key: &Key,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
         let current = self.get::<T>(key).ok_or(ApiError::NotFound)?;
         if let Some(uid) = uid
             && current.meta().uid.as_deref() != Some(uid)
+        {
+            return Err(ApiError::Conflict);
+        }
+        if let Some(rv) = resource_version
+            && current.meta().resource_version.as_deref() != Some(rv)
         {
             return Err(ApiError::Conflict);
         }
@@ -1199,7 +1209,7 @@ impl MemoryCluster {
     pub fn delete_object(&self, target: &ObjectRef) -> bool {
         let Ok(key) = key_for(target) else { return false };
         let mut st = self.lock();
-        with_kind!(target.kind, T => st.delete::<T>(&key, None).is_ok())
+        with_kind!(target.kind, T => st.delete::<T>(&key, None, None).is_ok())
     }
 
     /// Removes the object at once, ignoring finalizers. `false` if it does not exist.
@@ -1284,10 +1294,16 @@ impl Cluster for MemoryCluster {
         })
     }
 
-    fn delete(&self, target: &ObjectRef, uid: Option<&str>) -> Result<(), ApiError> {
-        self.call(ApiVerb::Delete, target, uid.is_some(), |st| {
+    fn delete(
+        &self,
+        target: &ObjectRef,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let precondition = uid.is_some() || resource_version.is_some();
+        self.call(ApiVerb::Delete, target, precondition, |st| {
             let key = key_for(target)?;
-            with_kind!(target.kind, T => st.delete::<T>(&key, uid))
+            with_kind!(target.kind, T => st.delete::<T>(&key, uid, resource_version))
         })
     }
 
@@ -1435,7 +1451,7 @@ mod tests {
         assert_eq!(c.get_pool("x"), Ok(None));
         assert_eq!(c.get_node("x"), Ok(None));
         assert_eq!(c.patch(&claim_ref("x"), &annotate("k", "v"), None), Err(ApiError::NotFound));
-        assert_eq!(c.delete(&claim_ref("x"), None), Err(ApiError::NotFound));
+        assert_eq!(c.delete(&claim_ref("x"), None, None), Err(ApiError::NotFound));
         let status = RotationPolicyStatus::default();
         assert_eq!(c.update_policy_status("x", &status, None), Err(ApiError::NotFound));
         assert_eq!(c.pods_on_node("x"), Ok(vec![]));
@@ -1446,14 +1462,14 @@ mod tests {
         let (c, clock) = cluster();
         c.apply_claim(claim("a")).unwrap();
         clock.advance(Duration::minutes(5));
-        c.delete(&claim_ref("a"), None).unwrap();
+        c.delete(&claim_ref("a"), None, None).unwrap();
         let deleting = c.get_claim("a").unwrap().unwrap();
         assert!(deleting.is_deleting());
         assert_eq!(deleting.metadata.deletion_timestamp, Some(to_time(clock.now())));
         assert!(c.cache().claims["a"].is_deleting(), "the cache sees the deletionTimestamp");
         // A second delete is accepted and changes nothing; metadata writes still work.
         let rv = rv_of(&c, "a");
-        c.delete(&claim_ref("a"), None).unwrap();
+        c.delete(&claim_ref("a"), None, None).unwrap();
         assert_eq!(rv_of(&c, "a"), rv);
         c.patch(&claim_ref("a"), &annotate("k", "v"), Some(&rv)).unwrap();
         // The world's update cannot clear the deletionTimestamp.
@@ -1463,7 +1479,7 @@ mod tests {
         assert!(c.remove_finalizer(&claim_ref("a"), TERMINATION));
         assert_eq!(c.get_claim("a"), Ok(None));
         assert!(!c.cache().claims.contains_key("a"));
-        assert_eq!(c.delete(&claim_ref("a"), None), Err(ApiError::NotFound));
+        assert_eq!(c.delete(&claim_ref("a"), None, None), Err(ApiError::NotFound));
     }
 
     #[test]
@@ -1471,9 +1487,9 @@ mod tests {
         let (c, _) = cluster();
         c.apply_node(node("n1")).unwrap();
         c.apply_pod(pod(NS, "p", Some("n1"), true)).unwrap();
-        c.delete(&ObjectRef::cluster(ObjectKind::Node, "n1"), None).unwrap();
+        c.delete(&ObjectRef::cluster(ObjectKind::Node, "n1"), None, None).unwrap();
         assert_eq!(c.get_node("n1"), Ok(None));
-        c.delete(&ObjectRef::pod(NS, "p"), None).unwrap();
+        c.delete(&ObjectRef::pod(NS, "p"), None, None).unwrap();
         assert!(c.pod(NS, "p").is_none());
         assert!(c.pods_on_node("n1").unwrap().is_empty());
         assert!(c.cache().placeholders.is_empty());
@@ -1484,15 +1500,19 @@ mod tests {
         let (c, _) = cluster();
         let first = c.apply_claim(claim("a")).unwrap();
         let old_uid = first.metadata.uid.clone().unwrap();
-        assert_eq!(c.delete(&claim_ref("a"), Some("someone-else")), Err(ApiError::Conflict));
+        assert_eq!(c.delete(&claim_ref("a"), Some("someone-else"), None), Err(ApiError::Conflict));
         assert!(!c.claim("a").unwrap().is_deleting());
         // A new incarnation under the same name.
         assert!(c.delete_now(&claim_ref("a")));
         let second = c.apply_claim(claim("a")).unwrap();
         let new_uid = second.metadata.uid.clone().unwrap();
         assert_ne!(old_uid, new_uid);
-        assert_eq!(c.delete(&claim_ref("a"), Some(&old_uid)), Err(ApiError::Conflict));
-        c.delete(&claim_ref("a"), Some(&new_uid)).unwrap();
+        assert_eq!(c.delete(&claim_ref("a"), Some(&old_uid), None), Err(ApiError::Conflict));
+        let rv = c.get_claim("a").unwrap().unwrap().metadata.resource_version.unwrap();
+        let stale = Some("1");
+        assert_ne!(Some(rv.as_str()), stale);
+        assert_eq!(c.delete(&claim_ref("a"), Some(&new_uid), stale), Err(ApiError::Conflict));
+        c.delete(&claim_ref("a"), Some(&new_uid), Some(&rv)).unwrap();
         assert!(c.claim("a").unwrap().is_deleting());
     }
 
@@ -1688,14 +1708,14 @@ mod tests {
         let err = c.patch(&claim_ref("a"), &annotate("k", "v"), None);
         assert!(matches!(err, Err(ApiError::Transient(_))));
         assert_eq!(annotation(&c.claim("a").unwrap(), "k").as_deref(), Some("v"));
-        let err = c.delete(&claim_ref("a"), None);
+        let err = c.delete(&claim_ref("a"), None, None);
         assert!(matches!(err, Err(ApiError::Transient(_))));
         assert!(!c.claim("a").unwrap().is_deleting(), "transient before applying");
         assert!(c.get_claim("a").unwrap().is_some(), "reads proceed");
         let counts = c.write_counts();
         assert_eq!((counts.patch, counts.delete, counts.failed), (1, 0, 2));
         c.clear_faults();
-        c.delete(&claim_ref("a"), None).unwrap();
+        c.delete(&claim_ref("a"), None, None).unwrap();
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::{RotationPolicy, RotationPolicyStatus};
 
 pub mod events;
+pub mod fence;
 pub mod kube;
 pub mod memory;
 
@@ -43,6 +44,9 @@ pub enum ApiError {
     /// 5xx, timeout, connection reset: the write may or may not have been applied.
     #[error("transient: {0}")]
     Transient(String),
+    /// Not sent: this replica's leader Lease deadline has passed ([`fence::Fence`]).
+    #[error("fenced: {0}")]
+    Fenced(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -145,10 +149,15 @@ pub trait Cluster: Send + Sync {
         resource_version: Option<&str>,
     ) -> Result<(), ApiError>;
 
-    /// Deletes the object; with `uid`, only that incarnation (else `Conflict`). `NotFound` when
-    /// it does not exist. Objects with finalizers get a deletionTimestamp and stay until
-    /// finalized.
-    fn delete(&self, target: &ObjectRef, uid: Option<&str>) -> Result<(), ApiError>;
+    /// Deletes the object; with `uid`, only that incarnation, with `resource_version`, only if
+    /// the object still has it (else `Conflict`). `NotFound` when it does not exist. Objects
+    /// with finalizers get a deletionTimestamp and stay until finalized.
+    fn delete(
+        &self,
+        target: &ObjectRef,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError>;
 
     /// Creates a pod (the placeholder) and returns it as the API server stored it (its
     /// `metadata.uid` identifies what the controller created). `AlreadyExists` when the name is

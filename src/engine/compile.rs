@@ -47,6 +47,8 @@ pub struct VerbCall {
     pub for_: Option<Ir>,
     pub from: Vec<ClaimState>,
     pub absent: Option<Key>,
+    pub match_: Vec<(Key, Ir)>,
+    pub holds: Option<Ir>,
     pub set: Vec<(Key, Ir)>,
     pub once: Vec<(Key, Ir)>,
     pub incr: Vec<Key>,
@@ -83,6 +85,11 @@ pub struct Action<'r> {
     pub for_: Option<String>,
     pub from: &'r [ClaimState],
     pub absent: Option<Key>,
+    /// Annotations the fresh copy must still read as these values (evaluated on this pass's
+    /// read; nil: absent or unreadable).
+    pub match_: Vec<(Key, Value)>,
+    /// A guard the verb re-evaluates on its fresh read ([`Action::holds_on`]).
+    pub holds: Option<&'r Ir>,
     /// Keys to write; keys whose value evaluated to nil are left out.
     pub set: Vec<(Key, Value)>,
     /// Keys to write only when absent or unreadable.
@@ -100,6 +107,15 @@ impl Action<'_> {
     /// The target as an object, if it is one (nil targets are `None`).
     pub fn target_obj(&self) -> Option<&ObjRef> {
         self.target.as_object()
+    }
+
+    /// Whether the `holds=` guard is true on `facts` (the host's fresh read); `true` without
+    /// one. The checker allows only `np`, `policy` and `now` in it, so no outcome is read.
+    pub fn holds_on(&self, facts: &dyn super::Facts) -> Result<bool, String> {
+        match self.holds {
+            Some(g) => super::eval::truth(g, facts, &[]),
+            None => Ok(true),
+        }
     }
 }
 
@@ -228,6 +244,8 @@ fn verb(s: &RStatement, ctx: &mut Ctx) -> Result<VerbCall, String> {
         for_: None,
         from: Vec::new(),
         absent: None,
+        match_: Vec::new(),
+        holds: None,
         set: Vec::new(),
         once: Vec::new(),
         incr: Vec::new(),
@@ -274,6 +292,8 @@ fn verb(s: &RStatement, ctx: &mut Ctx) -> Result<VerbCall, String> {
                     .collect::<Result<_, _>>()?
             }
             "absent" => call.absent = keys(arg)?.into_iter().next(),
+            "match" => call.match_ = set(arg, ctx)?,
+            "holds" => call.holds = Some(expr(arg, ctx)?),
             "set" => call.set = set(arg, ctx)?,
             "once" => call.once = set(arg, ctx)?,
             "incr" => call.incr = keys(arg)?,

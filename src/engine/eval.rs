@@ -83,7 +83,8 @@ fn unreachable_op(op: BinOp) -> Result<Value, String> {
     Err(format!("`{}` compiled as a plain binary operator", op.symbol()))
 }
 
-fn equal(l: &Value, r: &Value) -> bool {
+/// Equality as guards compare (a name equals the same symbol).
+pub fn equal(l: &Value, r: &Value) -> bool {
     match (l, r) {
         (Value::Name(a) | Value::Sym(a), Value::Name(b) | Value::Sym(b)) => a == b,
         _ => l == r,
@@ -181,6 +182,12 @@ pub(super) fn bind<'r>(
         for_: name_of(eval(&call.for_)?),
         from: &call.from,
         absent: call.absent,
+        match_: call
+            .match_
+            .iter()
+            .map(|(k, e)| Ok((*k, value(e, facts, outcomes)?)))
+            .collect::<Result<_, String>>()?,
+        holds: call.holds.as_ref(),
         set: set(&call.set)?,
         once: set(&call.once)?,
         incr: &call.incr,

@@ -16,7 +16,7 @@ use chrono::Duration;
 use include_dir::{Dir, include_dir};
 
 pub use compile::{Action, Row, Then, VerbCall};
-pub use eval::parse_annotation as value_of_annotation;
+pub use eval::{equal as same_value, parse_annotation as value_of_annotation};
 pub use value::{ObjRef, Value};
 pub use vocab::*;
 

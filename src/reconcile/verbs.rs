@@ -130,11 +130,33 @@ impl<'c> PassHost<'c> {
         })
     }
 
-    /// Read fresh, decide, write with the read's resourceVersion; on 409 start over.
+    /// Evaluates the action's `holds=` guard with the pool read fresh: the target's fresh copy
+    /// when it is the pool, else a fresh read of the pool in this attempt (a pool gone: false).
+    fn holds_fresh(&mut self, a: &Action<'_>, fresh: &Fresh) -> Result<bool, HostError> {
+        if a.holds.is_none() {
+            return Ok(true);
+        }
+        let pool = match fresh {
+            Fresh::Pool(p) => Some(p.as_ref().clone()),
+            Fresh::Claim(_) | Fresh::Node(_) => {
+                let name = self.snap.pool_name().to_string();
+                self.ctx.cluster.get_pool(&name).map_err(|e| fail(a.verb, e))?
+            }
+        };
+        let Some(pool) = pool else { return Ok(false) };
+        let cached = self.snap.pool.replace(pool);
+        let holds = a.holds_on(&self.snap);
+        self.snap.pool = cached;
+        holds.map_err(|m| fail(a.verb, m))
+    }
+
+    /// Read fresh, decide, write with the read's resourceVersion; on 409 start over. With
+    /// `recheck`, its `holds=` guard must also be true on this attempt's fresh read.
     fn conditional(
         &mut self,
         verb: Verb,
         obj: &ObjRef,
+        recheck: Option<&Action<'_>>,
         mut decide: impl FnMut(&Fresh) -> Decide,
     ) -> Result<Outcome, HostError> {
         let Some(target) = self.cluster_ref(obj) else { return Ok(Outcome::Gone) };
@@ -142,6 +164,11 @@ impl<'c> PassHost<'c> {
             let Some(fresh) = self.fresh(obj).map_err(|e| fail(verb, e))? else {
                 return Ok(Outcome::Gone);
             };
+            if let Some(a) = recheck
+                && !self.holds_fresh(a, &fresh)?
+            {
+                return Ok(Outcome::Raced);
+            }
             match decide(&fresh) {
                 Decide::Skip(outcome) => return Ok(outcome),
                 Decide::Write(patch, outcome) => {
@@ -415,7 +442,7 @@ impl<'c> PassHost<'c> {
             };
         }
         let (set, clear, incr) = (a.set.clone(), a.clear.to_vec(), a.incr.to_vec());
-        self.conditional(a.verb, &obj, |fresh| {
+        self.conditional(a.verb, &obj, None, |fresh| {
             let mut patch = Self::patch_of(&set, &clear, fresh.meta());
             for k in &incr {
                 // Saturating: a count at its limit stays there instead of wrapping or panicking.
@@ -428,7 +455,7 @@ impl<'c> PassHost<'c> {
 
     fn annotate_if(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(obj) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
-        let (from, absent) = (a.from.to_vec(), a.absent);
+        let (from, absent, matches) = (a.from.to_vec(), a.absent, a.match_.clone());
         let (set, once, clear) = (a.set.clone(), a.once.clone(), a.clear.to_vec());
         // What this pass judged: its own copy (the cache plus its own writes).
         let judged: Vec<(Key, Option<String>)> = a
@@ -436,7 +463,8 @@ impl<'c> PassHost<'c> {
             .iter()
             .map(|k| (*k, self.meta(&obj).and_then(|m| annotation(m, *k)).map(str::to_string)))
             .collect();
-        self.conditional(a.verb, &obj, |fresh| {
+        let incr = a.incr.to_vec();
+        self.conditional(a.verb, &obj, Some(a), |fresh| {
             let meta = fresh.meta();
             if !from.is_empty() && !from.contains(&state_of(meta)) {
                 return Decide::Skip(Outcome::Raced);
@@ -449,6 +477,14 @@ impl<'c> PassHost<'c> {
             {
                 return Decide::Skip(Outcome::Raced);
             }
+            let moved = matches.iter().any(|(k, want)| {
+                let have = annotation(meta, *k)
+                    .map_or(Value::Nil, |raw| crate::engine::value_of_annotation(*k, raw));
+                !crate::engine::same_value(&have, want)
+            });
+            if moved {
+                return Decide::Skip(Outcome::Raced);
+            }
             let mut patch = Self::patch_of(&set, &clear, meta);
             for (k, v) in &once {
                 if unreadable(meta, *k)
@@ -456,6 +492,11 @@ impl<'c> PassHost<'c> {
                 {
                     patch.set.insert(full(*k), s);
                 }
+            }
+            for k in &incr {
+                // Saturating, as in `annotate`.
+                let n = crate::policy::derive::parse_retry_count(annotation(meta, *k));
+                patch.set.insert(full(*k), n.saturating_add(1).to_string());
             }
             if patch.is_empty() {
                 Decide::Skip(Outcome::Won)
@@ -477,7 +518,7 @@ impl<'c> PassHost<'c> {
     fn clear_anchor(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let name = a.name.clone();
         let set = a.set.clone();
-        let outcome = self.conditional(a.verb, &ObjRef::Pool, |fresh| {
+        let outcome = self.conditional(a.verb, &ObjRef::Pool, None, |fresh| {
             let meta = fresh.meta();
             if name.is_none() || annotation(meta, Key::ActiveRotation) != name.as_deref() {
                 return Decide::Skip(Outcome::Raced);
@@ -494,7 +535,7 @@ impl<'c> PassHost<'c> {
         let name = a.name.clone();
         let now = self.snap.now;
         let mut verified: Option<NodePool> = None;
-        let outcome = self.conditional(a.verb, &ObjRef::Pool, |fresh| {
+        let outcome = self.conditional(a.verb, &ObjRef::Pool, None, |fresh| {
             let Fresh::Pool(pool) = fresh else { return Decide::Skip(Outcome::Gone) };
             let meta = &pool.metadata;
             if name.is_none() || annotation(meta, Key::ActiveRotation) != name.as_deref() {
@@ -522,7 +563,7 @@ impl<'c> PassHost<'c> {
     fn mark_expired(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(obj) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
         let (from, clear) = (a.from.to_vec(), a.clear.to_vec());
-        self.conditional(a.verb, &obj, |fresh| {
+        self.conditional(a.verb, &obj, None, |fresh| {
             let state = state_of(fresh.meta());
             if state == ClaimState::Expired {
                 return Decide::Skip(Outcome::Won);
@@ -611,7 +652,7 @@ impl<'c> PassHost<'c> {
     fn freeze(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(obj @ ObjRef::Node(_)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
         let Some(owner) = a.for_.clone() else { return Err(fail(a.verb, "freeze without `for`")) };
-        self.conditional(a.verb, &obj, |fresh| {
+        self.conditional(a.verb, &obj, None, |fresh| {
             let meta = fresh.meta();
             let mut set = vec![(Key::SurgeFor, Value::Name(owner.clone()))];
             let operators = annotation(meta, Key::DoNotDisrupt) == Some("true")
@@ -691,7 +732,7 @@ impl<'c> PassHost<'c> {
         }
         for name in names {
             let owner = owner.clone();
-            self.conditional(a.verb, &ObjRef::Node(name), |fresh| {
+            self.conditional(a.verb, &ObjRef::Node(name), None, |fresh| {
                 let Fresh::Node(node) = fresh else { return Decide::Skip(Outcome::Won) };
                 if annotation(&node.metadata, Key::SurgeFor) != Some(owner.as_str()) {
                     return Decide::Skip(Outcome::Won);
@@ -704,7 +745,7 @@ impl<'c> PassHost<'c> {
 
     fn cordon(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(obj @ ObjRef::Node(_)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
-        self.conditional(a.verb, &obj, |fresh| {
+        self.conditional(a.verb, &obj, None, |fresh| {
             let Fresh::Node(node) = fresh else { return Decide::Skip(Outcome::Gone) };
             if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
                 // Ours already, or the operator's: never adopted (§3.4).
@@ -783,7 +824,7 @@ impl<'c> PassHost<'c> {
         // on the claim while the attempt is still pending. A crash (or a lost response) before
         // the record leaves a pod nobody recorded: the next pass removes it and creates anew.
         if let Some(uid) = created.metadata.uid {
-            self.conditional(a.verb, &ObjRef::Claim(name), |fresh| {
+            self.conditional(a.verb, &ObjRef::Claim(name), None, |fresh| {
                 if state_of(fresh.meta()) != ClaimState::Pending {
                     return Decide::Skip(Outcome::Raced);
                 }
@@ -839,7 +880,7 @@ impl<'c> PassHost<'c> {
         uid: Option<String>,
     ) -> Result<Outcome, HostError> {
         for _ in 0..ATTEMPTS {
-            match self.ctx.cluster.delete(&target, uid.as_deref()) {
+            match self.ctx.cluster.delete(&target, uid.as_deref(), None) {
                 Ok(()) => {
                     self.ctx.writes += 1;
                     self.wrote = true;
@@ -869,13 +910,36 @@ impl<'c> PassHost<'c> {
         Err(fail(verb, format!("{target}: delete kept conflicting under {ATTEMPTS} attempts")))
     }
 
+    /// The old claim's delete, only while a fresh read shows its state in `from`, with that
+    /// read's uid and resourceVersion as preconditions (a 409 re-reads and re-checks).
     fn delete_claim(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
-        let uid = self.snap.claim(&name).and_then(|c| c.metadata.uid.clone());
-        if self.snap.claim(&name).is_some_and(|c| c.metadata.deletion_timestamp.is_some()) {
-            return Ok(Outcome::Won);
+        let target = ObjectRef::cluster(ObjectKind::NodeClaim, name.clone());
+        for _ in 0..ATTEMPTS {
+            let Some(claim) = self.ctx.cluster.get_claim(&name).map_err(|e| fail(a.verb, e))?
+            else {
+                return Ok(Outcome::Gone);
+            };
+            let meta = &claim.metadata;
+            if meta.deletion_timestamp.is_some() {
+                return Ok(Outcome::Won);
+            }
+            if !a.from.contains(&state_of(meta)) {
+                return Ok(Outcome::Raced);
+            }
+            let (uid, rv) = (meta.uid.as_deref(), meta.resource_version.as_deref());
+            match self.ctx.cluster.delete(&target, uid, rv) {
+                Ok(()) => {
+                    self.ctx.writes += 1;
+                    self.wrote = true;
+                    return Ok(Outcome::Won);
+                }
+                Err(ApiError::Conflict) => continue,
+                Err(ApiError::NotFound) => return Ok(Outcome::Gone),
+                Err(e) => return Err(fail(a.verb, e)),
+            }
         }
-        self.delete(a.verb, ObjectRef::cluster(ObjectKind::NodeClaim, name), uid)
+        Err(fail(a.verb, format!("{target} kept changing under {ATTEMPTS} conditional deletes")))
     }
 
     fn reap_surge_claim(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
@@ -938,7 +1002,7 @@ impl<'c> PassHost<'c> {
             ObjRef::Node(n) => self.snap.claim_on_node(n).and_then(|c| c.metadata.name.clone()),
             _ => None,
         };
-        self.conditional(a.verb, &obj, |fresh| {
+        self.conditional(a.verb, &obj, None, |fresh| {
             let Fresh::Node(node) = fresh else { return Decide::Skip(Outcome::Gone) };
             let meta = &node.metadata;
             match annotation(meta, Key::SurgeFor) {

@@ -220,6 +220,9 @@ pub enum ParamType {
     Key,
     /// `{key: value}` for annotations of the target, typed by the reference.
     Set,
+    /// A bool guard the verb re-evaluates on its fresh read (`np` and the target read fresh);
+    /// it may name only `np`, `policy`, `now` and definitions over them.
+    Guard,
     Reason,
     Signal,
     Verdict,

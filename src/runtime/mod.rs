@@ -12,6 +12,13 @@
 //! (`spawn_blocking`) so that `KubeCluster` may `block_on` the runtime. Only the Lease holder
 //! runs a worker; losing the Lease stops it after the current pass, winning it again runs the
 //! start-up sweep again. SIGTERM/SIGINT stop the worker and release the Lease.
+//!
+//! The Lease library reports leadership until it observes the loss, which a stalled API
+//! connection delays indefinitely; so the worker writes through a [`Fenced`] view whose
+//! [`Fence`] the leader moves from its own Lease, read every second: no write leaves after
+//! `renewTime + leaseDuration - (request timeout + 1s)`. Every API request is bounded
+//! (`--api-connect-timeout`, `--api-request-timeout`, no client-side retries); the watches use
+//! a client of their own without the request bound.
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -21,14 +28,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::events::Reporter;
+use kube::{Api, Client};
 use kube_lease_manager::{LeaseCreateMode, LeaseManagerBuilder};
 use prometheus::{Encoder, IntCounter, IntGauge, Registry, TextEncoder};
 use tokio::sync::mpsc;
 
-use crate::clock::SystemClock;
-use crate::cluster::kube::{Change, KubeCluster};
+use crate::clock::{Clock, SystemClock};
+use crate::cluster::Cluster;
+use crate::cluster::fence::{self, Fence, Fenced};
+use crate::cluster::kube::{Change, KubeCluster, Requests};
 use crate::engine::Engine;
 use crate::reconcile::{Controller, ControllerConfig};
 
@@ -62,11 +72,20 @@ pub struct RunArgs {
     #[arg(long, env = "NODEROTATION_IDENTITY")]
     pub identity: Option<String>,
     /// Lease duration in seconds: how long a dead leader blocks the standby.
-    #[arg(long, env = "NODEROTATION_LEASE_DURATION", default_value_t = 15)]
+    #[arg(long, env = "NODEROTATION_LEASE_DURATION", default_value_t = fence::DEFAULT_LEASE_DURATION_SECS)]
     pub lease_duration: u64,
-    /// The leader renews this many seconds before the Lease would expire (< lease duration).
-    #[arg(long, env = "NODEROTATION_LEASE_GRACE", default_value_t = 5)]
+    /// The leader renews this many seconds before the Lease would expire (< lease duration, and
+    /// more than --api-request-timeout + 2: the leader stops writing --api-request-timeout + 1
+    /// seconds before the Lease expires, and must have seen its renewal by then).
+    #[arg(long, env = "NODEROTATION_LEASE_GRACE", default_value_t = fence::DEFAULT_LEASE_GRACE_SECS)]
     pub lease_grace: u64,
+    /// Seconds to establish a connection to the API server.
+    #[arg(long, env = "NODEROTATION_API_CONNECT_TIMEOUT", default_value_t = fence::DEFAULT_API_CONNECT_TIMEOUT_SECS)]
+    pub api_connect_timeout: u64,
+    /// Seconds one API request (read, write, Lease renewal) may take before it is abandoned;
+    /// requests are not retried by the client. Watches are not bounded by it.
+    #[arg(long, env = "NODEROTATION_API_REQUEST_TIMEOUT", default_value_t = fence::DEFAULT_API_REQUEST_TIMEOUT_SECS)]
+    pub api_request_timeout: u64,
     /// Seconds between the periodic passes over every pool (and policy status updates).
     #[arg(long, env = "NODEROTATION_TICK_SECONDS", default_value_t = 60)]
     pub tick_seconds: u64,
@@ -216,11 +235,95 @@ pub async fn client() -> anyhow::Result<Client> {
         .context("no Kubernetes client configuration (in-cluster service account or KUBECONFIG)")
 }
 
-async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
+/// `run`'s two clients from one configuration: the watches' (kube's defaults: a watch may stay
+/// quiet for minutes) and the requests' (connect and read/write bounded, no client retries: a
+/// 429 or 5xx is the pass's error, retried by the work queue's backoff).
+async fn clients(args: &RunArgs) -> anyhow::Result<(Client, Client)> {
+    let config = kube::Config::infer()
+        .await
+        .context("no Kubernetes client configuration (in-cluster service account or KUBECONFIG)")?;
+    let watches = Client::try_from(config.clone()).context("building the watch client")?;
+    let mut bounded = config;
+    bounded.connect_timeout = Some(Duration::from_secs(args.api_connect_timeout));
+    bounded.read_timeout = Some(Duration::from_secs(args.api_request_timeout));
+    bounded.write_timeout = Some(Duration::from_secs(args.api_request_timeout));
+    // The read bound counts from the request, not from when a pooled connection went idle.
+    bounded.reset_reader_on_write = true;
+    bounded.default_retry = false;
+    let requests = Client::try_from(bounded).context("building the request client")?;
+    Ok((watches, requests))
+}
+
+/// Why the Lease and timeout flags cannot work together, if they cannot.
+fn check_lease_flags(args: &RunArgs) -> Result<(), String> {
     if args.lease_grace == 0 || args.lease_grace >= args.lease_duration {
-        anyhow::bail!("--lease-grace must be > 0 and < --lease-duration");
+        return Err("--lease-grace must be > 0 and < --lease-duration".into());
     }
-    let client = client().await?;
+    if args.api_request_timeout == 0 || args.api_connect_timeout == 0 {
+        return Err("--api-request-timeout and --api-connect-timeout must be > 0".into());
+    }
+    // The fence closes timeout + 1s before the Lease expires; the renewal, sent grace seconds
+    // before, must be read back (within a second) before that.
+    if args.lease_grace <= args.api_request_timeout + 2 {
+        return Err(format!(
+            "--lease-grace ({}) must exceed --api-request-timeout + 2 ({}): the leader stops writing --api-request-timeout + 1s before its Lease expires and must see each renewal before then",
+            args.lease_grace,
+            args.api_request_timeout + 2
+        ));
+    }
+    Ok(())
+}
+
+/// Moves the leader's write fence from its Lease, read every [`fence::LEASE_POLL`] while this
+/// replica leads (a read that fails or times out moves nothing: the deadline runs out).
+async fn follow_lease(
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    margin: chrono::Duration,
+    timeout: Duration,
+    fence: Arc<Fence>,
+    state: Arc<State>,
+) {
+    let period = fence::LEASE_POLL.to_std().unwrap_or(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut was_open = false;
+    loop {
+        tick.tick().await;
+        if !state.leading.load(Ordering::Acquire) {
+            fence.close();
+            was_open = false;
+            continue;
+        }
+        match tokio::time::timeout(timeout, api.get_opt(&name)).await {
+            Ok(Ok(Some(lease))) => {
+                match fence::lease_deadline(lease.spec.as_ref(), &identity, margin) {
+                    Some(deadline) => fence.open_until(deadline),
+                    None => fence.close(),
+                }
+            }
+            Ok(Ok(None)) => fence.close(),
+            Ok(Err(err)) => tracing::debug!(error = %err, "reading the leader Lease failed"),
+            Err(_) => tracing::debug!("reading the leader Lease timed out"),
+        }
+        let open = fence.is_open();
+        if was_open && !open {
+            tracing::warn!(
+                lease = %name,
+                deadline = ?fence.deadline(),
+                "the leader Lease was not renewed in time: writes are fenced until it is"
+            );
+        } else if !was_open && open {
+            tracing::info!(lease = %name, deadline = ?fence.deadline(), "write fence open");
+        }
+        was_open = open;
+    }
+}
+
+async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
+    check_lease_flags(&args).map_err(|e| anyhow::anyhow!(e))?;
+    let (watch_client, client) = clients(&args).await?;
     let checked = match preflight::preflight(&client).await {
         Ok(()) => preflight::check_priority_class(&client, &args.priority_class).await,
         Err(err) => Err(err),
@@ -237,7 +340,12 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
 
     let identity = identity(&args);
     let reporter = Reporter { controller: "noderotation".into(), instance: Some(identity.clone()) };
-    let (cluster, changes) = KubeCluster::start(client.clone(), args.namespace.clone(), reporter);
+    let requests = Requests {
+        client: client.clone(),
+        timeout: Some(Duration::from_secs(args.api_request_timeout)),
+    };
+    let (cluster, changes) =
+        KubeCluster::start_with(watch_client, requests, args.namespace.clone(), reporter);
     let queue = Arc::new(WorkQueue::new());
     let state = Arc::new(State {
         cluster: cluster.clone(),
@@ -268,7 +376,10 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
         pause_image: args.pause_image.clone(),
     };
     let engine = Arc::new(Engine::embedded().clone());
-    let controller = Controller::new(cluster.clone(), Arc::new(SystemClock), engine, config);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let fence = Arc::new(Fence::new(clock.clone()));
+    let writes: Arc<dyn Cluster> = Arc::new(Fenced::new(cluster.clone(), fence.clone()));
+    let controller = Controller::new(writes, clock, engine, config);
     let _ = state.controller_metrics.set(controller_metrics(&controller));
     let mut controller = Some(controller);
 
@@ -285,6 +396,20 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
         })?;
     let (mut leader_rx, lease_task) = manager.watch().await;
     tracing::info!(identity = %identity, lease = %args.leader_election_id, "waiting for leadership");
+    let request_timeout = Duration::from_secs(args.api_request_timeout);
+    let margin = fence::margin(
+        chrono::Duration::from_std(request_timeout).unwrap_or(chrono::Duration::seconds(5)),
+    );
+    let follower = tokio::spawn(follow_lease(
+        Api::namespaced(client.clone(), &args.namespace),
+        args.leader_election_id.clone(),
+        identity.clone(),
+        margin,
+        request_timeout,
+        fence.clone(),
+        state.clone(),
+    ));
+    let lease_wait = Duration::from_secs(args.lease_duration);
 
     let tick = Duration::from_secs(args.tick_seconds.max(1));
     let mut worker: Option<tokio::task::JoinHandle<Controller>> = None;
@@ -313,11 +438,16 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
                     state.metrics.leader.set(1);
                     queue.resume();
                     let st = state.clone();
-                    worker = Some(tokio::task::spawn_blocking(move || work(c, &st, tick)));
+                    let f = fence.clone();
+                    worker = Some(tokio::task::spawn_blocking(move || {
+                        wait_for_fence(&f, lease_wait);
+                        work(c, &st, tick)
+                    }));
                 } else if !leading
                     && let Some(w) = worker.take()
                 {
                     tracing::warn!(identity = %identity, "lost leadership; stopping after the current pass");
+                    fence.close();
                     queue.stop();
                     controller = w.await.ok();
                     state.leading.store(false, Ordering::Release);
@@ -331,6 +461,8 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
     if let Some(w) = worker.take() {
         let _ = w.await;
     }
+    follower.abort();
+    fence.close();
     state.leading.store(false, Ordering::Release);
     state.metrics.leader.set(0);
     // Dropping the receiver makes the lease task release the Lease and return.
@@ -389,6 +521,21 @@ async fn map_changes(
                 }
             }
         }
+    }
+}
+
+/// Blocks (the worker's thread) until the fence opens, at most `limit`: the first read of the
+/// Lease after leadership was won opens it; the start-up sweep must not run into a closed one.
+fn wait_for_fence(fence: &Fence, limit: Duration) {
+    let started = Instant::now();
+    while !fence.is_open() {
+        if started.elapsed() >= limit {
+            tracing::warn!(
+                "the write fence did not open after leadership was won; passes will fail until it does"
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -454,4 +601,46 @@ fn work(mut controller: Controller, state: &State, tick: Duration) -> Controller
         }
     }
     controller
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn args(extra: &[&str]) -> RunArgs {
+        let argv = std::iter::once("run").chain(extra.iter().copied());
+        Cli::try_parse_from(argv).expect("flags parse").run
+    }
+
+    #[test]
+    fn the_default_lease_and_timeouts_leave_the_renewal_room_before_the_fence() {
+        let a = args(&[]);
+        assert_eq!((a.lease_duration, a.lease_grace), (15, 10));
+        assert_eq!((a.api_connect_timeout, a.api_request_timeout), (5, 5));
+        assert_eq!(check_lease_flags(&a), Ok(()));
+    }
+
+    #[test]
+    fn a_grace_the_fence_would_close_before_is_refused() {
+        // Renewed every 10s but fenced 6s before expiry (15 - 6 = 9 < 10): rejected.
+        let err = check_lease_flags(&args(&["--lease-grace", "5"])).expect_err("grace 5");
+        assert!(
+            err.contains("--lease-grace (5) must exceed --api-request-timeout + 2 (7)"),
+            "{err}"
+        );
+        let err = check_lease_flags(&args(&["--lease-grace", "15"])).expect_err("grace = duration");
+        assert!(err.contains("< --lease-duration"), "{err}");
+        let err = check_lease_flags(&args(&["--api-request-timeout", "0"])).expect_err("zero");
+        assert!(err.contains("must be > 0"), "{err}");
+        let ok =
+            args(&["--lease-duration", "30", "--lease-grace", "20", "--api-request-timeout", "10"]);
+        assert_eq!(check_lease_flags(&ok), Ok(()));
+    }
 }

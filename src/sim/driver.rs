@@ -8,18 +8,29 @@
 //! every call of a dead process; a new instance re-lists and sweeps), hands leadership to the
 //! second instance with its own cache (the deposed one may still run one pass), injects
 //! Conflict and transient errors that did or did not apply, lags the caches, and delivers
-//! wake-ups late, twice or not at all.
+//! wake-ups late, twice or not at all. Each instance writes through a [`Fenced`] view: the
+//! leader's fence is renewed at each of its steps, as its Lease renewals would move it, and a
+//! deposed leader keeps the deadline of its last renewal; the standby starts only once that
+//! Lease has expired. A stalled pass (the `stalledPass` fault) runs on a thread
+//! of its own: it blocks inside its stalled write while the simulation goes on (the standby takes
+//! the Lease and leads), and resumes when the driver says so; the driver waits for it at both
+//! ends, so the history stays one exact sequence.
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Duration, Utc};
+use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::scenario::FaultRates;
 use crate::clock::Clock;
-use crate::cluster::Cluster;
+use crate::cluster::fence::{self, Fence, Fenced};
 use crate::cluster::memory::{ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, Rng};
+use crate::cluster::{ApiError, CacheView, Cluster, EventRecord, ObjectRef, Patch};
 use crate::engine::Engine;
-use crate::reconcile::{Announcement, Controller, ControllerConfig, SweepReport};
+use crate::karpenter::{NodeClaim, NodePool};
+use crate::policy::crd::RotationPolicyStatus;
+use crate::reconcile::{Announcement, Controller, ControllerConfig, ReconcileError, SweepReport};
 
 /// One controller call, as the hook saw it.
 #[derive(Debug, Clone)]
@@ -119,6 +130,125 @@ enum DrvEv {
     Wake(usize),
     /// The deposed leader runs one more pass.
     Zombie,
+    /// The stalled write of the deposed leader's pass answers; the pass goes on.
+    Resume,
+}
+
+/// What a stalled pass's thread tells the driver.
+enum StallMsg {
+    /// The armed write was applied and its response is held.
+    Stalled,
+    /// The pass returned (it made fewer writes than the armed one, or it was resumed).
+    Done(Box<Controller>, Result<Duration, ReconcileError>),
+}
+
+/// The stalled write of one pass, armed by the driver.
+struct Armed {
+    /// Writes to let through before the one that stalls (counting it: 1 = the first).
+    left: usize,
+    tx: mpsc::Sender<StallMsg>,
+    resume: mpsc::Receiver<()>,
+}
+
+/// A controller's view of the cluster that can hold one write's response (`stalledPass`): the
+/// write is applied, then the calling thread blocks until the driver resumes it. Disarmed, it
+/// only forwards.
+pub struct Stall {
+    inner: MemoryCluster,
+    armed: Mutex<Option<Armed>>,
+}
+
+impl Stall {
+    fn new(inner: MemoryCluster) -> Stall {
+        Stall { inner, armed: Mutex::new(None) }
+    }
+
+    fn arm(&self, armed: Armed) {
+        *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some(armed);
+    }
+
+    fn disarm(&self) {
+        *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    fn write<T>(&self, call: impl FnOnce() -> T) -> T {
+        let result = call();
+        let fired = {
+            let mut guard = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+            let hit = guard.as_mut().is_some_and(|a| {
+                a.left = a.left.saturating_sub(1);
+                a.left == 0
+            });
+            if hit { guard.take() } else { None }
+        };
+        if let Some(a) = fired {
+            // A driver that went away (a run that ended) resumes every stalled pass.
+            let _ = a.tx.send(StallMsg::Stalled);
+            let _ = a.resume.recv();
+        }
+        result
+    }
+}
+
+impl Cluster for Stall {
+    fn cache(&self) -> Arc<CacheView> {
+        self.inner.cache()
+    }
+    fn get_pool(&self, name: &str) -> Result<Option<NodePool>, ApiError> {
+        self.inner.get_pool(name)
+    }
+    fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, ApiError> {
+        self.inner.get_claim(name)
+    }
+    fn get_node(&self, name: &str) -> Result<Option<Node>, ApiError> {
+        self.inner.get_node(name)
+    }
+    fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
+        self.inner.pods_on_node(node)
+    }
+    fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
+        self.inner.get_pod(namespace, name)
+    }
+    fn patch(
+        &self,
+        target: &ObjectRef,
+        patch: &Patch,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
+        self.write(|| self.inner.patch(target, patch, resource_version))
+    }
+    fn delete(
+        &self,
+        target: &ObjectRef,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
+        self.write(|| self.inner.delete(target, uid, resource_version))
+    }
+    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError> {
+        self.write(|| self.inner.create_pod(pod))
+    }
+    fn update_policy_status(
+        &self,
+        name: &str,
+        status: &RotationPolicyStatus,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
+        self.inner.update_policy_status(name, status, resource_version)
+    }
+    fn record_event(&self, event: &EventRecord) -> Result<(), ApiError> {
+        self.inner.record_event(event)
+    }
+}
+
+/// A pass held inside its stalled write, on its own thread.
+struct Stalled {
+    label: String,
+    pool: usize,
+    seen: usize,
+    resume: mpsc::Sender<()>,
+    rx: mpsc::Receiver<StallMsg>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// What a driver step did.
@@ -143,6 +273,13 @@ pub struct Driver {
     handles: [MemoryCluster; 2],
     leader: usize,
     ctl: Option<Controller>,
+    /// The stall hook of the current leader's cluster view.
+    stall: Option<Arc<Stall>>,
+    /// The current leader's write fence, and when it last renewed its Lease.
+    fence: Option<Arc<Fence>>,
+    last_renew: DateTime<Utc>,
+    /// The deposed leader's pass, held in its stalled write (at most one at a time).
+    stalled: Option<Stalled>,
     /// Announcements of the current leader already handed out.
     seen: usize,
     /// Announcements not yet handed out (from crashed or deposed instances too).
@@ -167,6 +304,18 @@ pub struct Driver {
     pub restarts: u64,
     pub leader_changes: u64,
     pub zombie_passes: u64,
+    pub stalled_passes: u64,
+}
+
+/// The Lease of `noderotation run`'s defaults.
+fn lease_duration() -> Duration {
+    Duration::seconds(i64::try_from(fence::DEFAULT_LEASE_DURATION_SECS).unwrap_or(15))
+}
+
+/// How long before the Lease expires a leader stops writing, at `run`'s default request bound.
+fn fence_margin() -> Duration {
+    let request = i64::try_from(fence::DEFAULT_API_REQUEST_TIMEOUT_SECS).unwrap_or(5);
+    fence::margin(Duration::seconds(request))
 }
 
 /// What a sweep did, for the trace; `None` when it did nothing.
@@ -240,6 +389,10 @@ impl Driver {
             handles: [a, b],
             leader: 0,
             ctl: None,
+            stall: None,
+            fence: None,
+            last_renew: now,
+            stalled: None,
             seen: 0,
             stash: Vec::new(),
             coverage: BTreeSet::new(),
@@ -261,6 +414,7 @@ impl Driver {
             restarts: 0,
             leader_changes: 0,
             zombie_passes: 0,
+            stalled_passes: 0,
         };
         d.at(now, DrvEv::Start);
         d
@@ -270,6 +424,12 @@ impl Driver {
     pub fn calm(&mut self) {
         self.rates = None;
         lock(&self.hook).faults_on = false;
+        // A pass still held in its stalled write answers now: its effects belong to the faults.
+        if self.stalled.is_some() {
+            self.events.retain(|_, ev| *ev != DrvEv::Resume);
+            let now = self.clock.now();
+            self.at(now, DrvEv::Resume);
+        }
         for h in &self.handles {
             h.set_cache_lag(CacheLag::None);
             h.flush_cache();
@@ -364,14 +524,32 @@ impl Driver {
         [ev, pass, Some(self.next_tick), Some(self.next_housekeeping)].into_iter().flatten().min()
     }
 
-    fn new_controller(&self, handle: usize) -> Controller {
-        let cluster: Arc<dyn Cluster> = Arc::new(self.handles[handle].clone());
-        Controller::new(
+    fn new_controller(&self, handle: usize) -> (Controller, Arc<Stall>, Arc<Fence>) {
+        let stall = Arc::new(Stall::new(self.handles[handle].clone()));
+        let fence = Arc::new(Fence::new(Arc::clone(&self.clock)));
+        let cluster: Arc<dyn Cluster> = Arc::new(Fenced::new(stall.clone(), fence.clone()));
+        let ctl = Controller::new(
             cluster,
             Arc::clone(&self.clock),
             Arc::clone(&self.engine),
             ControllerConfig::default(),
-        )
+        );
+        (ctl, stall, fence)
+    }
+
+    /// The leader's Lease renewal at `now`: its fence moves to `now + duration - margin`.
+    fn renew(&mut self, now: DateTime<Utc>) {
+        if let Some(f) = &self.fence {
+            f.open_until(now + lease_duration() - fence_margin());
+            self.last_renew = now;
+        }
+    }
+
+    /// When the standby may take the Lease: once the deposed leader's last renewal expired
+    /// (kube-lease-manager then waits up to a second before locking it).
+    fn takeover(&mut self, now: DateTime<Utc>) -> DateTime<Utc> {
+        let jitter = Duration::milliseconds(i64::try_from(self.rng.below(3000)).unwrap_or(0));
+        (self.last_renew + lease_duration()).max(now) + jitter
     }
 
     fn crashed(&self) -> Option<usize> {
@@ -389,13 +567,15 @@ impl Driver {
                     self.quiet("late wake-up delivered")
                 }
                 DrvEv::Zombie => self.zombie_pass(),
+                DrvEv::Resume => self.resume(),
             };
         }
         if self.next_housekeeping <= now {
             self.next_housekeeping = now + Duration::hours(1);
             // Standby caches would hold every event since they last led: drop them.
             for (i, h) in self.handles.iter().enumerate() {
-                let zombie_here = self.zombie.as_ref().is_some_and(|z| z.2 == i);
+                let zombie_here = self.zombie.as_ref().is_some_and(|z| z.2 == i)
+                    || (self.stalled.is_some() && i != self.leader);
                 if i != self.leader && !zombie_here {
                     h.resync_cache();
                 }
@@ -412,6 +592,7 @@ impl Driver {
             for pool in 0..self.pools.len() {
                 self.set_due(pool, tick, true);
             }
+            self.renew(now);
             let report = self.ctl.as_mut().map(Controller::tick).unwrap_or_default();
             let what = match sweep_summary(&report) {
                 Some(s) => format!("tick: status, sweep: {s}"),
@@ -422,12 +603,16 @@ impl Driver {
         let Some((t, pool)) = pass_due else { return self.quiet("idle") };
         self.order.remove(&(t, pool));
         self.due.remove(&pool);
-        // Leader change before the pass: the lease moves to the other instance.
+        // Leader change before the pass: the lease moves to the other instance (not while a
+        // deposed leader's pass is still held in a stalled write: one split brain at a time).
         if let Some(r) = self.rates.clone()
             && self.rng.chance(r.leader_change)
+            && self.stalled.is_none()
         {
             self.leader_changes += 1;
             let old = self.ctl.take();
+            self.stall = None;
+            self.fence = None;
             let old_handle = self.leader;
             self.leader = 1 - self.leader;
             if let Some(old) = old {
@@ -440,13 +625,23 @@ impl Driver {
                 }
             }
             self.seen = 0;
-            let t = now + Duration::seconds(2 + i64::try_from(self.rng.below(14)).unwrap_or(0));
+            let t = self.takeover(now);
             self.at(t, DrvEv::Start);
             self.set_due(pool, now, true);
             return self.quiet("leader lost: lease moves to the other instance");
         }
         self.passes += 1;
+        self.renew(now);
         let name = self.pools[pool].clone();
+        if let Some(r) = self.rates.clone()
+            && self.stalled.is_none()
+            && self.handles[self.leader].cache().pools.get(&name).is_some_and(|p| {
+                super::actors::annotation(&p.metadata, super::actors::ACTIVE_ROTATION).is_some()
+            })
+            && self.rng.chance(r.stalled_pass)
+        {
+            return self.stalled_pass(now, pool);
+        }
         let result = match self.ctl.as_mut() {
             Some(ctl) => ctl.reconcile_pool(&name),
             None => return self.quiet("no leader"),
@@ -488,6 +683,7 @@ impl Driver {
             if let Some(old) = self.ctl.take() {
                 self.retire(&old, self.seen);
             }
+            self.fence = None;
             self.seen = 0;
             self.restarts += 1;
             let now = self.clock.now();
@@ -508,9 +704,12 @@ impl Driver {
         self.handles[handle].resync_cache();
         let client = self.handles[handle].client_id();
         lock(&self.hook).dead.remove(&client);
-        let mut ctl = self.new_controller(handle);
+        let (mut ctl, stall, fence) = self.new_controller(handle);
+        self.fence = Some(fence);
+        self.renew(now);
         let report = ctl.startup_sweep();
         self.ctl = Some(ctl);
+        self.stall = Some(stall);
         self.seen = 0;
         for pool in 0..self.pools.len() {
             self.set_due(pool, now, true);
@@ -546,6 +745,125 @@ impl Driver {
             what,
             controller: true,
             zombie: true,
+        }
+    }
+}
+
+impl Driver {
+    /// The leader's pass over `pool` with one of its first three writes stalled
+    /// (`stalledPass`). A pass that makes fewer writes simply completes; else the Lease moves
+    /// to the other instance while the pass waits, and [`Driver::resume`] lets it go on.
+    fn stalled_pass(&mut self, now: DateTime<Utc>, pool: usize) -> DriverStep {
+        let (Some(mut ctl), Some(stall)) = (self.ctl.take(), self.stall.clone()) else {
+            return self.quiet("no leader");
+        };
+        let left = 1 + usize::try_from(self.rng.below(3)).unwrap_or(0);
+        let (tx, rx) = mpsc::channel();
+        let (resume, resume_rx) = mpsc::channel();
+        stall.arm(Armed { left, tx: tx.clone(), resume: resume_rx });
+        let name = self.pools[pool].clone();
+        let thread = std::thread::spawn(move || {
+            let result = ctl.reconcile_pool(&name);
+            let _ = tx.send(StallMsg::Done(Box::new(ctl), result));
+        });
+        match rx.recv() {
+            Ok(StallMsg::Done(ctl, result)) => {
+                // Fewer writes than the armed one: an ordinary pass.
+                let _ = thread.join();
+                stall.disarm();
+                self.ctl = Some(*ctl);
+                let name = self.pools[pool].clone();
+                let (ok, what) = match &result {
+                    Ok(d) if d.is_zero() => (true, "pass: pool gone".to_string()),
+                    Ok(d) => {
+                        self.set_due(pool, now + *d, false);
+                        let d = crate::policy::duration::format_human(*d);
+                        (true, format!("pass {name}: requeue {d}"))
+                    }
+                    Err(e) => {
+                        self.set_due(pool, now + Duration::seconds(10), false);
+                        (false, format!("pass {name}: error: {e}"))
+                    }
+                };
+                self.after_controller(Some(pool), ok, what)
+            }
+            Ok(StallMsg::Stalled) => {
+                self.stalled_passes += 1;
+                self.leader_changes += 1;
+                let label = self.label.clone();
+                self.stalled = Some(Stalled {
+                    label: label.clone(),
+                    pool,
+                    seen: self.seen,
+                    resume,
+                    rx,
+                    thread,
+                });
+                self.stall = None;
+                self.fence = None;
+                self.leader = 1 - self.leader;
+                self.seen = 0;
+                // The Lease renewals stall with the pass: the standby takes the Lease once it
+                // expires; the stalled response comes back 30s to 15m after it was sent.
+                let takeover = self.takeover(now);
+                self.at(takeover, DrvEv::Start);
+                let stall_for =
+                    Duration::seconds(30 + i64::try_from(self.rng.below(870)).unwrap_or(0));
+                self.at(now + stall_for, DrvEv::Resume);
+                self.set_due(pool, now, true);
+                DriverStep {
+                    actor: label,
+                    pool: Some(pool),
+                    ok: true,
+                    what: format!(
+                        "pass {}: a write's response stalls for {}; the Lease moves to the other instance",
+                        self.pools[pool],
+                        crate::policy::duration::format_human(stall_for)
+                    ),
+                    controller: true,
+                    zombie: true,
+                }
+            }
+            Err(_) => {
+                let _ = thread.join();
+                self.quiet("stalled pass lost")
+            }
+        }
+    }
+
+    /// The stalled write answers: the deposed leader's pass goes on from where it stopped.
+    fn resume(&mut self) -> DriverStep {
+        let Some(st) = self.stalled.take() else { return self.quiet("nothing stalled") };
+        let _ = st.resume.send(());
+        let done = st.rx.recv();
+        let _ = st.thread.join();
+        let name = self.pools[st.pool].clone();
+        let what = match done {
+            Ok(StallMsg::Done(ctl, result)) => {
+                self.retire(&ctl, st.seen);
+                match result {
+                    Ok(_) => format!("stalled pass over {name} resumed and finished"),
+                    Err(e) => format!("stalled pass over {name} resumed: error: {e}"),
+                }
+            }
+            _ => format!("stalled pass over {name} lost"),
+        };
+        DriverStep {
+            actor: format!("{}(stalled)", st.label),
+            pool: Some(st.pool),
+            ok: true,
+            what,
+            controller: true,
+            zombie: true,
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Some(st) = self.stalled.take() {
+            let _ = st.resume.send(());
+            let _ = st.thread.join();
         }
     }
 }

@@ -605,7 +605,15 @@ impl Checker {
             if is == Some("draining") {
                 self.reached_draining.insert(claim.clone());
             }
-            if was != is
+            // failed -> pending -> failed inside one pass (a retry whose placeholder was
+            // refused) shows as failed -> failed with a new failed-at: still one new failure.
+            let failed_at = |c: &Option<_>| {
+                c.as_deref().and_then(|c: &crate::karpenter::NodeClaim| {
+                    annotation(&c.metadata, "noderotation.io/failed-at").map(str::to_string)
+                })
+            };
+            let restamped = is == Some("failed") && failed_at(a) != failed_at(b);
+            if (was != is || restamped)
                 && let Some(k) = match is {
                     Some("failed") => Some("failure"),
                     Some("expired") => Some("expired"),

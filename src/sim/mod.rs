@@ -73,6 +73,8 @@ pub struct RunResult {
     pub restarts: u64,
     pub leader_changes: u64,
     pub zombie_passes: u64,
+    /// Leader changes where the deposed leader's pass stalled in a write (`stalledPass`).
+    pub stalled_passes: u64,
     /// Rule rows that fired in any controller instance of the run.
     pub coverage: std::collections::BTreeSet<String>,
 }
@@ -374,6 +376,7 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
     let (passes, restarts, leader_changes, zombie_passes) = driver
         .as_ref()
         .map_or((0, 0, 0, 0), |d| (d.passes, d.restarts, d.leader_changes, d.zombie_passes));
+    let stalled_passes = driver.as_ref().map_or(0, |d| d.stalled_passes);
     let coverage = driver.as_ref().map(Driver::all_coverage).unwrap_or_default();
     let end_rotations = recorder.rotations.into_iter().filter(|r| r.start <= end).collect();
     RunResult {
@@ -399,6 +402,7 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
         restarts,
         leader_changes,
         zombie_passes,
+        stalled_passes,
         coverage,
     }
 }

@@ -328,6 +328,12 @@ pub struct FaultRates {
     pub leader_change: f64,
     /// The deposed leader still runs one pass after the new one took over.
     pub zombie_pass: f64,
+    /// Per pass over a pool the leader's cache shows anchored: one of the pass's first three
+    /// writes is applied but its response stalls (an API server that accepts requests and
+    /// answers late, a client retrying 429s) for 30s to 15m. The Lease renewals stall with it,
+    /// so the standby takes the Lease and leads; then the stalled pass resumes where it stopped,
+    /// with the decisions it took before the stall, and makes its remaining writes.
+    pub stalled_pass: f64,
     pub conflict: f64,
     pub transient: f64,
     pub apply_then_transient: f64,
@@ -361,6 +367,7 @@ impl Default for FaultRates {
             crash: 0.004,
             leader_change: 0.0005,
             zombie_pass: 0.3,
+            stalled_pass: 0.01,
             conflict: 0.01,
             transient: 0.01,
             apply_then_transient: 0.01,

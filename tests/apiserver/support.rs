@@ -424,11 +424,15 @@ impl ControllerProcess {
                 "--identity",
                 identity,
                 // A renewal must land within the grace: 1 s flaked on 2 busy CI cores (the
-                // leader lost the Lease to the standby mid-rotation). 4 s of 10 does not.
+                // leader lost the Lease to the standby mid-rotation). The grace must also exceed
+                // the request timeout + 2 (the write fence closes timeout + 1 s before expiry):
+                // renewed every 3 s, fenced 4 s before expiry, 3 s for a renewal to be seen.
                 "--lease-duration",
                 "10",
                 "--lease-grace",
-                "4",
+                "7",
+                "--api-request-timeout",
+                "3",
                 "--tick-seconds",
                 "2",
                 "--log-level",

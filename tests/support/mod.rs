@@ -458,9 +458,10 @@ impl Cluster for Intercept {
         &self,
         target: &ObjectRef,
         uid: Option<&str>,
+        resource_version: Option<&str>,
     ) -> Result<(), noderotation::cluster::ApiError> {
         self.write(format!("delete {target}"));
-        self.inner.delete(target, uid)
+        self.inner.delete(target, uid, resource_version)
     }
     fn create_pod(&self, pod: &Pod) -> Result<Pod, noderotation::cluster::ApiError> {
         self.write(format!("create Pod {}", pod.metadata.name.clone().unwrap_or_default()));

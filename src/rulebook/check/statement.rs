@@ -3,7 +3,7 @@ use super::super::model::*;
 use super::super::syntax::{self, Expr, ExprKind, Statement};
 use super::Checker;
 use super::resolve::{LocalError, Scope, local};
-use super::resolved::{RArg, RStatement};
+use super::resolved::{RArg, RExpr, RStatement};
 use super::types::{Ty, compatible, show};
 
 impl Checker<'_> {
@@ -170,6 +170,27 @@ impl Checker<'_> {
                     }
                     RArg::Set(out)
                 }
+                ParamType::Guard => {
+                    let (t, r) = self.expr(v, scope, Some(&Ty::Bool))?;
+                    if t.ty != Some(Ty::Bool) || t.nullable {
+                        return Err(local(
+                            v.span.start,
+                            format!("`{}=` takes a bool guard, found {}", p.name, show(&t)),
+                        ));
+                    }
+                    // Re-evaluated on the fresh read: only what that read rebinds (np) or what
+                    // does not depend on the pass's copies (policy, now) may appear.
+                    if let Some(bad) = fresh_unsafe(&r) {
+                        return Err(local(
+                            v.span.start,
+                            format!(
+                                "`{}=` is re-evaluated on the fresh read and may name only np, policy and now (found `{bad}`)",
+                                p.name
+                            ),
+                        ));
+                    }
+                    RArg::Expr(r)
+                }
                 ParamType::Reason | ParamType::Signal | ParamType::Verdict => {
                     let (what, values): (&str, Vec<String>) = match p.ty {
                         ParamType::Reason => (
@@ -222,4 +243,21 @@ fn words(v: &Expr, what: &str) -> Result<Vec<(String, usize)>, LocalError> {
             _ => Err(local(i.span.start, format!("expected a list of {what}"))),
         })
         .collect()
+}
+
+/// The first root or outcome in `e` that a fresh read does not rebind (anything but `np`,
+/// `policy` and `now`), for `holds=` guards.
+fn fresh_unsafe(e: &RExpr) -> Option<String> {
+    match e {
+        RExpr::Lit(_) => None,
+        RExpr::Root(r) => (!matches!(r.as_str(), "np" | "policy" | "now")).then(|| r.clone()),
+        RExpr::Outcome(o) => Some(o.clone()),
+        RExpr::Field { obj, .. } | RExpr::Annotation { obj, .. } | RExpr::Present { obj, .. } => {
+            fresh_unsafe(obj)
+        }
+        RExpr::Call { args, .. } => args.iter().find_map(fresh_unsafe),
+        RExpr::Not(x) => fresh_unsafe(x),
+        RExpr::Binary { lhs, rhs, .. } => fresh_unsafe(lhs).or_else(|| fresh_unsafe(rhs)),
+        RExpr::In { lhs, .. } => fresh_unsafe(lhs),
+    }
 }

@@ -1,0 +1,264 @@
+//! Fencing a leader that may have lost its Lease without knowing it.
+//!
+//! The Lease library reports leadership until it *observes* the loss; a leader whose requests
+//! stall (an API server that accepts and answers late, a client retrying 429s) keeps reporting
+//! it while the standby takes the Lease once it expires. [`Fence`] is the leader's own deadline
+//! for writing: the Lease's `renewTime + leaseDurationSeconds - margin`, from the Lease as last
+//! read (see [`lease_deadline`]); [`Fenced`] checks it, on the injected clock, before every write
+//! and refuses the write once it has passed ([`ApiError::Fenced`]). With a per-request timeout no
+//! longer than the margin (less the clock-skew allowance), a write sent before the deadline
+//! completes or is abandoned before the standby can hold the Lease.
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Duration, Utc};
+use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use super::{ApiError, CacheView, Cluster, EventRecord, ObjectRef, Patch};
+use crate::clock::Clock;
+use crate::karpenter::{NodeClaim, NodePool};
+use crate::policy::crd::RotationPolicyStatus;
+
+/// Default Lease duration (seconds): how long a dead leader blocks the standby.
+pub const DEFAULT_LEASE_DURATION_SECS: u64 = 15;
+/// Default Lease grace (seconds): the leader renews this long before the Lease would expire,
+/// so every `duration - grace` seconds.
+pub const DEFAULT_LEASE_GRACE_SECS: u64 = 10;
+/// Default bound of one API request (seconds).
+pub const DEFAULT_API_REQUEST_TIMEOUT_SECS: u64 = 5;
+/// Default bound of establishing a connection to the API server (seconds).
+pub const DEFAULT_API_CONNECT_TIMEOUT_SECS: u64 = 5;
+/// Allowance for the difference between the leader's and the standby's clocks.
+pub const CLOCK_SKEW: Duration = Duration::seconds(1);
+/// How often the leader reads its Lease to move the fence.
+pub const LEASE_POLL: Duration = Duration::seconds(1);
+
+/// How long before the Lease expires the leader stops writing: one request's bound plus the
+/// clock-skew allowance.
+pub fn margin(request_timeout: Duration) -> Duration {
+    request_timeout + CLOCK_SKEW
+}
+
+/// The last instant this replica may write, from a Lease it read: `renewTime +
+/// leaseDurationSeconds - margin` while `holderIdentity` is `identity`; `None` (no write) when
+/// another replica holds it or the Lease says nothing usable.
+pub fn lease_deadline(
+    spec: Option<&LeaseSpec>,
+    identity: &str,
+    margin: Duration,
+) -> Option<DateTime<Utc>> {
+    let spec = spec?;
+    if spec.holder_identity.as_deref() != Some(identity) {
+        return None;
+    }
+    let renew = spec.renew_time.as_ref()?;
+    let renew = DateTime::from_timestamp(
+        renew.0.as_second(),
+        u32::try_from(renew.0.subsec_nanosecond()).ok()?,
+    )?;
+    let duration = Duration::seconds(i64::from(spec.lease_duration_seconds?));
+    Some(renew + duration - margin)
+}
+
+/// The leader's write deadline. Closed (no write) until opened.
+pub struct Fence {
+    clock: Arc<dyn Clock>,
+    deadline: Mutex<Option<DateTime<Utc>>>,
+}
+
+impl Fence {
+    /// A closed fence.
+    pub fn new(clock: Arc<dyn Clock>) -> Fence {
+        Fence { clock, deadline: Mutex::new(None) }
+    }
+
+    /// Writes are allowed until `deadline` (exclusive).
+    pub fn open_until(&self, deadline: DateTime<Utc>) {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = Some(deadline);
+    }
+
+    /// No write from now on (the Lease is someone else's, or leadership was lost).
+    pub fn close(&self) {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    pub fn deadline(&self) -> Option<DateTime<Utc>> {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a write may be sent now.
+    pub fn is_open(&self) -> bool {
+        self.check().is_ok()
+    }
+
+    /// `Ok` while the clock is before the deadline.
+    pub fn check(&self) -> Result<(), ApiError> {
+        let now = self.clock.now();
+        match self.deadline() {
+            Some(d) if now < d => Ok(()),
+            Some(d) => Err(ApiError::Fenced(format!(
+                "the leader Lease deadline {} has passed",
+                d.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            ))),
+            None => Err(ApiError::Fenced("this replica does not hold the leader Lease".into())),
+        }
+    }
+}
+
+/// A [`Cluster`] whose writes pass the [`Fence`] first; reads are never fenced.
+pub struct Fenced {
+    inner: Arc<dyn Cluster>,
+    fence: Arc<Fence>,
+}
+
+impl Fenced {
+    pub fn new(inner: Arc<dyn Cluster>, fence: Arc<Fence>) -> Fenced {
+        Fenced { inner, fence }
+    }
+}
+
+impl Cluster for Fenced {
+    fn cache(&self) -> Arc<CacheView> {
+        self.inner.cache()
+    }
+    fn get_pool(&self, name: &str) -> Result<Option<NodePool>, ApiError> {
+        self.inner.get_pool(name)
+    }
+    fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, ApiError> {
+        self.inner.get_claim(name)
+    }
+    fn get_node(&self, name: &str) -> Result<Option<Node>, ApiError> {
+        self.inner.get_node(name)
+    }
+    fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
+        self.inner.pods_on_node(node)
+    }
+    fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
+        self.inner.get_pod(namespace, name)
+    }
+    fn patch(
+        &self,
+        target: &ObjectRef,
+        patch: &Patch,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
+        self.fence.check()?;
+        self.inner.patch(target, patch, resource_version)
+    }
+    fn delete(
+        &self,
+        target: &ObjectRef,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
+        self.fence.check()?;
+        self.inner.delete(target, uid, resource_version)
+    }
+    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError> {
+        self.fence.check()?;
+        self.inner.create_pod(pod)
+    }
+    fn update_policy_status(
+        &self,
+        name: &str,
+        status: &RotationPolicyStatus,
+        resource_version: Option<&str>,
+    ) -> Result<(), ApiError> {
+        self.fence.check()?;
+        self.inner.update_policy_status(name, status, resource_version)
+    }
+    fn record_event(&self, event: &EventRecord) -> Result<(), ApiError> {
+        self.fence.check()?;
+        self.inner.record_event(event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::VirtualClock;
+    use crate::cluster::ObjectKind;
+    use crate::cluster::memory::{CacheLag, MemoryCluster};
+    use chrono::TimeZone;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 6, 1, 0, 0, 0).single().expect("time")
+    }
+
+    fn spec(holder: &str, renew: DateTime<Utc>, seconds: i32) -> LeaseSpec {
+        let ts = k8s_openapi::jiff::Timestamp::from_second(renew.timestamp()).expect("ts");
+        LeaseSpec {
+            holder_identity: Some(holder.into()),
+            renew_time: Some(MicroTime(ts)),
+            lease_duration_seconds: Some(seconds),
+            ..LeaseSpec::default()
+        }
+    }
+
+    #[test]
+    fn the_deadline_is_renew_time_plus_duration_less_the_margin_for_the_holder_only() {
+        let m = margin(Duration::seconds(5));
+        assert_eq!(m, Duration::seconds(6));
+        let s = spec("me", t0(), 15);
+        assert_eq!(lease_deadline(Some(&s), "me", m), Some(t0() + Duration::seconds(9)));
+        assert_eq!(lease_deadline(Some(&s), "standby", m), None, "another holder: no write");
+        assert_eq!(lease_deadline(None, "me", m), None);
+        let unrenewed = LeaseSpec { renew_time: None, ..s.clone() };
+        assert_eq!(lease_deadline(Some(&unrenewed), "me", m), None);
+        let no_duration = LeaseSpec { lease_duration_seconds: None, ..s };
+        assert_eq!(lease_deadline(Some(&no_duration), "me", m), None);
+    }
+
+    #[test]
+    fn the_fence_opens_until_its_deadline_on_the_injected_clock() {
+        let clock = VirtualClock::new(t0());
+        let fence = Fence::new(Arc::new(clock.clone()));
+        assert!(matches!(fence.check(), Err(ApiError::Fenced(_))), "closed until opened");
+        fence.open_until(t0() + Duration::seconds(9));
+        assert!(fence.is_open());
+        clock.advance(Duration::milliseconds(8999));
+        assert!(fence.is_open());
+        clock.advance(Duration::milliseconds(1));
+        assert!(matches!(fence.check(), Err(ApiError::Fenced(m)) if m.contains("has passed")));
+        fence.open_until(t0() + Duration::seconds(20)); // a renewal seen
+        assert!(fence.is_open());
+        fence.close();
+        assert!(!fence.is_open());
+    }
+
+    #[test]
+    fn a_fenced_cluster_refuses_every_write_past_the_deadline_and_still_reads() {
+        let clock = VirtualClock::new(t0());
+        let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+        let world = MemoryCluster::new(shared.clone(), "ns");
+        world
+            .apply_pool(NodePool::new("p", crate::karpenter::NodePoolSpec::default()))
+            .expect("pool");
+        let client: Arc<dyn Cluster> = Arc::new(world.connect_controller(CacheLag::None));
+        let fence = Arc::new(Fence::new(shared));
+        fence.open_until(t0() + Duration::seconds(9));
+        let fenced = Fenced::new(client, fence.clone());
+        let pool = ObjectRef::cluster(ObjectKind::NodePool, "p");
+        let mut patch = Patch::default();
+        patch.set.insert("noderotation.io/freeze".into(), "x".into());
+        fenced.patch(&pool, &patch, None).expect("before the deadline");
+        clock.advance(Duration::seconds(10));
+        patch.set.insert("noderotation.io/freeze".into(), "y".into());
+        assert!(matches!(fenced.patch(&pool, &patch, None), Err(ApiError::Fenced(_))));
+        assert!(matches!(fenced.delete(&pool, None, None), Err(ApiError::Fenced(_))));
+        assert!(matches!(fenced.create_pod(&Pod::default()), Err(ApiError::Fenced(_))));
+        let event = EventRecord {
+            object: pool.clone(),
+            reason: "R".into(),
+            message: "m".into(),
+            warning: false,
+            time: clock.now(),
+        };
+        assert!(matches!(fenced.record_event(&event), Err(ApiError::Fenced(_))));
+        let read = fenced.get_pool("p").expect("reads are not fenced").expect("pool");
+        let ann = read.metadata.annotations.unwrap_or_default();
+        assert_eq!(ann.get("noderotation.io/freeze").map(String::as_str), Some("x"));
+        assert_eq!(world.write_counts().patch, 1, "the refused writes never reached the store");
+    }
+}
