@@ -897,9 +897,9 @@ impl Checker {
             let recorded = annotation(&a.metadata, SURGE_CLAIM);
             let Some(pool) = world.claims.get(claim).map(|c| c.pool) else { continue };
             // As the controller may count them: its cache can still show a claim whose deletion
-            // began a moment ago.
+            // began, or that went, a moment ago.
             let tolerance = self.tolerance;
-            let not_ready_fresh = world
+            let live = world
                 .claims
                 .values()
                 .filter(|c| {
@@ -909,6 +909,17 @@ impl Checker {
                         && c.deleting.is_none_or(|t| now - t <= tolerance)
                 })
                 .count();
+            let gone = world
+                .metrics
+                .lifetimes
+                .values()
+                .filter(|l| {
+                    l.pool == pool
+                        && l.created >= started
+                        && l.gone.is_some_and(|t| now - t <= tolerance)
+                })
+                .count();
+            let not_ready_fresh = live + gone;
             for (s, sc) in &world.claims {
                 let launched = sc.phase >= Phase::Launched && sc.phase < Phase::Ready;
                 if sc.surge_for.as_deref() != Some(claim.as_str())
