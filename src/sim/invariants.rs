@@ -36,6 +36,7 @@ const LAST_FAILURE_AT: &str = "noderotation.io/last-failure-at";
 const ROTATION_STATE: &str = "noderotation.io/active-rotation-state";
 const ROTATION_MODE: &str = "noderotation.io/rotation-mode";
 const SURGE_PATH: &str = "noderotation.io/surge-path";
+const RETRY_COUNT: &str = "noderotation.io/retry-count";
 
 /// A broken invariant.
 #[derive(Debug, Clone)]
@@ -539,7 +540,15 @@ impl Checker {
             if is == Some("draining") {
                 self.reached_draining.insert(claim.clone());
             }
-            if was != is
+            // A retry that fails in the same pass (failed -> pending -> failed) leaves the state
+            // as it was; its failure write shows as a higher retry-count.
+            let retries = |c: &Option<Arc<crate::karpenter::NodeClaim>>| {
+                crate::policy::derive::parse_retry_count(
+                    c.as_deref().and_then(|c| annotation(&c.metadata, RETRY_COUNT)),
+                )
+            };
+            let failed_again = is == Some("failed") && retries(b) > retries(a);
+            if (was != is || failed_again)
                 && let Some(k) = match is {
                     Some("failed") => Some("failure"),
                     Some("expired") => Some("expired"),
