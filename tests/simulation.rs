@@ -120,6 +120,20 @@ fn tight_race_crowded_deadlines_are_all_rotated_in_time() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
+/// A failed claim retried in one pass that fails again in the same pass (its placeholder
+/// refused: a forced expiry the lagging cache does not show yet had drained the node) writes
+/// failed -> pending -> failed: one failure, visible only as a higher retry-count. The
+/// at-most-once invariant counted only state changes and flagged the announcement.
+#[test]
+fn a_failure_written_within_one_retry_pass_is_counted_by_the_at_most_once_check() {
+    let race = scenario("tight-race.yaml");
+    let span = Duration::hours(17);
+    for seed in [297, 690] {
+        let r = run(Arc::clone(&race), &opts(seed, span, true, embedded()), &mut |_| {});
+        assert!(r.violations.is_empty(), "{}", explain(&r));
+    }
+}
+
 /// A modest seed sweep with every fault on; `tests/all.sh` runs 300 seeds on the release build.
 #[test]
 fn invariants_hold_under_faults() {

@@ -489,7 +489,8 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                         format!(
                             "if the pool's {n} nodes were created together (one scale-up), they \
                              would share one deadline, but its {g} chance(s) allow only \
-                             {capacity} rotation(s) before it",
+                             {capacity} rotation(s) before it: the others would be started \
+                             earlier than the age threshold, one rotation slot apart",
                         ),
                         if starts_per_occurrence.is_some() {
                             "raise minRotationChances, lengthen the windows, or use an \

@@ -359,7 +359,14 @@ impl<'c> PassHost<'c> {
                     .next_attempt(&claim)
                     .map(|t| t.to_rfc3339())
                     .unwrap_or_else(|| "the next window".into());
-                match self.ctx.placeholder_trouble.get(&claim) {
+                // A placeholder that exists after all (created by a later attempt of the
+                // write) makes an earlier refusal stale.
+                let live = self
+                    .snap
+                    .placeholder_for(&claim)
+                    .is_some_and(|p| p.metadata.deletion_timestamp.is_none());
+                let trouble = if live { None } else { self.ctx.placeholder_trouble.get(&claim) };
+                match trouble {
                     Some(what) => format!(
                         "the surge for NodeClaim {claim} failed: {what} (retry {count}); next attempt {next}"
                     ),
@@ -811,9 +818,12 @@ impl<'c> PassHost<'c> {
             }
             Err(e) => {
                 // The pass fails and is retried until readyTimeout rolls the rotation back; the
-                // failure then says why no placeholder ran.
-                let what = format!("its placeholder was rejected by the API server ({e})");
-                self.ctx.placeholder_trouble.insert(name, what);
+                // failure then says why no placeholder ran. A transient error may have created
+                // it after all: only a refusal (admission, quota) is a reason.
+                if matches!(e, ApiError::Forbidden(_) | ApiError::Invalid(_)) {
+                    let what = format!("its placeholder was rejected by the API server ({e})");
+                    self.ctx.placeholder_trouble.insert(name, what);
+                }
                 return Err(fail(a.verb, e));
             }
         };

@@ -605,15 +605,15 @@ impl Checker {
             if is == Some("draining") {
                 self.reached_draining.insert(claim.clone());
             }
-            // failed -> pending -> failed inside one pass (a retry whose placeholder was
-            // refused) shows as failed -> failed with a new failed-at: still one new failure.
-            let failed_at = |c: &Option<_>| {
-                c.as_deref().and_then(|c: &crate::karpenter::NodeClaim| {
-                    annotation(&c.metadata, "noderotation.io/failed-at").map(str::to_string)
-                })
+            // A retry that fails in the same pass (failed -> pending -> failed) leaves the state
+            // as it was; its failure write shows as a higher retry-count.
+            let retries = |c: &Option<Arc<crate::karpenter::NodeClaim>>| {
+                crate::policy::derive::parse_retry_count(
+                    c.as_deref().and_then(|c| annotation(&c.metadata, RETRY_COUNT)),
+                )
             };
-            let restamped = is == Some("failed") && failed_at(a) != failed_at(b);
-            if (was != is || restamped)
+            let failed_again = is == Some("failed") && retries(b) > retries(a);
+            if (was != is || failed_again)
                 && let Some(k) = match is {
                     Some("failed") => Some("failure"),
                     Some("expired") => Some("expired"),
