@@ -1017,16 +1017,7 @@ async fn in_cluster_rotation(env: &Env, deployment: &Value, pod: &str, test: &st
         deployment,
         pod,
         &[("NODEROTATION_LOG_LEVEL", "info,noderotation=debug".to_string())],
-        &[
-            "--lease-duration",
-            "10",
-            "--lease-grace",
-            "7",
-            "--api-request-timeout",
-            "3",
-            "--tick-seconds",
-            "2",
-        ],
+        FAST_RUN_FLAGS,
         &fx.dir,
     )?;
     let result = full_surge(&fx, actor, &ctl).await;
@@ -1278,16 +1269,7 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
         &deployment,
         &format!("{name}-0"),
         &[("NODEROTATION_LOG_LEVEL", "info,noderotation=debug".to_string())],
-        &[
-            "--lease-duration",
-            "10",
-            "--lease-grace",
-            "7",
-            "--api-request-timeout",
-            "3",
-            "--tick-seconds",
-            "2",
-        ],
+        FAST_RUN_FLAGS,
         &fx.dir,
     )?);
     let result = async {

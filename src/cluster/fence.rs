@@ -12,11 +12,10 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::api::coordination::v1::LeaseSpec;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 
-use super::{ApiError, CacheView, Cluster, EventRecord, ObjectRef, Patch};
+use super::{ApiError, Cluster, EventRecord, ObjectRef, Patch};
 use crate::clock::Clock;
-use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::RotationPolicyStatus;
 
 /// Default Lease duration (seconds): how long a dead leader blocks the standby.
@@ -118,24 +117,7 @@ impl Fenced {
 }
 
 impl Cluster for Fenced {
-    fn cache(&self) -> Arc<CacheView> {
-        self.inner.cache()
-    }
-    fn get_pool(&self, name: &str) -> Result<Option<NodePool>, ApiError> {
-        self.inner.get_pool(name)
-    }
-    fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, ApiError> {
-        self.inner.get_claim(name)
-    }
-    fn get_node(&self, name: &str) -> Result<Option<Node>, ApiError> {
-        self.inner.get_node(name)
-    }
-    fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
-        self.inner.pods_on_node(node)
-    }
-    fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
-        self.inner.get_pod(namespace, name)
-    }
+    crate::cluster::delegate_reads!(inner);
     fn patch(
         &self,
         target: &ObjectRef,
@@ -233,7 +215,10 @@ mod tests {
         let shared: Arc<dyn Clock> = Arc::new(clock.clone());
         let world = MemoryCluster::new(shared.clone(), "ns");
         world
-            .apply_pool(NodePool::new("p", crate::karpenter::NodePoolSpec::default()))
+            .apply_pool(crate::karpenter::NodePool::new(
+                "p",
+                crate::karpenter::NodePoolSpec::default(),
+            ))
             .expect("pool");
         let client: Arc<dyn Cluster> = Arc::new(world.connect_controller(CacheLag::None));
         let fence = Arc::new(Fence::new(shared));

@@ -189,3 +189,45 @@ pub fn chrono_time(
 ) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp(t.0.as_second(), u32::try_from(t.0.subsec_nanosecond()).ok()?)
 }
+
+/// The read methods of a [`Cluster`] that wraps another one (the field `$inner`) and guards or
+/// observes only its writes: every read goes to the wrapped cluster unchanged.
+macro_rules! delegate_reads {
+    ($inner:ident) => {
+        fn cache(&self) -> std::sync::Arc<$crate::cluster::CacheView> {
+            self.$inner.cache()
+        }
+        fn get_pool(
+            &self,
+            name: &str,
+        ) -> Result<Option<$crate::karpenter::NodePool>, $crate::cluster::ApiError> {
+            self.$inner.get_pool(name)
+        }
+        fn get_claim(
+            &self,
+            name: &str,
+        ) -> Result<Option<$crate::karpenter::NodeClaim>, $crate::cluster::ApiError> {
+            self.$inner.get_claim(name)
+        }
+        fn get_node(
+            &self,
+            name: &str,
+        ) -> Result<Option<k8s_openapi::api::core::v1::Node>, $crate::cluster::ApiError> {
+            self.$inner.get_node(name)
+        }
+        fn pods_on_node(
+            &self,
+            node: &str,
+        ) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, $crate::cluster::ApiError> {
+            self.$inner.pods_on_node(node)
+        }
+        fn get_pod(
+            &self,
+            namespace: &str,
+            name: &str,
+        ) -> Result<Option<k8s_openapi::api::core::v1::Pod>, $crate::cluster::ApiError> {
+            self.$inner.get_pod(namespace, name)
+        }
+    };
+}
+pub(crate) use delegate_reads;

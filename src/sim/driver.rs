@@ -20,15 +20,14 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Duration, Utc};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 
 use super::scenario::FaultRates;
 use crate::clock::Clock;
 use crate::cluster::fence::{self, Fence, Fenced};
 use crate::cluster::memory::{ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, Rng};
-use crate::cluster::{ApiError, CacheView, Cluster, EventRecord, ObjectRef, Patch};
+use crate::cluster::{ApiError, Cluster, EventRecord, ObjectRef, Patch};
 use crate::engine::Engine;
-use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::RotationPolicyStatus;
 use crate::reconcile::{Announcement, Controller, ControllerConfig, ReconcileError, SweepReport};
 
@@ -191,24 +190,7 @@ impl Stall {
 }
 
 impl Cluster for Stall {
-    fn cache(&self) -> Arc<CacheView> {
-        self.inner.cache()
-    }
-    fn get_pool(&self, name: &str) -> Result<Option<NodePool>, ApiError> {
-        self.inner.get_pool(name)
-    }
-    fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, ApiError> {
-        self.inner.get_claim(name)
-    }
-    fn get_node(&self, name: &str) -> Result<Option<Node>, ApiError> {
-        self.inner.get_node(name)
-    }
-    fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
-        self.inner.pods_on_node(node)
-    }
-    fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
-        self.inner.get_pod(namespace, name)
-    }
+    crate::cluster::delegate_reads!(inner);
     fn patch(
         &self,
         target: &ObjectRef,

@@ -423,21 +423,9 @@ impl ControllerProcess {
                 lease,
                 "--identity",
                 identity,
-                // A renewal must land within the grace: 1 s flaked on 2 busy CI cores (the
-                // leader lost the Lease to the standby mid-rotation). The grace must also exceed
-                // the request timeout + 2 (the write fence closes timeout + 1 s before expiry):
-                // renewed every 3 s, fenced 4 s before expiry, 3 s for a renewal to be seen.
-                "--lease-duration",
-                "10",
-                "--lease-grace",
-                "7",
-                "--api-request-timeout",
-                "3",
-                "--tick-seconds",
-                "2",
-                "--log-level",
-                "info,noderotation=debug",
             ])
+            .args(FAST_RUN_FLAGS)
+            .args(["--log-level", "info,noderotation=debug"])
             .env("KUBECONFIG", kubeconfig)
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
@@ -496,3 +484,18 @@ pub fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::create_dir_all(&dir);
     dir
 }
+
+/// `run` flags of every test operator: short leases and ticks. A renewal must land within the
+/// grace: 1 s flaked on 2 busy CI cores (the leader lost the Lease to the standby mid-rotation).
+/// The grace must also exceed the request timeout + 2 (the write fence closes timeout + 1 s before
+/// expiry): renewed every 3 s, fenced 4 s before expiry, 3 s for a renewal to be seen.
+pub const FAST_RUN_FLAGS: &[&str] = &[
+    "--lease-duration",
+    "10",
+    "--lease-grace",
+    "7",
+    "--api-request-timeout",
+    "3",
+    "--tick-seconds",
+    "2",
+];
