@@ -919,7 +919,25 @@ impl Checker {
                         && l.gone.is_some_and(|t| now - t <= tolerance)
                 })
                 .count();
-            let not_ready_fresh = live + gone;
+            // ... or that turned Ready a moment ago as still not Ready.
+            let just_ready = world
+                .claims
+                .iter()
+                .filter(|(name, c)| {
+                    c.pool == pool
+                        && c.created >= started
+                        && c.phase >= Phase::Ready
+                        && post.claims.get(*name).is_some_and(|k| {
+                            k.status.iter().flat_map(|s| s.conditions.iter()).any(|cond| {
+                                cond.type_ == "Ready"
+                                    && cond.last_transition_time.as_ref().is_some_and(|t| {
+                                        now.timestamp() - t.0.as_second() <= tolerance.num_seconds()
+                                    })
+                            })
+                        })
+                })
+                .count();
+            let not_ready_fresh = live + gone + just_ready;
             for (s, sc) in &world.claims {
                 let launched = sc.phase >= Phase::Launched && sc.phase < Phase::Ready;
                 if sc.surge_for.as_deref() != Some(claim.as_str())
