@@ -227,14 +227,7 @@ impl Controller {
         pool: &NodePool,
         now: DateTime<Utc>,
     ) -> GovernanceView {
-        let selectors: Vec<PolicySelector<'_>> = cache
-            .policies
-            .values()
-            .map(|p| PolicySelector {
-                name: p.metadata.name.as_deref().unwrap_or(""),
-                selector: &p.spec.node_pool_selector,
-            })
-            .collect();
+        let selectors = policy_selectors(cache);
         let labels = pool.metadata.labels.clone().unwrap_or_default();
         match resolve::resolve(&selectors, &labels) {
             Governance::Governed { policy, .. } => match cache.policies.get(&policy) {
@@ -558,14 +551,7 @@ impl Controller {
     pub fn update_policy_status(&mut self) {
         let now = self.clock.now();
         let cache = self.ctx.cluster.cache();
-        let selectors: Vec<PolicySelector<'_>> = cache
-            .policies
-            .values()
-            .map(|x| PolicySelector {
-                name: x.metadata.name.as_deref().unwrap_or(""),
-                selector: &x.spec.node_pool_selector,
-            })
-            .collect();
+        let selectors = policy_selectors(&cache);
         let pools: Vec<(String, Governance, bool)> = cache
             .pools
             .values()
@@ -655,4 +641,16 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         g.drain_stuck = u64::from(deleted.is_some_and(|t| now - t > bound));
     }
     g
+}
+
+/// Every cached RotationPolicy's name and selector, as policy resolution reads them.
+fn policy_selectors(cache: &CacheView) -> Vec<PolicySelector<'_>> {
+    cache
+        .policies
+        .values()
+        .map(|p| PolicySelector {
+            name: p.metadata.name.as_deref().unwrap_or(""),
+            selector: &p.spec.node_pool_selector,
+        })
+        .collect()
 }
