@@ -2191,3 +2191,24 @@ fn a_stale_draining_view_does_not_mirror_onto_a_released_pool() {
     );
     assert!(fx.pool_ann(Key::ActiveRotation).is_none());
 }
+
+#[test]
+fn a_rollback_on_a_stale_view_deletes_the_placeholder_recorded_since() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    let first = fx.placeholder("c1").expect("placeholder created");
+    lagging(&mut fx);
+    // Another pass of this same instant re-created the evicted placeholder and recorded the new
+    // incarnation on the claim; this pass's cache still shows the first one and its uid.
+    let name = noderotation::placeholder::placeholder_name("c1");
+    fx.world.delete_now(&noderotation::cluster::ObjectRef::pod(NS, &name));
+    let mut again = (*first).clone();
+    again.metadata.uid = Some("second-incarnation".into());
+    again.metadata.resource_version = None;
+    fx.world.apply_pod(again).expect("re-created");
+    fx.set_claim_ann("c1", Key::PlaceholderUid, Some("second-incarnation"));
+    fx.advance(Duration::minutes(16));
+    fx.stale_pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "rolled back");
+    assert!(fx.placeholder("c1").is_none(), "the placeholder the claim records is deleted");
+}

@@ -867,12 +867,17 @@ impl<'c> PassHost<'c> {
     /// uid recorded on the claim, else (neither known) by name.
     fn delete_placeholder(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(owner) = a.for_.clone() else { return Ok(Outcome::Gone) };
-        let uid = self.snap.placeholder_named(&owner).and_then(|p| p.metadata.uid.clone()).or_else(
-            || {
-                let claim = self.snap.claim(&owner)?;
-                annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string)
-            },
-        );
+        // The uid recorded on a fresh read of the claim first: the cached pod and the cached
+        // annotation can both name an incarnation a pass of this same instant replaced.
+        let fresh = self.ctx.cluster.get_claim(&owner).map_err(|e| fail(a.verb, e))?;
+        let recorded = |claim: &NodeClaim| {
+            annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string)
+        };
+        let uid = fresh
+            .as_ref()
+            .and_then(recorded)
+            .or_else(|| self.snap.placeholder_named(&owner).and_then(|p| p.metadata.uid.clone()))
+            .or_else(|| self.snap.claim(&owner).and_then(recorded));
         let pod = ObjectRef::pod(
             self.ctx.config.namespace.clone(),
             placeholder::placeholder_name(&owner),
