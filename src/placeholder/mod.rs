@@ -1,0 +1,71 @@
+//! The surge placeholder (§3.3, §3.7, §3.8): sizing, the pod itself, the limits
+//! headroom check, and the predicates the reconciler asks about a placeholder once it exists
+//! (`surge_ready`, the surge path, the induced claim, the reap guard).
+//!
+//! One concern a file: `name` (the placeholder's name and its `surge-for` pairing), `census`
+//! (which pods on the candidate node count), `requests` (a pod's effective requests, the sums
+//! the sizing needs, quantities in thousandths), `clamp` (the allocatable clamp), `affinity`
+//! (§3.7 node affinity and the pool's tolerations), `pod` (the pod itself), `headroom` (§3.3
+//! limits headroom), `surge` (`surge_ready`, the surge path, the scheduler's reason), `induced`
+//! (the induced surge claim and the reap guard). Every public item is re-exported here: callers
+//! name `placeholder::x`, not the file.
+//!
+//! Pure: no I/O and no clock. Every function takes the objects it judges, and time only as a
+//! parameter.
+//!
+//! Quantities are handled in thousandths ([`Resources`], from
+//! [`crate::karpenter::quantity_millis`]), so `500m` CPU and `16Gi` memory add and compare
+//! exactly. A quantity that does not parse is skipped (the API server validated it, so this does
+//! not happen with real objects).
+//!
+//! Decisions recorded here (the spec is silent on them):
+//!
+//! - **Limits equal requests** on the pause container. Extended resources (`nvidia.com/gpu`)
+//!   and hugepages are rejected by the API server without a limit equal to the request, and a
+//!   namespace `LimitRange` default limit could otherwise land below the request and fail the
+//!   create. The pause process uses next to nothing, so the cap never bites. The pod is
+//!   therefore `Guaranteed`; on a node with the static CPU manager an integer CPU request gets
+//!   exclusive cores, which is the reservation we want anyway.
+//! - **No `kubernetes.io/hostname` term** in the node affinity, neither required nor preferred:
+//!   Karpenter validates *preferred* node-affinity terms as strictly as required ones and drops a
+//!   pod that names a restricted label (`kubernetes.io/hostname` is one) from provisioning
+//!   altogether (kubernetes-sigs/karpenter `provisioner.go` `GetPendingPods` → `Validate` →
+//!   `validateAffinity`, which walks the preferred terms too → `ValidateRequirement` →
+//!   `IsRestrictedLabel`). Such a placeholder could only ever be absorbed, never provisioned.
+//!   The candidate is avoided by its cordon (kube-scheduler filters unschedulable nodes). For
+//!   the same reason a `matchNodeRequirements` key that Karpenter would reject is skipped and
+//!   reported ([`KeyResolution::RestrictedByKarpenter`]).
+//! - A `matchNodeRequirements` value that the pool template no longer admits is still required
+//!   (never loosened into "any zone"): the placeholder then stays unschedulable, which surfaces
+//!   as `SurgeUnschedulable` and rolls back at readyTimeout, never worse than forced expiry.
+//!   Reported as [`KeyResolution::Unsatisfiable`].
+
+mod affinity;
+mod census;
+mod clamp;
+mod headroom;
+mod induced;
+mod name;
+mod pod;
+mod requests;
+mod surge;
+
+#[cfg(test)]
+mod fixtures;
+
+pub use affinity::{
+    KeyReport, KeyResolution, PREFERRED_KEY_WEIGHT, karpenter_rejects_label, pool_tolerations,
+};
+pub use census::{HOSTNAME_LABEL, MIRROR_POD_ANNOTATION, PodClass, classify};
+pub use clamp::{Clamp, clamp, clamp_limit, is_container_resource};
+pub use headroom::{NODES_RESOURCE, Shortfall, footprint, node_worth, surge_headroom};
+pub use induced::{InducedClaim, InducedVia, claim_of_node, induced_claim, reap_allowed};
+pub use name::{PLACEHOLDER_PREFIX, SURGE_FOR_ANNOTATION, placeholder_name, surge_for};
+pub use pod::{
+    PAUSE_CONTAINER, PLACEHOLDER_UID, Placeholder, PlaceholderInput, PlaceholderRefused,
+    build_placeholder,
+};
+pub use requests::{
+    Resources, daemonset_overhead, millis_quantity, pod_requests, reschedulable_requests,
+};
+pub use surge::{SurgePath, surge_path, surge_ready, unschedulable_reason};
