@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
-use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, ResourceExt};
@@ -247,6 +247,15 @@ impl NodeClaim {
     pub fn is_deleting(&self) -> bool {
         self.metadata.deletion_timestamp.is_some()
     }
+}
+
+/// The Node's `Ready` condition is True: the node counterpart of [`NodeClaim::is_ready`], for
+/// the Nodes Karpenter's claims launch (surge readiness, watch edges, the simulation's view).
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// A Kubernetes quantity (`500m`, `4`, `16Gi`, `1e3`) in thousandths, rounded up like

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 
-use crate::karpenter::NODEPOOL_LABEL;
+use crate::karpenter::{NODEPOOL_LABEL, node_ready};
 
 /// §3.3 `surge_ready`: the placeholder is `Running`, not terminating, and bound to
 /// `host`, a Ready node that is not being deleted, is not the candidate's node, and whose
@@ -30,13 +30,6 @@ pub fn surge_ready(
         && host.metadata.deletion_timestamp.is_none()
         && host.labels().get(NODEPOOL_LABEL).map(String::as_str) == Some(pool)
         && node_ready(host)
-}
-
-fn node_ready(node: &Node) -> bool {
-    node.status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// How the surge capacity came about (§3.3).

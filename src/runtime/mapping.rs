@@ -3,12 +3,12 @@
 //! itself; any RotationPolicy change or relist → every pool.
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::cluster::ObjectKind;
 use crate::cluster::kube::{Change, Watched};
-use crate::karpenter::NODEPOOL_LABEL;
+use crate::karpenter::{NODEPOOL_LABEL, node_ready};
 
 /// The placeholder's annotation naming the claim it reserves capacity for (§3.3).
 pub const SURGE_FOR_ANNOTATION: &str = "noderotation.io/surge-for";
@@ -39,13 +39,6 @@ pub fn affects_status(change: &Change) -> bool {
 pub struct Mapper {
     running: HashMap<String, bool>,
     ready: HashMap<String, bool>,
-}
-
-pub fn node_ready(node: &Node) -> bool {
-    node.status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 pub fn pod_running(pod: &Pod) -> bool {
@@ -119,7 +112,7 @@ mod tests {
 
     use super::*;
     use crate::karpenter::NodeClaim;
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, PodSpec, PodStatus};
 
     fn node(name: &str, pool: &str, ready: bool) -> Arc<Node> {
         let mut n = Node::default();

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::cluster::CacheView;
-use crate::karpenter::{NodeClaim, NodePool};
+use crate::karpenter::{NodeClaim, NodePool, node_ready};
 use crate::policy::crd::RotationPolicy;
 
 /// One object before and after the step (`None`: absent).
@@ -104,13 +104,6 @@ pub fn annotation_changes(a: Option<&ObjectMeta>, b: Option<&ObjectMeta>) -> Vec
 
 fn ready_claim(c: &NodeClaim) -> bool {
     c.is_ready()
-}
-
-pub fn node_ready(n: &Node) -> bool {
-    n.status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 pub fn unschedulable(n: &Node) -> bool {
