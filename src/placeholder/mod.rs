@@ -60,7 +60,7 @@ pub use census::{HOSTNAME_LABEL, MIRROR_POD_ANNOTATION, PodClass, classify};
 pub use clamp::{Clamp, clamp, clamp_limit, is_container_resource};
 pub use headroom::{NODES_RESOURCE, Shortfall, footprint, node_worth, surge_headroom};
 pub use induced::{InducedClaim, InducedVia, claim_of_node, induced_claim, reap_allowed};
-pub use name::{PLACEHOLDER_PREFIX, SURGE_FOR_ANNOTATION, placeholder_name, surge_for};
+pub use name::{PLACEHOLDER_PREFIX, placeholder_name, surge_for};
 pub use pod::{
     PAUSE_CONTAINER, PLACEHOLDER_UID, Placeholder, PlaceholderInput, PlaceholderRefused,
     build_placeholder,

@@ -4,11 +4,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::cluster::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::engine::Key;
 
 /// Every placeholder's name starts with this.
 pub const PLACEHOLDER_PREFIX: &str = "noderotation-surge-";
-/// Pairs a placeholder with its rotation: the old claim's name.
-pub const SURGE_FOR_ANNOTATION: &str = "noderotation.io/surge-for";
 
 const MAX_NAME: usize = 63;
 const HASH_HEX: usize = 12;
@@ -55,13 +54,13 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
-/// The claim a placeholder reserves capacity for (its `surge-for` annotation), if the pod is one
-/// of ours.
+/// The claim a placeholder reserves capacity for (its `surge-for` annotation, §5.3), if the pod
+/// is one of ours.
 pub fn surge_for(pod: &Pod) -> Option<&str> {
     if pod.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY_VALUE) {
         return None;
     }
-    pod.annotations().get(SURGE_FOR_ANNOTATION).map(String::as_str)
+    pod.annotations().get(Key::SurgeFor.full()).map(String::as_str)
 }
 
 #[cfg(test)]

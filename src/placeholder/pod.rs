@@ -12,9 +12,10 @@ use kube::ResourceExt;
 
 use super::affinity::{KeyReport, node_affinity, pool_tolerations};
 use super::clamp::{allocatable, clamp, clamp_limit, is_container_resource};
-use super::name::{SURGE_FOR_ANNOTATION, placeholder_name};
+use super::name::placeholder_name;
 use super::requests::{Resources, daemonset_overhead, millis_quantity, reschedulable_requests};
 use crate::cluster::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::engine::Key;
 use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool};
 use crate::policy::settings::Effective;
 
@@ -143,7 +144,7 @@ pub fn build_placeholder(input: &PlaceholderInput) -> Result<Placeholder, Placeh
                 MANAGED_BY_LABEL.to_string(),
                 MANAGED_BY_VALUE.to_string(),
             )])),
-            annotations: Some(BTreeMap::from([(SURGE_FOR_ANNOTATION.to_string(), claim_name)])),
+            annotations: Some(BTreeMap::from([(Key::SurgeFor.full().to_string(), claim_name)])),
             ..ObjectMeta::default()
         },
         spec: Some(PodSpec {

@@ -8,10 +8,8 @@ use kube::ResourceExt;
 
 use crate::cluster::ObjectKind;
 use crate::cluster::kube::{Change, Watched};
+use crate::engine::Key;
 use crate::karpenter::{NODEPOOL_LABEL, node_ready};
-
-/// The placeholder's annotation naming the claim it reserves capacity for (§3.3).
-pub const SURGE_FOR_ANNOTATION: &str = "noderotation.io/surge-for";
 
 /// Which pools a change wakes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +46,7 @@ pub fn pod_running(pod: &Pod) -> bool {
 
 fn placeholder_pool(pod: &Pod, pool_of_claim: &dyn Fn(&str) -> Option<String>) -> Keys {
     let from_claim =
-        pod.annotations().get(SURGE_FOR_ANNOTATION).and_then(|claim| pool_of_claim(claim));
+        pod.annotations().get(Key::SurgeFor.full()).and_then(|claim| pool_of_claim(claim));
     let from_selector = || {
         pod.spec
             .as_ref()
@@ -133,7 +131,7 @@ mod tests {
         let mut p = Pod::default();
         p.metadata.name = Some("surge-c1".into());
         p.metadata.annotations =
-            Some([(SURGE_FOR_ANNOTATION.to_string(), "c1".to_string())].into());
+            Some([(Key::SurgeFor.full().to_string(), "c1".to_string())].into());
         p.spec = Some(PodSpec {
             node_selector: Some([(NODEPOOL_LABEL.to_string(), "fallback".to_string())].into()),
             ..PodSpec::default()
