@@ -84,14 +84,18 @@ fn is_pinned(spec: &PodSpec) -> bool {
     if spec.node_selector.as_ref().is_some_and(|s| s.contains_key(HOSTNAME_LABEL)) {
         return true;
     }
-    let terms = spec
-        .affinity
+    let terms = required_node_terms(spec);
+    !terms.is_empty() && terms.iter().all(term_pins_host)
+}
+
+/// The terms of a pod's required node affinity (ORed by the scheduler); empty when it has none.
+pub fn required_node_terms(spec: &PodSpec) -> &[NodeSelectorTerm] {
+    spec.affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
         .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
         .map(|r| r.node_selector_terms.as_slice())
-        .unwrap_or_default();
-    !terms.is_empty() && terms.iter().all(term_pins_host)
+        .unwrap_or_default()
 }
 
 fn term_pins_host(term: &NodeSelectorTerm) -> bool {

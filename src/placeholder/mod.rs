@@ -56,7 +56,7 @@ mod fixtures;
 pub use affinity::{
     KeyReport, KeyResolution, PREFERRED_KEY_WEIGHT, karpenter_rejects_label, pool_tolerations,
 };
-pub use census::{HOSTNAME_LABEL, MIRROR_POD_ANNOTATION, PodClass, classify};
+pub use census::{HOSTNAME_LABEL, MIRROR_POD_ANNOTATION, PodClass, classify, required_node_terms};
 pub use clamp::{Clamp, clamp, clamp_limit, is_container_resource};
 pub use headroom::{NODES_RESOURCE, Shortfall, footprint, node_worth, surge_headroom};
 pub use induced::{InducedClaim, InducedVia, claim_of_node, induced_claim, reap_allowed};

@@ -28,6 +28,7 @@ use super::world::{
 };
 use crate::cluster::{ObjectKind, ObjectRef};
 use crate::karpenter::NODEPOOL_LABEL;
+use crate::placeholder::required_node_terms;
 use crate::policy::duration::format_human;
 use crate::policy::resolve::to_time;
 
@@ -79,13 +80,7 @@ pub fn affinity_admits(pod: &Pod, labels: &BTreeMap<String, String>) -> bool {
     {
         return false;
     }
-    let terms = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
-        .map(|r| r.node_selector_terms.as_slice())
-        .unwrap_or_default();
+    let terms = required_node_terms(spec);
     if terms.is_empty() {
         return true;
     }
