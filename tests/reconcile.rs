@@ -208,6 +208,15 @@ fn cooldown_after_a_success_holds_the_next_start() {
     assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c2"));
 }
 
+/// The scheduler binds the claim's placeholder to `node` (the pod is not Running yet).
+fn bind_placeholder(fx: &Fx, claim: &str, node: &str) {
+    fx.world
+        .update_pod(NS, &noderotation::placeholder::placeholder_name(claim), |p| {
+            p.spec.get_or_insert_with(Default::default).node_name = Some(node.into());
+        })
+        .expect("placeholder");
+}
+
 #[test]
 fn ready_timeout_rolls_back_reaps_the_surge_claim_and_pauses_the_pool() {
     let mut fx = Fx::new();
@@ -215,11 +224,7 @@ fn ready_timeout_rolls_back_reaps_the_surge_claim_and_pauses_the_pool() {
     // Karpenter launched a claim for the placeholder but its node never turned Ready.
     fx.world.apply_node(node_obj("node-s1", false)).expect("node");
     fx.world.apply_claim(claim_obj("s1", fx.clock.now(), Some("node-s1"))).expect("claim");
-    fx.world
-        .update_pod(NS, &noderotation::placeholder::placeholder_name("c1"), |p| {
-            p.spec.get_or_insert_with(Default::default).node_name = Some("node-s1".into());
-        })
-        .expect("placeholder");
+    bind_placeholder(&fx, "c1", "node-s1");
     fx.pass();
     assert_eq!(fx.claim_ann("c1", Key::SurgeClaim).as_deref(), Some("s1"));
     fx.advance(Duration::minutes(16));
@@ -1937,6 +1942,35 @@ fn a_surge_node_that_never_turns_ready_is_reaped_at_rollback() {
         fx.deleting("s1") || fx.world.claim("s1").is_none(),
         "the never-Ready surge claim is reaped at rollback, not left to Karpenter's repair"
     );
+}
+
+/// The placeholder binds in the very pass that finds readyTimeout passed, so `surge-claim` was
+/// never recorded: the reap targets the claim the `induced_claim` predicate would have recorded
+/// (its host's, here matched by providerID alone), not a guess among the pool's fresh claims.
+#[test]
+fn a_placeholder_bound_at_the_timeout_reaps_its_hosts_claim() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(16));
+    let not_ready = |name: &str, node: Option<&str>| {
+        let mut c = claim_obj(name, fx.clock.now(), node);
+        if let Some(st) = c.status.as_mut() {
+            st.node_name = None; // Karpenter has not written it yet
+            st.conditions = serde_json::from_value(serde_json::json!([
+                {"type": "Launched", "status": "True"}, {"type": "Ready", "status": "False"}]))
+            .expect("conditions");
+        }
+        c
+    };
+    fx.world.apply_node(node_obj("node-s1", true)).expect("node");
+    fx.world.apply_claim(not_ready("s1", Some("node-s1"))).expect("surge claim");
+    // An ordinary scale-up of the same pool, just as fresh and not Ready either.
+    fx.world.apply_claim(not_ready("s2", None)).expect("other claim");
+    bind_placeholder(&fx, "c1", "node-s1");
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert!(fx.deleting("s1") || fx.world.claim("s1").is_none(), "the host's claim is reaped");
+    assert!(!fx.deleting("s2") && fx.world.claim("s2").is_some(), "the scale-up is not");
 }
 
 #[test]

@@ -1,14 +1,18 @@
 //! The surge placeholder (§3.3, §3.7, §3.8): sizing, the pod itself, the limits
 //! headroom check, and the predicates the reconciler asks about a placeholder once it exists
-//! (`surge_ready`, the surge path, the induced claim, the reap guard).
+//! (`surge_ready`, the surge path, the reap of the induced surge claim).
 //!
 //! One concern a file: `name` (the placeholder's name and its `surge-for` pairing), `census`
 //! (which pods on the candidate node count), `requests` (a pod's effective requests, the sums
 //! the sizing needs, quantities in thousandths), `clamp` (the allocatable clamp), `affinity`
 //! (§3.7 node affinity and the pool's tolerations), `pod` (the pod itself), `headroom` (§3.3
-//! limits headroom), `surge` (`surge_ready`, the surge path, the scheduler's reason), `induced`
-//! (the induced surge claim and the reap guard). Every public item is re-exported here: callers
-//! name `placeholder::x`, not the file.
+//! limits headroom), `surge` (`surge_ready`, the surge path, the scheduler's reason), `reap`
+//! (the readyTimeout reap: the not-Ready fallback for the surge claim, the reap guard). Every
+//! public item is re-exported here: callers name `placeholder::x`, not the file.
+//!
+//! The induced surge claim itself (the claim of the node the placeholder is bound to) is not
+//! resolved here: the reconciler's snapshot resolves it from its claim indexes, once, for the
+//! `induced_claim` predicate, the surge path and the reap alike.
 //!
 //! Pure: no I/O and no clock. Every function takes the objects it judges, and time only as a
 //! parameter.
@@ -44,9 +48,9 @@ mod affinity;
 mod census;
 mod clamp;
 mod headroom;
-mod induced;
 mod name;
 mod pod;
+mod reap;
 mod requests;
 mod surge;
 
@@ -59,12 +63,12 @@ pub use affinity::{
 pub use census::{HOSTNAME_LABEL, MIRROR_POD_ANNOTATION, PodClass, classify, required_node_terms};
 pub use clamp::{Clamp, clamp, clamp_limit, is_container_resource};
 pub use headroom::{NODES_RESOURCE, Shortfall, footprint, node_worth, surge_headroom};
-pub use induced::{InducedClaim, InducedVia, claim_of_node, induced_claim, reap_allowed};
 pub use name::{PLACEHOLDER_PREFIX, placeholder_name, surge_for};
 pub use pod::{
     PAUSE_CONTAINER, PLACEHOLDER_UID, Placeholder, PlaceholderInput, PlaceholderRefused,
     build_placeholder,
 };
+pub use reap::{not_ready_surge_claim, reap_allowed};
 pub use requests::{
     Resources, daemonset_overhead, millis_quantity, pod_requests, reschedulable_requests,
 };

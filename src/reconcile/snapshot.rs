@@ -573,9 +573,8 @@ impl Snapshot {
         })
     }
 
-    /// The claim backing a node, matched as [`placeholder::claim_of_node`] does: the claim whose
-    /// `status.nodeName` is `node`, else the one whose `status.providerID` is the Node's
-    /// `spec.providerID`. Karpenter writes `status.nodeName` a moment after the Node registers,
+    /// The claim backing a node: the claim whose `status.nodeName` is `node`, else the one whose
+    /// `status.providerID` is the Node's `spec.providerID`. Karpenter writes `status.nodeName` a moment after the Node registers,
     /// so for that moment only the providerID (set at launch) connects the two.
     pub fn claim_on_node(&self, node: &str) -> Option<&NodeClaim> {
         if let Some(c) = self.index.by_node(&self.cache).get(node) {
@@ -586,6 +585,34 @@ impl Snapshot {
         // A claim that names another node is that node's, whatever its providerID says.
         let named = c.status.as_ref().and_then(|s| s.node_name.as_deref());
         named.is_none_or(|n| n == node).then(|| self.live(c))
+    }
+
+    /// The induced surge claim, once observable (§3.8; §5.3 `surge-claim`): the claim of the node
+    /// the rotation's placeholder is bound to ([`Snapshot::claim_on_node`]), if it is one of this
+    /// pool's. `None` while the placeholder is missing or unbound, or while its host's claim is
+    /// not visible. The one definition behind the `induced_claim` predicate, the surge path (an
+    /// absorbing host's claim is this claim too) and the readyTimeout reap.
+    pub fn induced_claim(&self, claim: &str) -> Option<&NodeClaim> {
+        let c = self.claim_on_node(self.placeholder_host(claim)?)?;
+        (c.node_pool() == Some(self.pool_name())).then_some(c)
+    }
+
+    /// The surge claim the readyTimeout reap goes after (§3.8): the recorded `surge-claim`; else,
+    /// while the placeholder is bound, [`Snapshot::induced_claim`] (none when that claim is not
+    /// visible: a bound placeholder means the surge host registered, so a claim found otherwise
+    /// would be somebody else's); else the pool's one fresh claim that is not Ready
+    /// ([`placeholder::not_ready_surge_claim`]). May name an absorbing host: the reap guard keeps
+    /// those.
+    pub fn surge_claim_to_reap(&self, claim: &str, started_at: DateTime<Utc>) -> Option<String> {
+        if let Some(recorded) = annotation(&self.claim(claim)?.metadata, Key::SurgeClaim) {
+            return Some(recorded.to_string());
+        }
+        let induced = if self.placeholder_host(claim).is_some() {
+            self.induced_claim(claim)
+        } else {
+            placeholder::not_ready_surge_claim(self.pool_claims(), self.pool_name(), started_at)
+        };
+        induced.and_then(|c| c.metadata.name.clone())
     }
 }
 
@@ -845,8 +872,7 @@ impl Facts for Snapshot {
                 .map(|n| Value::Object(ObjRef::Node(n.to_string())))
                 .unwrap_or(Value::Nil),
             Pred::InducedClaim => claim
-                .and_then(|c| self.placeholder_host(c.metadata.name.as_deref().unwrap_or("")))
-                .and_then(|host| self.claim_on_node(host))
+                .and_then(|c| self.induced_claim(c.metadata.name.as_deref().unwrap_or("")))
                 .and_then(|c| c.metadata.name.clone())
                 .map(Value::Name)
                 .unwrap_or(Value::Nil),
@@ -856,8 +882,7 @@ impl Facts for Snapshot {
                     return Value::Nil;
                 };
                 let host_created = self
-                    .placeholder_host(c.metadata.name.as_deref().unwrap_or(""))
-                    .and_then(|h| self.claim_on_node(h))
+                    .induced_claim(c.metadata.name.as_deref().unwrap_or(""))
                     .and_then(|hc| hc.created());
                 match placeholder::surge_path(host_created, started) {
                     Some(path) => Value::Sym(path.as_str().to_string()),

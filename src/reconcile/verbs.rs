@@ -966,20 +966,9 @@ impl<'c> PassHost<'c> {
         else {
             return Ok(Outcome::Gone);
         };
-        // The recorded surge claim; else re-resolve from a live placeholder, else the pool's
-        // one claim created after started-at that is not Ready (§3.8; ambiguous: none).
-        let recorded = annotation(&claim.metadata, Key::SurgeClaim).map(str::to_string);
-        let placeholder_pod = self.snap.placeholder_for(&name);
-        let host = self.snap.placeholder_host(&name).and_then(|h| self.snap.node(h));
-        let resolved = placeholder::induced_claim(
-            placeholder_pod,
-            host,
-            self.snap.pool_claims(),
-            self.snap.pool_name(),
-            started,
-        )
-        .map(|c| c.name);
-        let Some(surge_name) = recorded.or(resolved) else { return Ok(Outcome::Gone) };
+        let Some(surge_name) = self.snap.surge_claim_to_reap(&name, started) else {
+            return Ok(Outcome::Gone);
+        };
         if surge_name == name {
             return Ok(Outcome::Gone);
         }

@@ -1,87 +1,35 @@
-//! The induced surge claim and the readyTimeout reap guard (§3.8).
+//! The readyTimeout reap (§3.8): the fallback that finds the surge claim of a rotation whose
+//! placeholder never bound, and the guard that decides whether a surge claim may be deleted.
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::ResourceExt;
+use k8s_openapi::api::core::v1::Pod;
 
 use super::census::{is_completed, is_mirror, is_owned_by};
 use crate::karpenter::NodeClaim;
 
-/// The claim behind a node: the one whose `status.nodeName` is `node_name`, else the one whose
-/// `status.providerID` is the Node's `spec.providerID`.
-pub fn claim_of_node<'a>(
-    node_name: &str,
-    node: Option<&Node>,
-    claims: impl IntoIterator<Item = &'a NodeClaim>,
-) -> Option<&'a NodeClaim> {
-    let claims: Vec<&NodeClaim> = claims.into_iter().collect();
-    let by_name = claims
-        .iter()
-        .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name));
-    if let Some(c) = by_name {
-        return Some(c);
-    }
-    let provider_id = node.and_then(|n| n.spec.as_ref()).and_then(|s| s.provider_id.as_deref())?;
-    claims
-        .into_iter()
-        .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
-}
-
-/// How the induced surge claim was found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InducedVia {
-    /// The claim of the node the placeholder is bound to.
-    Placeholder,
-    /// §3.8 fallback: the pool's only claim created at or after `started-at` that is not Ready:
-    /// its node has not registered, or registered and never turned Ready.
-    NotReadyClaim,
-}
-
-/// The surge claim a rotation induced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InducedClaim {
-    pub name: String,
-    pub via: InducedVia,
-}
-
-/// Resolves the induced surge claim (§3.8), for the `surge-claim` annotation and the
-/// readyTimeout reap. Only claims of `pool` are considered.
+/// The §3.8 fallback of the readyTimeout reap, for a rotation whose placeholder is not bound (or
+/// gone) and whose `surge-claim` was never recorded: the claim of `pool` created at or after
+/// `started_at` that is not Ready (its `Ready` condition is not True: the node has not
+/// registered, or registered and never turned Ready) and not being deleted, if there is exactly
+/// one. Several is `None`: an ordinary scale-up raced the surge, and a claim that cannot be
+/// attributed is never reaped. A node that never turns Ready never gets the placeholder bound
+/// (the scheduler skips it), so without this fallback it would be billed until Karpenter's own
+/// repair, far past readyTimeout (§4.4).
 ///
-/// 1. A placeholder bound to a node: that node's claim ([`claim_of_node`]; `host` is the Node
-///    of the placeholder's `spec.nodeName`, for the providerID match). If the claim is not
-///    found, `None`: a bound placeholder means the surge host is registered, so an
-///    unregistered claim would be somebody else's.
-/// 2. Otherwise (no placeholder, or not bound yet): the pool's claim created at or after
-///    `started_at` that is not Ready (its `Ready` condition is not True: the node has not
-///    registered, or registered and never turned Ready), not being deleted, if there is exactly
-///    one. Several is `None`: an ordinary scale-up raced the surge, and a claim that cannot be
-///    attributed is never reaped. A node that never turns Ready never gets the placeholder
-///    bound (the scheduler skips it), so without this fallback it would be billed until
-///    Karpenter's own repair, far past readyTimeout (§4.4).
-///
-/// The result may be an absorbing host (created before `started_at`); [`reap_allowed`] keeps
-/// those.
-pub fn induced_claim<'a>(
-    placeholder: Option<&Pod>,
-    host: Option<&Node>,
+/// While the placeholder is bound, the induced claim is its host's claim instead, resolved by
+/// the reconciler (`Snapshot::induced_claim`) as the `induced_claim` predicate reads it.
+pub fn not_ready_surge_claim<'a>(
     claims: impl IntoIterator<Item = &'a NodeClaim>,
     pool: &str,
     started_at: DateTime<Utc>,
-) -> Option<InducedClaim> {
-    let pool_claims: Vec<&NodeClaim> =
-        claims.into_iter().filter(|c| c.node_pool() == Some(pool)).collect();
-    if let Some(bound) =
-        placeholder.and_then(|p| p.spec.as_ref()).and_then(|s| s.node_name.as_deref())
-    {
-        return claim_of_node(bound, host, pool_claims)
-            .map(|c| InducedClaim { name: c.name_any(), via: InducedVia::Placeholder });
-    }
-    let mut fresh = pool_claims.into_iter().filter(|c| {
-        c.created().is_some_and(|t| t >= started_at) && !c.is_deleting() && !c.is_ready()
+) -> Option<&'a NodeClaim> {
+    let mut fresh = claims.into_iter().filter(|c| {
+        c.node_pool() == Some(pool)
+            && c.created().is_some_and(|t| t >= started_at)
+            && !c.is_deleting()
+            && !c.is_ready()
     });
     match (fresh.next(), fresh.next()) {
-        (Some(only), None) => {
-            Some(InducedClaim { name: only.name_any(), via: InducedVia::NotReadyClaim })
-        }
+        (Some(only), None) => Some(only),
         _ => None,
     }
 }
@@ -109,6 +57,8 @@ pub fn reap_allowed(
 
 #[cfg(test)]
 mod tests {
+    use kube::ResourceExt;
+
     use super::*;
     use crate::karpenter;
     use crate::placeholder::fixtures::*;
@@ -140,7 +90,7 @@ mod tests {
     }
 
     #[test]
-    fn induced_claim_resolution() {
+    fn not_ready_surge_claim_resolution() {
         let start = t(2, 0);
         let old = surge_claim("general-old", "2026-06-01T00:00:00Z", Some("old"), "general");
         let fresh =
@@ -148,40 +98,12 @@ mod tests {
         let pending = surge_claim("general-pend", "2026-06-03T02:02:00Z", None, "general");
         let other_pool = surge_claim("other-x", "2026-06-03T02:02:00Z", None, "other");
         let claims = [old.clone(), fresh.clone(), pending.clone(), other_pool.clone()];
+        let name = |c: Option<&NodeClaim>| c.map(|c| c.name_any());
 
-        // Bound placeholder: the bind target's claim, by status.nodeName ...
-        let bound = placed("Running", Some("new"));
-        let got = induced_claim(Some(&bound), None, &claims, "general", start);
-        assert_eq!(
-            got,
-            Some(InducedClaim { name: "general-new".into(), via: InducedVia::Placeholder })
-        );
-        // ... or by providerID when the claim does not name the node yet.
-        let mut no_name = fresh.clone();
-        if let Some(s) = no_name.status.as_mut() {
-            s.node_name = None;
-        }
-        let h = host("new", "general", "True");
-        let got = induced_claim(Some(&bound), Some(&h), [&old, &no_name], "general", start);
-        assert_eq!(got.map(|c| c.name), Some("general-new".into()));
-        // An absorbing host resolves too (the reap guard keeps it).
-        let absorbed = placed("Running", Some("old"));
-        let got = induced_claim(Some(&absorbed), None, &claims, "general", start);
-        assert_eq!(got.map(|c| c.name), Some("general-old".into()));
-        // Bound to a node whose claim is not visible: no guess.
-        let lost = placed("Running", Some("ghost"));
-        assert_eq!(induced_claim(Some(&lost), None, &claims, "general", start), None);
-
-        // Fallback: no placeholder (or unbound): the only fresh claim of the pool that is not
-        // Ready (a fresh Ready claim is an ordinary scale-up that already serves pods).
-        let got = induced_claim(None, None, &claims, "general", start);
-        assert_eq!(
-            got,
-            Some(InducedClaim { name: "general-pend".into(), via: InducedVia::NotReadyClaim })
-        );
-        let unbound = placed("Pending", None);
-        let got = induced_claim(Some(&unbound), None, &claims, "general", start);
-        assert_eq!(got.map(|c| c.name), Some("general-pend".into()));
+        // The only fresh claim of the pool that is not Ready (a fresh Ready claim is an
+        // ordinary scale-up that already serves pods; other pools' claims are not ours).
+        let got = not_ready_surge_claim(&claims, "general", start);
+        assert_eq!(name(got), Some("general-pend".into()));
         // Registered with a node that never turned Ready: still the surge's claim (the
         // scheduler never binds the placeholder there, so only this fallback finds it).
         let mut registered = pending.clone();
@@ -193,16 +115,21 @@ mod tests {
                 ..Default::default()
             });
         }
-        let got = induced_claim(None, None, [&old, &fresh, &registered], "general", start);
-        assert_eq!(got.map(|c| c.name), Some("general-pend".into()));
+        let got = not_ready_surge_claim([&old, &fresh, &registered], "general", start);
+        assert_eq!(name(got), Some("general-pend".into()));
         // Once Ready it is capacity like any other, not attributable by age alone.
-        assert_eq!(induced_claim(None, None, [&old, &ready(registered)], "general", start), None);
+        let now_ready = ready(registered);
+        assert_eq!(name(not_ready_surge_claim([&old, &now_ready], "general", start)), None);
         // Created before started-at: not ours.
         let early = surge_claim("general-early", "2026-06-03T01:59:00Z", None, "general");
-        assert_eq!(induced_claim(None, None, [&early], "general", start), None);
+        assert_eq!(name(not_ready_surge_claim([&early], "general", start)), None);
+        // Being deleted: not ours to reap.
+        let mut going = pending.clone();
+        going.metadata.deletion_timestamp = from(json!("2026-06-03T02:05:00Z"));
+        assert_eq!(name(not_ready_surge_claim([&going], "general", start)), None);
         // Two candidates: ambiguous, no guess.
         let pending2 = surge_claim("general-pend2", "2026-06-03T02:03:00Z", None, "general");
-        assert_eq!(induced_claim(None, None, [&pending, &pending2], "general", start), None);
+        assert_eq!(name(not_ready_surge_claim([&pending, &pending2], "general", start)), None);
     }
 
     #[test]
