@@ -342,6 +342,14 @@ fn json_output_has_per_pool_and_per_seed_figures_that_add_up() {
         assert_eq!(per_pool, ours[key].as_u64().unwrap(), "{key}: pools do not add up");
     }
     assert!(ours["rotations_started"].as_u64().unwrap() > 0);
+    // Lifetime used: a share of expireAfter, the minimum at most the mean, per pool as well.
+    let (mean, min) = (ours["lifetime_used_mean"].as_f64(), ours["lifetime_used_min"].as_f64());
+    assert!(
+        matches!((mean, min), (Some(mean), Some(min)) if 0.0 < min && min <= mean && mean < 1.0)
+    );
+    for p in pools.values() {
+        assert!(p["lifetime_used_min"].as_f64() >= min, "{p}");
+    }
     assert!(one["karpenter_alone"]["pools"].is_object());
     assert!(one["violations"].as_array().unwrap().is_empty());
 
