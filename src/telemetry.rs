@@ -109,11 +109,13 @@ impl PoolGauge {
                  frozen."
             }
             PoolGauge::AgeThresholdSeconds => {
-                "Age threshold A in seconds (derived or overridden); negative when infeasible."
+                "Age threshold A in seconds (derived or overridden; with ageThreshold windows, \
+                 the earliest age at which a node falls due); negative when infeasible."
             }
             PoolGauge::RotationChances => {
                 "Window occurrences guaranteed before a claim's deadline (K, or G with an \
-                 ageThreshold override)."
+                 ageThreshold override, or the fewest a node gets when ageThreshold windows is \
+                 infeasible)."
             }
             PoolGauge::ThroughputCapacity => {
                 "Rotation starts that fit in one window occurrence (C)."

@@ -91,6 +91,68 @@ fn plan_json_round_trips() {
     insta::assert_snapshot!(run.stdout);
 }
 
+/// `plan` shows the share of expireAfter a node lives under auto and under windows, whichever
+/// the policy uses, so that the choice can be made before applying it.
+#[test]
+fn plan_shows_the_lifetime_used_under_both_age_threshold_modes() {
+    let args = |file: &'static str, output: &'static str| {
+        let mut args = vec!["plan", "-f", file, "--expire-after", "14d", "--tgp", "1h"];
+        args.extend(["--nodes", "10", "--now", NOW, "-o", output]);
+        args
+    };
+    let lifetimes = |file: &'static str| {
+        let run = noderotation(&args(file, "json"));
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let report: PlanReport =
+            serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}"));
+        report
+            .derived
+            .lifetime_used
+            .iter()
+            .map(|l| (l.mode.clone(), l.in_use, l.min_percent, l.max_percent))
+            .collect::<Vec<_>>()
+    };
+    // Auto: due 8d1h17m before expiry, replaced at the first window after: 42%-71%. Windows:
+    // due as the 2nd-last usable window opens, 3d1h17m to 7d1h17m before expiry: 49%-78%.
+    let auto = ("auto".to_string(), true, Some(42), Some(71));
+    let windows = ("windows".to_string(), false, Some(49), Some(78));
+    assert_eq!(lifetimes("deploy/examples/single-pool.yaml"), [auto.clone(), windows.clone()]);
+    let (auto, windows) =
+        ((auto.0, false, auto.2, auto.3), (windows.0, true, windows.2, windows.3));
+    assert_eq!(lifetimes("deploy/examples/age-threshold-windows.yaml"), [auto, windows]);
+
+    let run = noderotation(&args("deploy/examples/age-threshold-windows.yaml", "human"));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for line in [
+        "  A          age threshold                    6d22h43m         windows: the earliest age",
+        "  lead       due this long before expiry      up to 7d1h17m",
+        "  life       lifetime used, auto              42%-71%          age 5d22h43m-9d22h43m",
+        "  life       lifetime used, windows (in use)  49%-78%          age 6d22h43m-10d22h43m",
+    ] {
+        assert!(run.stdout.contains(line), "{line:?} in\n{}", run.stdout);
+    }
+    let with_expire_after = |e: &str| {
+        let file = "deploy/examples/age-threshold-windows.yaml";
+        noderotation(&["plan", "-f", file, "--expire-after", e, "--tgp", "1h", "--now", NOW])
+    };
+    // 7d: infeasible for auto, feasible for windows (a node created inside one of its last two
+    // windows is due at once).
+    let short = with_expire_after("7d");
+    assert_eq!(short.code, 0, "{}", short.stdout);
+    assert!(
+        short.stdout.contains("lifetime used, auto              infeasible"),
+        "{}",
+        short.stdout
+    );
+    assert!(short.stdout.contains("WARNING  AVeryAggressive: a node can fall due at age 0s"));
+    // 6d: infeasible for windows too, saying what to change.
+    let fatal = with_expire_after("6d");
+    assert_eq!(fatal.code, 3, "{}", fatal.stdout);
+    assert!(fatal.stdout.contains("FATAL    WindowChancesBelowK"), "{}", fatal.stdout);
+    let fix = "fix: raise the NodePool's expireAfter to at least 6d21h17m";
+    assert!(fatal.stdout.contains(fix), "{}", fatal.stdout);
+}
+
 #[test]
 fn fatal_policy_exits_3() {
     // Worked example with expireAfter 7d: A = 7d - (2*4d + 1h17m) < 0.
@@ -297,8 +359,10 @@ fn an_infeasible_plan_prints_no_negative_lifetime() {
         NOW,
     ]);
     assert_eq!(run.code, 3, "{}", run.stderr);
-    let life: Vec<&str> = run.stdout.lines().filter(|l| l.contains("node lifetime used")).collect();
+    let life: Vec<&str> = run.stdout.lines().filter(|l| l.contains("lifetime used")).collect();
+    assert_eq!(life.len(), 2, "auto and windows, both infeasible: {life:?}");
     for l in &life {
+        assert!(l.contains("infeasible"), "{l}");
         assert!(!l.contains("%-") || !l.contains("-%"), "{l}");
         assert!(!l.contains(" -") && !l.contains("%--"), "negative figure: {l}");
     }
@@ -311,7 +375,11 @@ fn an_infeasible_plan_prints_no_negative_lifetime() {
         "--now",
         NOW,
     ]);
-    assert!(feasible.stdout.contains("node lifetime used"), "{}", feasible.stdout);
+    assert!(
+        feasible.stdout.contains("lifetime used, auto (in use)     42%"),
+        "{}",
+        feasible.stdout
+    );
 }
 
 #[test]

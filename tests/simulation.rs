@@ -85,6 +85,42 @@ fn default_fleet_rotates_inside_windows_and_karpenter_alone_expires() {
 }
 
 /// Same seed, same history.
+/// `ageThreshold: windows` on the built-in fleet: no forced expiry, and at least the lifetime
+/// auto gives on the same seed. As shipped, the fleet runs at the burst lookahead's capacity in
+/// both modes (it counts a 25m slot per rotation, `t_rot_est + cooldownAfter`, where the
+/// simulated ones take about 15m), so nodes are replaced as fast as the windows allow and the
+/// modes barely differ. With estimates that match the simulated rotations the lookahead lets go,
+/// and windows keeps the nodes clearly longer.
+#[test]
+fn windows_threshold_uses_more_lifetime_than_auto_without_forced_expiry() {
+    let span = Duration::weeks(2);
+    let lifetime = |plan: Arc<Compiled>| {
+        let r = run(plan, &opts(1, span, false, embedded()), &mut |_| {});
+        assert!(r.violations.is_empty(), "{}", explain(&r));
+        assert_eq!(r.figures.forced_expiries, 0, "{:?}", r.figures);
+        r.figures.lifetime_used_mean().unwrap_or_else(|| panic!("no rotation: {:?}", r.figures))
+    };
+    let load = |file: &str, estimates: bool| {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/examples/scenarios").join(file);
+        let mut s = Scenario::load(&path).unwrap_or_else(|e| panic!("{file}: {e:#}"));
+        if estimates {
+            for p in &mut s.policies {
+                p.spec.surge.provisioning_estimate = Some("2m".into());
+                p.spec.surge.drain_estimate = Some("4m".into());
+            }
+        }
+        Arc::new(s.compile().unwrap_or_else(|e| panic!("{file}: {e:#}")))
+    };
+    let windows_plan = load("default-windows.yaml", false);
+    assert!(windows_plan.policies.iter().all(|p| p.spec.age_threshold == "windows"));
+    let (auto, windows) = (lifetime(load("default.yaml", false)), lifetime(windows_plan));
+    assert!(windows >= auto, "windows {windows} < auto {auto}");
+    let (auto, windows) =
+        (lifetime(load("default.yaml", true)), lifetime(load("default-windows.yaml", true)));
+    assert!(windows > auto + 0.08, "windows {windows}, auto {auto}");
+}
+
 #[test]
 fn a_seed_replays_exactly() {
     let plan = scenario("tight-race.yaml");
@@ -342,6 +378,14 @@ fn json_output_has_per_pool_and_per_seed_figures_that_add_up() {
         assert_eq!(per_pool, ours[key].as_u64().unwrap(), "{key}: pools do not add up");
     }
     assert!(ours["rotations_started"].as_u64().unwrap() > 0);
+    // Lifetime used: a share of expireAfter, the minimum at most the mean, per pool as well.
+    let (mean, min) = (ours["lifetime_used_mean"].as_f64(), ours["lifetime_used_min"].as_f64());
+    assert!(
+        matches!((mean, min), (Some(mean), Some(min)) if 0.0 < min && min <= mean && mean < 1.0)
+    );
+    for p in pools.values() {
+        assert!(p["lifetime_used_min"].as_f64() >= min, "{p}");
+    }
     assert!(one["karpenter_alone"]["pools"].is_object());
     assert!(one["violations"].as_array().unwrap().is_empty());
 

@@ -67,6 +67,8 @@ pub fn figures_json(f: &Figures) -> serde_json::Value {
         "in_window_share": f.in_window_share(),
         "forced_expiries": f.forced_expiries,
         "min_margin_seconds": f.min_margin.map(|d| d.num_seconds()),
+        "lifetime_used_mean": f.lifetime_used_mean(),
+        "lifetime_used_min": f.lifetime_used_min,
         "pending_pod_seconds": f.pending_pod_seconds,
         "overlap_node_hours": f.overlap_node_hours,
     });

@@ -21,9 +21,9 @@ pub const GO_DURATION_PATTERN: &str =
 /// The longest Go duration (`math.MaxInt64` nanoseconds): `duration()` fails past it.
 pub const MAX_GO_DURATION: &str = "2562047h47m16.854775807s";
 
-/// `auto` or a Go duration.
+/// `auto`, `windows` or a Go duration.
 pub const AGE_THRESHOLD_PATTERN: &str =
-    "^(auto|0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|\u{b5}s|\u{3bc}s|ms|s|m|h))+)$";
+    "^(auto|windows|0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|\u{b5}s|\u{3bc}s|ms|s|m|h))+)$";
 
 /// 24-hour `HH:MM`.
 pub const HHMM_PATTERN: &str = "^([01][0-9]|2[0-3]):[0-5][0-9]$";
@@ -123,15 +123,19 @@ pub struct RotationPolicySpec {
 
     /// How old a node must be before it is replaced. `auto` (default) derives it from the node's
     /// expireAfter so that every node gets minRotationChances windows before its forced expiry:
-    /// ageThreshold = expireAfter - (minRotationChances * windowPeriod + rotationBound). A Go
-    /// duration (for example `240h`) overrides it.
+    /// ageThreshold = expireAfter - (minRotationChances * windowPeriod + rotationBound), with
+    /// windowPeriod the longest gap between window openings. `windows` counts the node's real
+    /// window occurrences instead: a node is due from the opening of the K-th last occurrence
+    /// (K = minRotationChances) in which a rotation can still start and finish (rotationBound)
+    /// before its forced expiry, so exactly K are left and it lives longer. A Go duration (for
+    /// example `240h`) overrides both.
     #[serde(default = "default_age_threshold")]
     #[schemars(regex(pattern = AGE_THRESHOLD_PATTERN), length(max = 64))]
     #[x_kube(validation = age_threshold_rule())]
     pub age_threshold: String,
 
     /// K: how many maintenance-window occurrences each node is guaranteed before its forced
-    /// expiry (with ageThreshold `auto`). At least 1; 2 (default) leaves one retry.
+    /// expiry (with ageThreshold `auto` or `windows`). At least 1; 2 (default) leaves one retry.
     #[serde(default = "default_min_rotation_chances")]
     #[schemars(range(min = 1))]
     pub min_rotation_chances: i32,
@@ -393,11 +397,12 @@ fn duration_rule(field: &str) -> Rule {
 
 fn age_threshold_rule() -> Rule {
     Rule::new(format!(
-        "self == 'auto' || !self.matches('{GO_DURATION_PATTERN}') || \
+        "self == 'auto' || self == 'windows' || !self.matches('{GO_DURATION_PATTERN}') || \
          duration(self) > duration('0s')"
     ))
     .message(Message::Message(format!(
-        "ageThreshold must be auto or a Go duration greater than 0 and at most {MAX_GO_DURATION}"
+        "ageThreshold must be auto, windows or a Go duration greater than 0 and at most \
+         {MAX_GO_DURATION}"
     )))
     .reason(Reason::FieldValueInvalid)
 }
@@ -580,6 +585,32 @@ mod tests {
         assert!(crate::policy::duration::parse(overflow).is_err());
         assert!(crate::policy::duration::parse(MAX_GO_DURATION).is_ok());
         assert!(crate::policy::duration::parse("2562047h47m16.854775808s").is_err());
+    }
+
+    /// `ageThreshold` admits exactly `auto`, `windows` and Go durations: the pattern rejects a
+    /// near miss, and the CEL rule lets both keywords through without parsing them as durations.
+    #[test]
+    fn age_threshold_accepts_windows_and_rejects_near_misses() {
+        let crd = serde_json::to_value(RotationPolicy::crd()).unwrap_or_default();
+        let field = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["ageThreshold"];
+        assert_eq!(field["pattern"].as_str(), Some(AGE_THRESHOLD_PATTERN));
+        let pattern = regex::Regex::new(AGE_THRESHOLD_PATTERN).unwrap_or_else(|e| panic!("{e}"));
+        for ok in ["auto", "windows", "240h", "1h30m", "0"] {
+            assert!(pattern.is_match(ok), "{ok}");
+        }
+        for bad in ["window", "Windows", "auto windows", "windowsh", "7d", "Auto", ""] {
+            assert!(!pattern.is_match(bad), "{bad}");
+        }
+        let rules = field["x-kubernetes-validations"].as_array().cloned().unwrap_or_default();
+        let [rule] = rules.as_slice() else { panic!("{rules:?}") };
+        let text = rule["rule"].as_str().unwrap_or_default();
+        assert!(
+            text.starts_with("self == 'auto' || self == 'windows' || "),
+            "both keywords skip duration(): {text}"
+        );
+        let message = rule["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("ageThreshold must be auto, windows or a Go duration"));
     }
 
     #[test]

@@ -6,9 +6,10 @@ use std::cmp::Ordering;
 
 use chrono::{DateTime, Duration, Utc};
 
+use super::chances;
 use super::duration::ExpireAfter;
 use super::settings::{AgeThreshold, Effective};
-use super::window::Schedule;
+use super::window::{Occurrence, Schedule};
 
 /// Detection lag allowance in `t_rot`: 4 × the 30s short requeue.
 pub const BUFFER: Duration = Duration::minutes(2);
@@ -195,25 +196,53 @@ pub enum Candidacy {
 }
 
 /// The instant after which a claim is due for rotation (§3.2): auto: `deadline -
-/// leadTime`, strictly after; override: `created + A`, at or after (the predicate handles the
-/// boundary). `None`: never due (E = Never with auto).
+/// leadTime`, strictly after; windows: the start of its K-th last chance, at or after; override:
+/// `created + A`, at or after (the predicate handles the boundary). `None`: never due (E = Never
+/// with auto or windows).
 pub fn due_after(
     claim: &ClaimFacts,
     settings: &Effective,
     period: Duration,
 ) -> Option<DateTime<Utc>> {
+    due_after_listed(claim, settings, period, &[])
+}
+
+/// [`due_after`], with a contiguous run of the schedule's merged occurrences listed already
+/// (the burst lookahead's, around now): `ageThreshold: windows` counts chances on it before it
+/// asks the schedule, which is what keeps a pass over many claims cheap.
+pub fn due_after_listed(
+    claim: &ClaimFacts,
+    settings: &Effective,
+    period: Duration,
+    listed: &[Occurrence],
+) -> Option<DateTime<Utc>> {
+    let deadline = || deadline(claim.created, claim.expire_after);
+    let t_rot = settings.t_rot(claim.termination_grace_period);
+    let k = settings.min_rotation_chances;
     match settings.age_threshold {
-        AgeThreshold::Auto => {
-            let deadline = deadline(claim.created, claim.expire_after)?;
-            let lead = lead_time(
-                settings.min_rotation_chances,
-                period,
-                settings.t_rot(claim.termination_grace_period),
+        AgeThreshold::Windows if counts_occurrences(&settings.schedule) => {
+            let chances = chances::last_chances(
+                &settings.schedule,
+                listed,
+                claim.created,
+                deadline()?,
+                t_rot,
+                k,
             );
-            deadline.checked_sub_signed(lead)
+            Some(chances.due(claim.created))
+        }
+        // Open 24/7 (or no windows): the chances are the ticks `auto` counts.
+        AgeThreshold::Auto | AgeThreshold::Windows => {
+            deadline()?.checked_sub_signed(lead_time(k, period, t_rot))
         }
         AgeThreshold::Override(a) => claim.created.checked_add_signed(a),
     }
+}
+
+/// Whether `ageThreshold: windows` counts occurrences on this schedule: it has windows and is
+/// not open 24/7 (where it is `auto`, [`crate::policy::chances`]).
+pub fn counts_occurrences(schedule: &Schedule) -> bool {
+    !schedule.is_empty() && !schedule.is_always_open()
 }
 
 /// The candidate predicate of §3.2 for a claim of a governed pool (the caller only
@@ -251,7 +280,9 @@ pub fn candidacy_due(
     let is_due = match (settings.age_threshold, due) {
         (_, None) => false,
         (AgeThreshold::Auto, Some(at)) => now > at,
-        (AgeThreshold::Override(_), Some(at)) => now >= at,
+        // A 24/7 union: `auto`'s instant, and its comparison.
+        (AgeThreshold::Windows, Some(at)) if !counts_occurrences(&settings.schedule) => now > at,
+        (AgeThreshold::Windows | AgeThreshold::Override(_), Some(at)) => now >= at,
     };
     if !is_due {
         return Candidacy::NotDue { due_after: due };
@@ -273,14 +304,15 @@ pub fn candidacy_due(
     Candidacy::Candidate
 }
 
-/// Whether the claim takes part in the burst lookahead: it has a deadline and a due instant and
-/// still needs a rotation slot (not deleting, not in rotation, not opted out by the operator).
-pub fn needs_slot(claim: &ClaimFacts, settings: &Effective, period: Duration) -> bool {
+/// Whether the claim takes part in the burst lookahead: it has a deadline and a due instant
+/// (`due`, its [`due_after`]) and still needs a rotation slot (not deleting, not in rotation, not
+/// opted out by the operator).
+pub fn needs_slot(claim: &ClaimFacts, due: Option<DateTime<Utc>>) -> bool {
     !claim.deleting
         && claim.state != ClaimState::InRotation
         && !claim.operator_do_not_disrupt
         && deadline(claim.created, claim.expire_after).is_some()
-        && due_after(claim, settings, period).is_some()
+        && due.is_some()
 }
 
 /// Shorthand for `candidacy(..) == Candidate`.
@@ -572,6 +604,100 @@ mod tests {
             Candidacy::NotDue { due_after: Some(created + Duration::hours(240)) }
         );
         assert_eq!(candidacy(&c, &s, p, created + Duration::hours(240)), Candidacy::Candidate);
+    }
+
+    fn windows_mode(windows: &[(&str, &[&str], &str, &str)], k: i32) -> Effective {
+        let mut spec = spec_with(windows);
+        spec.age_threshold = "windows".into();
+        spec.min_rotation_chances = k;
+        Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn windows_mode_is_due_from_the_k_th_last_chance() {
+        // Wed and Sat 02:00-06:00 Tokyo (Tue and Fri 17:00-21:00 UTC), E = 14d, t_rot = 1h17m.
+        // Created Mon 1 June 00:00 UTC: deadline Mon 15 June 00:00, last start Sun 14 June
+        // 22:43. Its last chances open on Fri 12 June and Tue 9 June 17:00 UTC.
+        let s = windows_mode(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")], 2);
+        let p = Duration::days(4);
+        let created = utc(2026, 6, 1, 0, 0);
+        let c = claim(created);
+        let due = utc(2026, 6, 9, 17, 0);
+        assert_eq!(due_after(&c, &s, p), Some(due));
+        // At or after the opening, as an override: the occurrence's first instant counts.
+        let before = due - Duration::seconds(1);
+        assert_eq!(candidacy(&c, &s, p, before), Candidacy::NotDue { due_after: Some(due) });
+        assert_eq!(candidacy(&c, &s, p, due), Candidacy::Candidate);
+        // Auto would have made it due 8d1h17m before the deadline, two days earlier.
+        let auto = settings(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
+        let auto_due = due_after(&c, &auto, p).unwrap_or_else(|| panic!("due"));
+        assert_eq!(auto_due, utc(2026, 6, 6, 22, 43));
+        // The list the lookahead holds gives the same instant as the schedule.
+        let open = crate::policy::lookahead::OpenTime::of(&s.schedule, created);
+        let crate::policy::lookahead::OpenTime::Windows { occurrences, .. } = &open else {
+            panic!("windows")
+        };
+        assert_eq!(due_after_listed(&c, &s, p, occurrences), Some(due));
+        // K = 1: due from the last chance.
+        let one = windows_mode(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")], 1);
+        assert_eq!(due_after(&c, &one, p), Some(utc(2026, 6, 12, 17, 0)));
+    }
+
+    #[test]
+    fn windows_mode_with_fewer_than_k_chances_is_due_from_creation() {
+        // Saturday only (Fri 17:00-21:00 UTC), E = 7d, K = 2: one chance in the claim's life.
+        let s = windows_mode(&[("Asia/Tokyo", &["Sat"], "02:00", "06:00")], 2);
+        let p = Duration::days(7);
+        let created = utc(2026, 6, 1, 0, 0);
+        let mut c = claim(created);
+        c.expire_after = ExpireAfter::After(Duration::days(7));
+        assert_eq!(due_after(&c, &s, p), Some(created));
+        assert_eq!(candidacy(&c, &s, p, created), Candidacy::Candidate);
+    }
+
+    #[test]
+    fn windows_mode_with_expire_after_never_is_never_due() {
+        let s = windows_mode(&[("UTC", &["Sat"], "02:00", "06:00")], 2);
+        let mut c = claim(utc(2026, 6, 1, 0, 0));
+        c.expire_after = ExpireAfter::Never;
+        let p = Duration::days(7);
+        assert_eq!(due_after(&c, &s, p), None);
+        let later = utc(2027, 6, 1, 0, 0);
+        assert_eq!(candidacy(&c, &s, p, later), Candidacy::NotDue { due_after: None });
+        assert!(!needs_slot(&c, due_after(&c, &s, p)));
+    }
+
+    #[test]
+    fn windows_mode_open_around_the_clock_is_auto() {
+        // 24/7 has no openings to count: the chances are the 1m ticks, as with auto.
+        let all: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+        let s = windows_mode(&[("UTC", all, "00:00", "00:00")], 2);
+        let auto = settings(&[("UTC", all, "00:00", "00:00")]);
+        let p = s.schedule.period(utc(2026, 6, 1, 0, 0)).unwrap_or_default();
+        assert_eq!(p, Duration::minutes(1));
+        let created = utc(2026, 6, 1, 0, 0);
+        let c = claim(created);
+        let due = due_after(&c, &auto, p).unwrap_or_else(|| panic!("due"));
+        assert_eq!(due, created + Duration::days(14) - Duration::minutes(2 + 77));
+        assert_eq!(due_after(&c, &s, p), Some(due));
+        // And strictly after it, as auto.
+        assert_eq!(candidacy(&c, &s, p, due), Candidacy::NotDue { due_after: Some(due) });
+        assert_eq!(candidacy(&c, &s, p, due + Duration::seconds(1)), Candidacy::Candidate);
+    }
+
+    #[test]
+    fn windows_mode_counts_openings_across_dst() {
+        // London Sundays 02:00-04:00; BST ends on 25 October 2026, the opening moves from
+        // 01:00 to 02:00 UTC. Created Sat 10 October 00:00 with E = 15d2h47m, K = 1: the last
+        // start is 25 October 01:30 UTC, before that day's opening, so the 18th is the last
+        // chance. Summer time carried over (P alone) would have counted the 25th.
+        let s = windows_mode(&[("Europe/London", &["Sun"], "02:00", "04:00")], 1);
+        let created = utc(2026, 10, 10, 0, 0);
+        let mut c = claim(created);
+        c.expire_after = ExpireAfter::After(utc(2026, 10, 25, 2, 47) - created);
+        let p = s.schedule.period(created).unwrap_or_default();
+        assert_eq!(p, Duration::days(7) + Duration::hours(1), "the DST week");
+        assert_eq!(due_after(&c, &s, p), Some(utc(2026, 10, 18, 1, 0)));
     }
 
     #[test]

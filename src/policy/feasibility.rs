@@ -7,9 +7,11 @@ use std::fmt;
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::chances;
 use super::derive;
 use super::duration::{ExpireAfter, format_human};
 use super::settings::{AgeThreshold, Effective};
+use super::window::Occurrence;
 
 /// EKS Auto Mode's maximum node lifetime, `expireAfter + tGP` (§2).
 pub const HARD_LIFETIME_CAP: Duration = Duration::days(21);
@@ -48,6 +50,8 @@ pub enum Reason {
     AgeThresholdNotPositive,
     /// An override that guarantees fewer than one chance (`G < 1`).
     OverrideBelowOneChance,
+    /// `ageThreshold: windows`: a node's expireAfter can hold fewer than K chances.
+    WindowChancesBelowK,
     // Layer 1, warnings.
     /// `K = 1`: no retry if a window is missed.
     KBelowTwo,
@@ -91,6 +95,7 @@ impl Reason {
             Reason::KBelowOne => "KBelowOne",
             Reason::AgeThresholdNotPositive => "AgeThresholdNotPositive",
             Reason::OverrideBelowOneChance => "OverrideBelowOneChance",
+            Reason::WindowChancesBelowK => "WindowChancesBelowK",
             Reason::KBelowTwo => "KBelowTwo",
             Reason::AVeryAggressive => "AVeryAggressive",
             Reason::OverrideGBelowK => "OverrideGBelowK",
@@ -114,7 +119,8 @@ impl Reason {
             Reason::NoWindows
             | Reason::KBelowOne
             | Reason::AgeThresholdNotPositive
-            | Reason::OverrideBelowOneChance => Severity::Fatal,
+            | Reason::OverrideBelowOneChance
+            | Reason::WindowChancesBelowK => Severity::Fatal,
             Reason::KBelowTwo
             | Reason::AVeryAggressive
             | Reason::OverrideGBelowK
@@ -202,15 +208,19 @@ pub struct Derived {
     pub t_rot_est: Duration,
     pub provisioning_estimate: Duration,
     pub drain_estimate: Duration,
-    /// `A`: auto (may be <= 0) or the override. `None`: auto with E = Never, or no windows.
+    /// `A`: auto (may be <= 0) or the override; with `windows`, the earliest age a node falls
+    /// due at (0 when a node can be due as it is created; `E` minus the expireAfter K chances
+    /// need, so negative, when infeasible). `None`: E = Never with auto or windows, or no
+    /// windows.
     pub age_threshold: Option<Duration>,
     /// `A` is the operator's override.
     pub age_threshold_overridden: bool,
     /// How long before the deadline a claim becomes due (`K*P + t_rot` for auto, `E - A` for an
-    /// override); `None` without a deadline or windows.
+    /// override, the longest for windows); `None` without a deadline or windows.
     pub lead_time: Option<Duration>,
-    /// Guaranteed chances: `K` for auto with `A > 0`, `G` for an override; `None` when
-    /// unbounded (E = Never with an override) or undefined.
+    /// Guaranteed chances: `K` for auto with `A > 0` and for feasible windows (the fewest a
+    /// node gets when infeasible), `G` for an override; `None` when unbounded (E = Never with an
+    /// override) or undefined.
     pub chances: Option<i64>,
     /// `C` for the shortest occurrence; `None` when 24/7 (continuous) or without windows.
     pub starts_per_occurrence: Option<u64>,
@@ -273,8 +283,30 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
     let mut age_threshold = None;
     let mut lead_time = None;
     let mut chances = None;
+    // Windows on a 24/7 union counts the ticks, as auto does.
+    let counts_windows = settings.age_threshold == AgeThreshold::Windows
+        && derive::counts_occurrences(&settings.schedule);
     match (settings.age_threshold, pool.expire_after, period) {
-        (AgeThreshold::Auto, ExpireAfter::After(e), Some(p)) => {
+        (AgeThreshold::Windows, ExpireAfter::After(e), Some(p)) if counts_windows => {
+            let chances_of = chances::pool_chances(&settings.schedule, now, e, t_rot, k);
+            if let Some(pc) = chances_of {
+                if pc.fewest < k.max(1) {
+                    age_threshold = pc.expire_after_needed.map(|needed| e - needed);
+                    chances = Some(i64::from(pc.fewest));
+                    findings.push(windows_below_k(&pc, e, k, t_rot));
+                } else if let Some((_, longest)) = pc.lead {
+                    let a = (e - longest).max(Duration::zero());
+                    age_threshold = Some(a);
+                    lead_time = Some(longest);
+                    chances = Some(i64::from(k));
+                    if a < p {
+                        let subject = format!("a node can fall due at age {}, which is", h(a));
+                        findings.push(aggressive(subject, p));
+                    }
+                }
+            }
+        }
+        (AgeThreshold::Auto | AgeThreshold::Windows, ExpireAfter::After(e), Some(p)) => {
             let lead = derive::lead_time(k, p, t_rot);
             let a = e - lead;
             age_threshold = Some(a);
@@ -299,7 +331,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
             } else {
                 chances = Some(i64::from(k));
                 if a < p {
-                    findings.push(aggressive(a, p));
+                    findings.push(aggressive(threshold_is(a), p));
                 }
             }
         }
@@ -337,7 +369,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                 ));
             }
             if g >= 1 && a < p {
-                findings.push(aggressive(a, p));
+                findings.push(aggressive(threshold_is(a), p));
             }
         }
         (AgeThreshold::Override(a), ExpireAfter::Never, p) => {
@@ -345,10 +377,10 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
             if let Some(p) = p
                 && a < p
             {
-                findings.push(aggressive(a, p));
+                findings.push(aggressive(threshold_is(a), p));
             }
         }
-        (AgeThreshold::Auto, ExpireAfter::Never, _) | (_, _, None) => {}
+        (AgeThreshold::Auto | AgeThreshold::Windows, ExpireAfter::Never, _) | (_, _, None) => {}
     }
 
     let hard_cap_exceeded = match pool.expire_after {
@@ -541,16 +573,59 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
     }
 }
 
-fn aggressive(a: Duration, p: Duration) -> Finding {
+/// `AVeryAggressive`: `subject` (the age threshold, or with windows the earliest due age) is
+/// shorter than `P`.
+fn aggressive(subject: String, p: Duration) -> Finding {
     Finding::new(
         Reason::AVeryAggressive,
         format!(
-            "ageThreshold {} is shorter than the window period P = {}: nodes are replaced soon \
-             after they arrive",
-            format_human(a),
+            "{subject} shorter than the window period P = {}: nodes are replaced soon after they \
+             arrive",
             format_human(p)
         ),
         "raise expireAfter, or use fewer windows chances (minRotationChances)",
+    )
+}
+
+/// `ageThreshold <a> is`, the subject of [`aggressive`] for auto and overrides.
+fn threshold_is(a: Duration) -> String {
+    format!("ageThreshold {} is", format_human(a))
+}
+
+/// The fatal finding of `ageThreshold: windows` when a node's life can hold fewer than K
+/// chances.
+fn windows_below_k(pc: &chances::PoolChances, e: Duration, k: u32, t_rot: Duration) -> Finding {
+    let h = format_human;
+    let fewest = pc.fewest;
+    let needed = match pc.expire_after_needed {
+        Some(needed) => format!(" (K chances for every node need expireAfter >= {})", h(needed)),
+        None => String::new(),
+    };
+    let lower = if fewest >= 1 {
+        format!("lower minRotationChances to {fewest}")
+    } else {
+        "lower minRotationChances".to_string()
+    };
+    Finding::new(
+        Reason::WindowChancesBelowK,
+        format!(
+            "ageThreshold windows: with expireAfter {}, a node created as a window closes gets \
+             only {fewest} window occurrence(s) in which a rotation can start and finish (t_rot \
+             = {}) before its forced expiry, fewer than minRotationChances {k}{needed}",
+            h(e),
+            h(t_rot)
+        ),
+        match pc.expire_after_needed {
+            Some(needed) => format!(
+                "raise the NodePool's expireAfter to at least {}, add maintenance windows, or \
+                 {lower}",
+                h(needed)
+            ),
+            None => format!(
+                "add maintenance windows (fewer than {} open in a year), or {lower}",
+                u64::from(k) + 1
+            ),
+        },
     )
 }
 
@@ -568,14 +643,40 @@ fn lower_age_threshold(bound: Duration, otherwise: &str) -> String {
 
 /// Layer 3 for one claim: its own `E <= K*P + t_rot` (auto or override alike) means it cannot
 /// get K chances; it is counted, announced with `ShortLead`, and rotated at the first chance.
+/// With `ageThreshold: windows` the claim's own life (from `created`) is what counts: fewer
+/// than K chances in it ([`chances::last_chances`], searching `listed` first).
 pub fn short_lead(
     settings: &Effective,
     expire_after: ExpireAfter,
     termination_grace_period: Option<Duration>,
     period: Duration,
+    created: Option<DateTime<Utc>>,
+    listed: &[Occurrence],
 ) -> Option<Finding> {
     let e = expire_after.duration()?;
     let k = settings.min_rotation_chances;
+    if settings.age_threshold == AgeThreshold::Windows
+        && derive::counts_occurrences(&settings.schedule)
+    {
+        let t_rot = settings.t_rot(termination_grace_period);
+        let created = created?;
+        let deadline = created.checked_add_signed(e)?;
+        let got =
+            chances::last_chances(&settings.schedule, listed, created, deadline, t_rot, k).count;
+        return (got < k.max(1)).then(|| {
+            Finding::new(
+                Reason::ShortLead,
+                format!(
+                    "expireAfter {} leaves this node {got} window occurrence(s) in which a \
+                     rotation can start and finish (t_rot = {}) before its forced expiry: it \
+                     cannot get {k} window chances",
+                    format_human(e),
+                    format_human(t_rot)
+                ),
+                SHORT_LEAD_FIX,
+            )
+        });
+    }
     let lead = derive::lead_time(k, period, settings.t_rot(termination_grace_period));
     (e <= lead).then(|| {
         Finding::new(
@@ -586,10 +687,14 @@ pub fn short_lead(
                 format_human(e),
                 format_human(lead)
             ),
-            "it is rotated at its first chance; raise the NodePool's expireAfter for new nodes",
+            SHORT_LEAD_FIX,
         )
     })
 }
+
+/// What `ShortLead` advises (the warning latch keys on it: one per claim, whatever the mode).
+const SHORT_LEAD_FIX: &str =
+    "it is rotated at its first chance; raise the NodePool's expireAfter for new nodes";
 
 #[cfg(test)]
 mod tests {
@@ -769,11 +874,98 @@ mod tests {
         let s = settings(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
         let p = Duration::days(4);
         let tgp = Some(Duration::hours(1));
-        assert_eq!(short_lead(&s, ExpireAfter::After(Duration::days(14)), tgp, p), None);
-        let f =
-            short_lead(&s, ExpireAfter::After(Duration::days(8) + Duration::minutes(77)), tgp, p);
+        let short = |e| short_lead(&s, e, tgp, p, None, &[]);
+        assert_eq!(short(ExpireAfter::After(Duration::days(14))), None);
+        let f = short(ExpireAfter::After(Duration::days(8) + Duration::minutes(77)));
         assert_eq!(f.map(|f| f.reason), Some(Reason::ShortLead));
-        assert_eq!(short_lead(&s, ExpireAfter::Never, tgp, p), None);
+        assert_eq!(short(ExpireAfter::Never), None);
+    }
+
+    fn windows_mode(windows: &[(&str, &[&str], &str, &str)]) -> Effective {
+        let mut spec = spec_with(windows);
+        spec.age_threshold = "windows".into();
+        Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn windows_mode_guarantees_k_and_says_how_early() {
+        // The worked example under windows: K = 2 guaranteed, due 3d1h17m to 7d1h17m before the
+        // deadline, so a node falls due at 6d22h43m at the earliest (auto: 5d22h43m).
+        let s = windows_mode(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
+        let t = Some(Duration::hours(1));
+        let a = assess(&s, &pool(14, t, 10), now());
+        assert_eq!(a.derived.chances, Some(2));
+        assert_eq!(a.derived.lead_time, Some(Duration::days(7) + Duration::minutes(77)));
+        assert_eq!(
+            a.derived.age_threshold,
+            Some(Duration::days(7) - Duration::minutes(77)),
+            "the earliest due age"
+        );
+        assert!(a.findings.is_empty(), "{:?}", a.findings);
+        // E = 7d: infeasible for auto (8d1h17m of lead), feasible here, but a node created in
+        // a window that is already one of its last two is due at once.
+        let a = assess(&s, &pool(7, t, 1), now());
+        assert_eq!(reasons(&a), [Reason::AVeryAggressive]);
+        assert_eq!(a.derived.age_threshold, Some(Duration::zero()));
+        assert!(a.findings[0].message.starts_with("a node can fall due at age 0s"));
+        let auto = settings(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
+        assert_eq!(
+            reasons(&assess(&auto, &pool(7, t, 1), now())),
+            [Reason::AgeThresholdNotPositive]
+        );
+    }
+
+    #[test]
+    fn windows_mode_with_fewer_than_k_chances_is_fatal_and_says_what_to_change() {
+        // E = 6d: a node created as Wednesday's window closes sees only Saturday's before its
+        // deadline (the Wednesday after is 6d20h away). Every node needs 6d20h + t_rot.
+        let s = windows_mode(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
+        let a = assess(&s, &pool(6, Some(Duration::hours(1)), 1), now());
+        assert_eq!(reasons(&a), [Reason::WindowChancesBelowK]);
+        assert!(a.has_fatal());
+        assert_eq!(a.derived.chances, Some(1));
+        let f = &a.findings[0];
+        assert_eq!(f.reason.event_reason(), "Infeasible");
+        assert!(f.message.contains("gets only 1 window occurrence(s)"), "{}", f.message);
+        assert_eq!(
+            f.fix,
+            "raise the NodePool's expireAfter to at least 6d21h17m, add maintenance windows, or \
+             lower minRotationChances to 1"
+        );
+        let short_by = Duration::hours(21) + Duration::minutes(17);
+        assert_eq!(a.derived.age_threshold, Some(-short_by), "E minus what K chances need");
+        // A weekly window cannot give every node two chances in 8 days.
+        let monthly = windows_mode(&[("UTC", &["Sat"], "02:00", "06:00")]);
+        let a = assess(&monthly, &pool(8, Some(Duration::hours(1)), 1), now());
+        assert_eq!(reasons(&a), [Reason::WindowChancesBelowK]);
+        assert_eq!(a.derived.chances, Some(1));
+    }
+
+    #[test]
+    fn windows_mode_open_around_the_clock_is_auto() {
+        let all: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+        let w = assess(&windows_mode(&[("UTC", all, "00:00", "00:00")]), &pool(14, None, 1), now());
+        let a = assess(&settings(&[("UTC", all, "00:00", "00:00")]), &pool(14, None, 1), now());
+        assert_eq!(w, a);
+    }
+
+    #[test]
+    fn short_lead_per_claim_under_windows_counts_its_own_life() {
+        // Wed and Sat 02:00-06:00 UTC, K = 2, E = 4d: created on a Wednesday at 05:00 (inside
+        // the window) a claim has two chances, created at 07:00 only Saturday's.
+        let s = windows_mode(&[("UTC", &["Wed", "Sat"], "02:00", "06:00")]);
+        let tgp = Some(Duration::hours(1));
+        let e = ExpireAfter::After(Duration::days(4));
+        let p = Duration::days(4);
+        let at = |h| Utc.with_ymd_and_hms(2026, 6, 3, h, 0, 0).single();
+        assert_eq!(short_lead(&s, e, tgp, p, at(5), &[]), None);
+        let f = short_lead(&s, e, tgp, p, at(7), &[]).unwrap_or_else(|| panic!("short"));
+        assert_eq!(f.reason, Reason::ShortLead);
+        assert!(f.message.contains("leaves this node 1 window occurrence(s)"), "{}", f.message);
+        assert_eq!(short_lead(&s, ExpireAfter::Never, tgp, p, at(7), &[]), None);
+        // Auto judges E alone: 4d <= 2*4d + 1h17m.
+        let auto = settings(&[("UTC", &["Wed", "Sat"], "02:00", "06:00")]);
+        assert!(short_lead(&auto, e, tgp, p, at(5), &[]).is_some());
     }
 
     #[test]

@@ -63,6 +63,14 @@ impl OpenTime {
         OpenTime::Windows { occurrences, before }
     }
 
+    /// The merged occurrences listed (none when open 24/7 or without windows).
+    pub fn occurrences(&self) -> &[Occurrence] {
+        match self {
+            OpenTime::Continuous => &[],
+            OpenTime::Windows { occurrences, .. } => occurrences,
+        }
+    }
+
     /// The open time at `t`.
     pub fn at(&self, t: DateTime<Utc>) -> Duration {
         match self {

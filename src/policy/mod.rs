@@ -5,11 +5,13 @@
 //! - [`window`]: the compiled window schedule (occurrences, `P`); [`settings`]: a spec with
 //!   defaults applied and reconcile-time validation ([`settings::Effective`]).
 //! - [`derive`]: deadline, `t_rot`, `A`, `G`, `C`, the candidate predicate, order, backoff.
+//! - [`chances`]: `ageThreshold: windows`, a claim's chances counted on the real occurrences.
 //! - [`feasibility`]: layers 1–3 as typed findings; [`resolve`]: governance and status view.
 //! - [`lookahead`]: crowded claims fall due early enough for one rotation at a time.
 //! - [`plan`]: the report of `noderotation plan` (the command is `crate::cli::plan`).
 //!
 //! Pure: no I/O, `now` is always a parameter (the commands that read files live in `crate::cli`).
+pub mod chances;
 pub mod crd;
 pub mod derive;
 pub mod duration;

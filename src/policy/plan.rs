@@ -10,7 +10,9 @@ use anyhow::{anyhow, bail};
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::chances;
 use super::crd::RotationPolicy;
+use super::derive;
 use super::duration::{self, format_human};
 use super::feasibility::{self, Assessment, Finding, PoolFacts, Severity};
 use super::selector;
@@ -49,7 +51,56 @@ pub fn report(
     } else {
         upcoming(&settings.schedule, now, occurrences)
     };
-    build_report(&policy_name, file, pool_input, settings, &assessment, &next, now)
+    let lifetimes = lifetimes(settings, facts, &assessment, now);
+    let mut report =
+        build_report(&policy_name, file, pool_input, settings, &assessment, &next, now);
+    report.derived.lifetime_used = lifetimes;
+    report
+}
+
+/// The share of expireAfter a node lives under each age-threshold mode, so that `plan` shows
+/// what `auto` and `windows` would give (and the override, when the policy has one). Empty
+/// without a deadline or windows.
+fn lifetimes(
+    settings: &Effective,
+    facts: &PoolFacts,
+    assessment: &Assessment,
+    now: DateTime<Utc>,
+) -> Vec<LifetimeReport> {
+    let d = &assessment.derived;
+    let (Some(e), Some(p)) = (facts.expire_after.duration(), d.period) else { return Vec::new() };
+    let k = settings.min_rotation_chances;
+    // Replaced at the first window after A: between A and A + P.
+    let after = |a: Duration| (a > Duration::zero()).then(|| (a, (a + p).min(e)));
+    let auto = after(e - derive::lead_time(k, p, d.t_rot));
+    let windows = if derive::counts_occurrences(&settings.schedule) {
+        // Replaced as its K-th last chance opens: E minus the longest to the shortest lead.
+        chances::pool_chances(&settings.schedule, now, e, d.t_rot, k)
+            .filter(|pc| pc.fewest >= k.max(1))
+            .and_then(|pc| pc.lead)
+            .map(|(short, long)| ((e - long).max(Duration::zero()), e - short))
+    } else {
+        auto
+    };
+    let entry = |mode: &str, in_use: bool, ages: Option<(Duration, Duration)>| {
+        let pct = |a: Duration| a.num_seconds() * 100 / e.num_seconds().max(1);
+        LifetimeReport {
+            mode: mode.to_string(),
+            in_use,
+            min_age_seconds: ages.map(|(lo, _)| lo.num_seconds()),
+            max_age_seconds: ages.map(|(_, hi)| hi.num_seconds()),
+            min_percent: ages.map(|(lo, _)| pct(lo)),
+            max_percent: ages.map(|(_, hi)| pct(hi)),
+        }
+    };
+    let mut out = vec![
+        entry(AgeThreshold::AUTO, settings.age_threshold == AgeThreshold::Auto, auto),
+        entry(AgeThreshold::WINDOWS, settings.age_threshold == AgeThreshold::Windows, windows),
+    ];
+    if let AgeThreshold::Override(a) = settings.age_threshold {
+        out.push(entry("override", true, after(a)));
+    }
+    out
 }
 
 #[derive(Deserialize)]
@@ -312,10 +363,33 @@ pub struct DerivedReport {
     pub lead_time_seconds: Option<i64>,
     /// `G` (`K` for auto).
     pub guaranteed_chances: Option<i64>,
+    /// `ageThreshold: windows` counts the real occurrences (false for auto, an override, or a
+    /// union open 24/7, where windows is auto).
+    #[serde(default)]
+    pub counts_occurrences: bool,
+    /// The share of expireAfter a node lives under each mode (auto, windows, and the override).
+    #[serde(default)]
+    pub lifetime_used: Vec<LifetimeReport>,
     /// `C`.
     pub starts_per_occurrence: Option<u64>,
     pub shortest_occurrence_seconds: Option<i64>,
     pub shortest_gap_seconds: Option<i64>,
+}
+
+/// How long a node lives under one age-threshold mode: the age range at which it is replaced.
+/// The ages and shares are `None` when the mode is infeasible for the pool (no rotation starts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LifetimeReport {
+    /// `auto`, `windows` or `override`.
+    pub mode: String,
+    /// The policy's own mode.
+    pub in_use: bool,
+    pub min_age_seconds: Option<i64>,
+    pub max_age_seconds: Option<i64>,
+    /// The ages as whole percent of expireAfter (rounded down).
+    pub min_percent: Option<i64>,
+    pub max_percent: Option<i64>,
 }
 
 /// One upcoming occurrence, in UTC and in each of the policy's zones.
@@ -361,7 +435,8 @@ fn build_report(
         settings: SettingsReport {
             min_rotation_chances: s.min_rotation_chances,
             age_threshold: match s.age_threshold {
-                AgeThreshold::Auto => "auto".into(),
+                AgeThreshold::Auto => AgeThreshold::AUTO.into(),
+                AgeThreshold::Windows => AgeThreshold::WINDOWS.into(),
                 AgeThreshold::Override(d) => duration::format(d),
             },
             ready_timeout_seconds: secs(s.ready_timeout),
@@ -386,6 +461,9 @@ fn build_report(
             age_threshold_overridden: d.age_threshold_overridden,
             lead_time_seconds: d.lead_time.map(secs),
             guaranteed_chances: d.chances,
+            counts_occurrences: s.age_threshold == AgeThreshold::Windows
+                && derive::counts_occurrences(&s.schedule),
+            lifetime_used: Vec::new(),
             starts_per_occurrence: d.starts_per_occurrence,
             shortest_occurrence_seconds: d.shortest_occurrence.map(secs),
             shortest_gap_seconds: d.shortest_gap.map(secs),
@@ -497,42 +575,62 @@ pub fn render_human(r: &PlanReport) -> String {
             human_secs(d.drain_estimate_seconds)
         ),
     );
+    let windows = s.age_threshold == AgeThreshold::WINDOWS;
     let (a_value, a_note) = match (d.age_threshold_seconds, d.age_threshold_overridden) {
+        (Some(a), false) if d.counts_occurrences && d.lead_time_seconds.is_some() => {
+            (human_secs(a), "windows: the earliest age a node falls due at (see life)".to_string())
+        }
+        (Some(a), false) if d.counts_occurrences => {
+            (human_secs(a), "windows: E minus the expireAfter K chances need".to_string())
+        }
+        (Some(a), false) if windows => {
+            (human_secs(a), "windows, open 24/7 (as auto): E - (K*P + t_rot)".to_string())
+        }
         (Some(a), false) => (human_secs(a), "auto: E - (K*P + t_rot)".to_string()),
         (Some(a), true) => (human_secs(a), "override".to_string()),
-        (None, _) if p.expire_after == "Never" => {
-            ("none".to_string(), "auto with expireAfter Never: no node is ever due".to_string())
-        }
+        (None, _) if p.expire_after == "Never" => (
+            "none".to_string(),
+            format!("{} with expireAfter Never: no node is ever due", s.age_threshold),
+        ),
         (None, _) => ("undefined".to_string(), String::new()),
     };
     row(&mut out, "A", "age threshold", a_value, a_note);
     if let Some(lead) = d.lead_time_seconds {
-        row(&mut out, "lead", "due this long before expiry", human_secs(lead), String::new());
+        let value = if d.counts_occurrences {
+            format!("up to {}", human_secs(lead))
+        } else {
+            human_secs(lead)
+        };
+        row(&mut out, "lead", "due this long before expiry", value, String::new());
     }
-    // What the lead costs: a node is replaced at the first window after it is due, so it lives
-    // between A and A + P of its expireAfter; the rest of E is given up.
-    if let (Some(a), Some(lead), Some(period)) =
-        (d.age_threshold_seconds, d.lead_time_seconds, d.window_period_seconds)
-    {
-        let e = a + lead;
-        // A <= 0 is infeasible (reported as a fatal finding): no rotation starts, so there is
-        // no lifetime to show, and the figures would be negative.
-        if e > 0 && a > 0 {
-            let last = (a + period).min(e);
-            let pct = |x: i64| x * 100 / e;
-            row(
-                &mut out,
-                "life",
-                "node lifetime used",
-                format!("{}%-{}%", pct(a), pct(last)),
-                format!(
-                    "age {}-{} of expireAfter {}: replaced at the first window after A",
-                    human_secs(a),
-                    human_secs(last),
-                    human_secs(e)
+    // What the lead costs, under each mode: the share of expireAfter a node lives.
+    for l in &r.derived.lifetime_used {
+        let what = format!("lifetime used, {}{}", l.mode, if l.in_use { " (in use)" } else { "" });
+        let expire = duration::parse(&p.expire_after).map(format_human).unwrap_or_default();
+        let (value, note) =
+            match (l.min_age_seconds, l.max_age_seconds, l.min_percent, l.max_percent) {
+                (Some(lo), Some(hi), Some(plo), Some(phi)) => {
+                    let ages = format!("age {}-{}", human_secs(lo), human_secs(hi));
+                    let how = match l.mode.as_str() {
+                        "windows" if d.always_open => "as auto when open 24/7".to_string(),
+                        "windows" => format!(
+                            "replaced in the first of its last {} usable windows",
+                            s.min_rotation_chances
+                        ),
+                        _ => "replaced at the first window after A".to_string(),
+                    };
+                    (format!("{plo}%-{phi}%"), format!("{ages} of expireAfter {expire}: {how}"))
+                }
+                _ => (
+                    "infeasible".to_string(),
+                    match l.mode.as_str() {
+                        "windows" => "a node can get fewer than K usable windows".to_string(),
+                        "auto" => "E <= K*P + t_rot".to_string(),
+                        _ => "A is not positive".to_string(),
+                    },
                 ),
-            );
-        }
+            };
+        row(&mut out, "life", &what, value, note);
     }
     let c = match (d.starts_per_occurrence, d.shortest_occurrence_seconds) {
         (Some(c), Some(len)) => (
@@ -555,6 +653,9 @@ pub fn render_human(r: &PlanReport) -> String {
     };
     row(&mut out, "C", "rotation starts per occurrence", c.0, c.1);
     let g = match (d.guaranteed_chances, d.age_threshold_overridden) {
+        (Some(g), false) if d.counts_occurrences && d.lead_time_seconds.is_none() => {
+            (g.to_string(), "the fewest a node gets, below K".to_string())
+        }
         (Some(g), false) => (g.to_string(), "= K".to_string()),
         (Some(g), true) => (g.to_string(), "floor((E - A - t_rot) / P)".to_string()),
         (None, true) if p.expire_after == "Never" => {

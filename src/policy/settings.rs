@@ -30,8 +30,17 @@ pub const DEFAULT_PROVISIONING_ESTIMATE_CAP: Duration = Duration::minutes(5);
 pub enum AgeThreshold {
     /// `A = E - (K*P + t_rot)` per claim (§3.2).
     Auto,
+    /// Due from the start of the claim's K-th last chance, counted on the real occurrences
+    /// (`docs/decisions/age-threshold-windows.md`).
+    Windows,
     /// A claim is due once its age reaches this.
     Override(Duration),
+}
+
+impl AgeThreshold {
+    /// The spelling of `spec.ageThreshold` for the two derived modes.
+    pub const AUTO: &'static str = "auto";
+    pub const WINDOWS: &'static str = "windows";
 }
 
 /// Which node labels the placeholder copies (§3.7).
@@ -76,20 +85,26 @@ impl Effective {
             err(&format!("nodePoolSelector.{}", problem.field), problem.problem);
         }
 
-        let age_threshold = if spec.age_threshold == "auto" {
-            Some(AgeThreshold::Auto)
-        } else {
-            match parse_duration_field(&spec.age_threshold) {
+        let age_threshold = match spec.age_threshold.as_str() {
+            AgeThreshold::AUTO => Some(AgeThreshold::Auto),
+            AgeThreshold::WINDOWS => Some(AgeThreshold::Windows),
+            other => match parse_duration_field(other) {
                 Ok(d) if d > Duration::zero() => Some(AgeThreshold::Override(d)),
                 Ok(_) => {
-                    err("ageThreshold", "must be auto or a Go duration greater than 0".into());
+                    err(
+                        "ageThreshold",
+                        "must be auto, windows or a Go duration greater than 0".into(),
+                    );
                     None
                 }
                 Err(problem) => {
-                    err("ageThreshold", format!("must be auto or a Go duration: {problem}"));
+                    err(
+                        "ageThreshold",
+                        format!("must be auto, windows or a Go duration: {problem}"),
+                    );
                     None
                 }
-            }
+            },
         };
 
         if spec.maintenance_windows.len() > 32 {
@@ -336,6 +351,18 @@ pub(crate) mod tests {
         assert_eq!(e.drain_estimate(Some(Duration::minutes(5))), Duration::minutes(20));
         assert_eq!(e.provisioning_estimate, Duration::minutes(2));
         assert_eq!(e.age_threshold, AgeThreshold::Override(Duration::hours(240)));
+        spec.age_threshold = "windows".into();
+        let e = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(e.age_threshold, AgeThreshold::Windows);
+    }
+
+    #[test]
+    fn age_threshold_spellings() {
+        let mut spec = spec_with(&[("UTC", &["Sat"], "02:00", "06:00")]);
+        for wrong in ["window", "Windows", "WINDOWS", "windows ", "auto,windows"] {
+            spec.age_threshold = wrong.into();
+            assert_eq!(invalid_fields(&spec), ["spec.ageThreshold"], "{wrong:?}");
+        }
     }
 
     #[test]
@@ -396,7 +423,7 @@ pub(crate) mod tests {
         let text = Effective::from_spec(&spec).err().map(|e| e.to_string()).unwrap_or_default();
         assert_eq!(
             text,
-            "spec.ageThreshold: must be auto or a Go duration greater than 0; \
+            "spec.ageThreshold: must be auto, windows or a Go duration greater than 0; \
              spec.surge.readyTimeout: invalid duration \"soon\"; e.g. 15m or 1h30m"
         );
     }

@@ -1,8 +1,9 @@
 //! Property tests of the window math (§3.1) over random schedules in zones with
 //! unusual DST rules, over two years: entry occurrences never vanish or double on DST days,
-//! overnight windows span midnight, `in_window` agrees with the merged occurrence list, and a
+//! overnight windows span midnight, `in_window` agrees with the merged occurrence list, a
 //! claim that becomes a candidate at `A` sees at least K occurrence starts before
-//! `deadline - t_rot`.
+//! `deadline - t_rot`, and with `ageThreshold: windows` exactly K chances are left when it falls
+//! due.
 use std::sync::OnceLock;
 
 use chrono::{DateTime, Duration, NaiveTime, TimeZone, Utc};
@@ -104,6 +105,42 @@ fn effective(schedule: Schedule, k: u32) -> Effective {
     }
 }
 
+/// Where a claim's creation falls: near one of the first zone's DST transitions (which one,
+/// minutes off it), or anywhere in 2026-2027 (minutes into it).
+#[derive(Debug, Clone)]
+struct Placement {
+    near_transition: bool,
+    pick: prop::sample::Index,
+    offset_minutes: i64,
+    anywhere: i64,
+}
+
+fn placement() -> impl Strategy<Value = Placement> {
+    (
+        any::<bool>(),
+        any::<prop::sample::Index>(),
+        -(3 * 24 * 60i64)..(3 * 24 * 60),
+        0i64..(365 * 24 * 60),
+    )
+        .prop_map(|(near_transition, pick, offset_minutes, anywhere)| Placement {
+            near_transition,
+            pick,
+            offset_minutes,
+            anywhere,
+        })
+}
+
+impl Placement {
+    fn created(&self, s: &Schedule) -> DateTime<Utc> {
+        match transitions(s.entries()[0].timezone) {
+            list if self.near_transition && !list.is_empty() => {
+                list[self.pick.index(list.len())] + Duration::minutes(self.offset_minutes)
+            }
+            _ => from() + Duration::days(7) + Duration::minutes(self.anywhere),
+        }
+    }
+}
+
 /// 32 cases per property keeps the policy tests fast in debug builds; set `PROPTEST_CASES` for a
 /// longer run (`PROPTEST_CASES=2000 cargo test --lib policy::window_props`).
 fn cases() -> u32 {
@@ -200,18 +237,9 @@ proptest! {
         e_minutes in (24 * 60i64)..(60 * 24 * 60),
         k in 1u32..=4,
         tgp_minutes in prop::option::of(0i64..(6 * 60)),
-        near_transition in any::<bool>(),
-        pick in any::<prop::sample::Index>(),
-        offset_minutes in -(3 * 24 * 60i64)..(3 * 24 * 60),
-        anywhere in 0i64..(365 * 24 * 60),
+        at in placement(),
     ) {
-        let zone = s.entries()[0].timezone;
-        let created = match transitions(zone) {
-            list if near_transition && !list.is_empty() => {
-                list[pick.index(list.len())] + Duration::minutes(offset_minutes)
-            }
-            _ => from() + Duration::days(7) + Duration::minutes(anywhere),
-        };
+        let created = at.created(&s);
         let e = Duration::minutes(e_minutes);
         let tgp = tgp_minutes.map(Duration::minutes);
         let settings = effective(s, k);
@@ -244,6 +272,58 @@ proptest! {
                 "created {created}, E {e}, K {k}, P {period}, A {a}: only {starts} starts in \
                  ({becomes}, {last_start}]"
             );
+        }
+    }
+
+    /// `ageThreshold: windows`, exactly: a claim due at its K-th last chance has exactly K
+    /// occurrences in which a rotation can start and finish before its deadline from then on,
+    /// DST weeks included, or is due at creation with fewer in its whole life; the lookahead's
+    /// list and the schedule give the same instant.
+    #[test]
+    fn windows_due_leaves_exactly_k_chances(
+        s in schedule(),
+        e_minutes in 60i64..(30 * 24 * 60),
+        k in 1u32..=4,
+        tgp_minutes in prop::option::of(0i64..(6 * 60)),
+        at in placement(),
+        now_before in 0i64..(20 * 24 * 60),
+    ) {
+        prop_assume!(derive::counts_occurrences(&s));
+        let created = at.created(&s);
+        let e = Duration::minutes(e_minutes);
+        let tgp = tgp_minutes.map(Duration::minutes);
+        let mut settings = effective(s, k);
+        settings.age_threshold = AgeThreshold::Windows;
+        let period = settings.schedule.period(created).unwrap_or_default();
+        let claim = ClaimFacts::idle(created, ExpireAfter::After(e), tgp);
+        let due = derive::due_after(&claim, &settings, period);
+        let now = created - Duration::minutes(now_before);
+        let open = super::lookahead::OpenTime::of(&settings.schedule, now);
+        let listed = derive::due_after_listed(&claim, &settings, period, open.occurrences());
+        prop_assert_eq!(due, listed);
+        let Some(due) = due else { return Err(TestCaseError::fail("no due instant")) };
+
+        // The chances from `due` on: occurrences a rotation can start in, at or after `due`
+        // and after creation, no later than `deadline - t_rot`.
+        let last = created + e - settings.t_rot(tgp);
+        let from = due.max(created);
+        let chances = if last < from {
+            0
+        } else {
+            settings
+                .schedule
+                .occurrences(from, last + Duration::seconds(1))
+                .iter()
+                .filter(|o| o.start <= last)
+                .count()
+        };
+        if due > created {
+            prop_assert_eq!(chances, k as usize, "created {}, E {}, K {}, due {}", created, e, k, due);
+            prop_assert!(settings.schedule.occurrence_containing(due).is_some_and(|o| o.start == due));
+        } else {
+            // Due at once: the claim's whole life holds at most K (K when its K-th last is in
+            // progress at creation, fewer when due from creation).
+            prop_assert!(chances <= k as usize, "created {}, E {}, K {}: {} chances", created, e, k, chances);
         }
     }
 }

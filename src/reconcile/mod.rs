@@ -513,9 +513,10 @@ impl Controller {
             for (c, d) in snap.pool_claims_derived() {
                 let expire = d.expire_after.unwrap_or(crate::policy::duration::ExpireAfter::Never);
                 let tgp = d.termination_grace_period;
-                let Some(f) = feasibility::short_lead(&p.settings, expire, tgp, period) else {
-                    continue;
-                };
+                let listed = p.open.occurrences();
+                let short =
+                    feasibility::short_lead(&p.settings, expire, tgp, period, d.created(), listed);
+                let Some(f) = short else { continue };
                 let Some(name) = c.metadata.name.clone() else { continue };
                 let key = (format!("{pool}|claim/{name}"), "ShortLead".to_string());
                 raised.insert(key.clone());
@@ -614,8 +615,9 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         let period = p.period.unwrap_or(Duration::minutes(1));
         let short = |(_, d): &(&crate::karpenter::NodeClaim, &snapshot::Derived)| {
             let expire = d.expire_after.unwrap_or(crate::policy::duration::ExpireAfter::Never);
-            feasibility::short_lead(&p.settings, expire, d.termination_grace_period, period)
-                .is_some()
+            let tgp = d.termination_grace_period;
+            let listed = p.open.occurrences();
+            feasibility::short_lead(&p.settings, expire, tgp, period, d.created(), listed).is_some()
         };
         g.short_lead_nodes = snap.pool_claims_derived().filter(short).count() as u64;
     }

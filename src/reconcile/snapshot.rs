@@ -114,6 +114,11 @@ pub struct Derived {
 }
 
 impl Derived {
+    /// `metadata.creationTimestamp`, `None` when unset.
+    pub fn created(&self) -> Option<DateTime<Utc>> {
+        self.created
+    }
+
     fn of(claim: &NodeClaim, cache: &CacheView) -> Derived {
         let mut d = Derived {
             name: claim.metadata.name.clone().unwrap_or_default(),
@@ -488,16 +493,17 @@ impl Snapshot {
         derived: &[Derived],
     ) -> Vec<Option<DateTime<Utc>>> {
         let settings = &policy.settings;
+        let listed = policy.open.occurrences();
         let mut dues: Vec<Option<DateTime<Utc>>> = facts
             .iter()
-            .map(|f| f.as_ref().and_then(|f| derive::due_after(f, settings, period)))
+            .map(|f| f.as_ref().and_then(|f| derive::due_after_listed(f, settings, period, listed)))
             .collect();
         let mut queue: Vec<(RotationOrder<'_>, usize)> = facts
             .iter()
             .zip(derived)
             .enumerate()
             .filter_map(|(i, (f, d))| {
-                let f = f.as_ref().filter(|f| derive::needs_slot(f, settings, period))?;
+                let f = f.as_ref().filter(|f| derive::needs_slot(f, dues[i]))?;
                 let order = RotationOrder {
                     deadline: derive::deadline(f.created, f.expire_after),
                     created: f.created,

@@ -103,6 +103,7 @@ pub fn unreachable_at_start(
     use crate::policy::derive::{ClaimFacts, ClaimState, RotationOrder};
     use crate::policy::lookahead::{self, OpenTime};
     let Some(period) = settings.schedule.period(now) else { return Vec::new() };
+    let open = OpenTime::of(&settings.schedule, now);
     let name = pool.metadata.name.as_deref().unwrap_or("");
     let mut queue: Vec<(RotationOrder<'_>, DateTime<Utc>)> = view
         .claims
@@ -120,7 +121,7 @@ pub fn unreachable_at_start(
                 failed_at: None,
                 operator_do_not_disrupt: false,
             };
-            let due = derive::due_after(&facts, settings, period)?;
+            let due = derive::due_after_listed(&facts, settings, period, open.occurrences())?;
             let deadline = derive::deadline(facts.created, facts.expire_after)?;
             let order = RotationOrder { deadline: Some(deadline), created: facts.created, name: n };
             Some((order, due))
@@ -130,7 +131,6 @@ pub fn unreachable_at_start(
     let dues: Vec<DateTime<Utc>> = queue.iter().map(|(_, due)| *due).collect();
     let tgp = pool.termination_grace_period().ok().flatten();
     let slot = settings.t_rot_est(tgp) + settings.cooldown_after;
-    let open = OpenTime::of(&settings.schedule, now);
     lookahead::reachable(now, &dues, &open, slot)
         .into_iter()
         .zip(&queue)

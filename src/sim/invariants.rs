@@ -19,6 +19,9 @@ use super::trace::Entry;
 use super::world::{BUFFER, World};
 use crate::cluster::CacheView;
 use crate::karpenter::NodePool;
+use crate::policy::chances;
+use crate::policy::derive;
+use crate::policy::settings::AgeThreshold;
 
 pub const I1: &str = "I1 one-anchor-per-pool";
 pub const I2: &str = "I2 start-gates";
@@ -1051,13 +1054,27 @@ impl Checker {
             if protected {
                 continue;
             }
-            let deadline = world.metrics.lifetimes.get(&claim).and_then(|l| l.deadline);
+            let life = world.metrics.lifetimes.get(&claim);
+            let deadline = life.and_then(|l| l.deadline);
             let lead = self.lead.get(&name).copied().flatten();
             // A claim of the starting fleet had its chances when its lead started after the
             // simulation did and one rotation at a time could reach it, the claims due before
-            // it taking a slot each (the burst lookahead's own model).
-            let had_chances = matches!((deadline, lead), (Some(dl), Some(l)) if dl - self.plan.start >= l)
-                && !self.unreachable.contains(&claim);
+            // it taking a slot each (the burst lookahead's own model). With ageThreshold
+            // windows the lead is the claim's own: its K-th last chance opened in the run.
+            let windows = settings.age_threshold == AgeThreshold::Windows
+                && derive::counts_occurrences(&settings.schedule);
+            let in_run = if windows {
+                life.zip(deadline).is_some_and(|(l, dl)| {
+                    let tgp = np.termination_grace_period().ok().flatten();
+                    let k = settings.min_rotation_chances;
+                    let s = &settings.schedule;
+                    let last = chances::last_chances(s, &[], l.created, dl, settings.t_rot(tgp), k);
+                    last.kth_start.is_some_and(|opens| opens >= self.plan.start)
+                })
+            } else {
+                matches!((deadline, lead), (Some(dl), Some(l)) if dl - self.plan.start >= l)
+            };
+            let had_chances = in_run && !self.unreachable.contains(&claim);
             if had_chances {
                 self.fail(
                     I8,

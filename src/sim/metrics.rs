@@ -14,6 +14,7 @@ use super::observe::Diff;
 use super::world::World;
 use crate::cluster::CacheView;
 use crate::policy::duration::format_human;
+use crate::policy::settings::AgeThreshold;
 
 const LAST_ROTATION_AT: &str = "noderotation.io/last-rotation-at";
 const ROTATION_STATE: &str = "noderotation.io/active-rotation-state";
@@ -55,6 +56,8 @@ pub struct Rotation {
     /// `provisioned` / `absorbed`; `None` for forceful fallback or unresolved.
     pub path: Option<String>,
     pub forceful: bool,
+    /// The claim's creation and forced expiry (`None`: never).
+    pub created: Option<DateTime<Utc>>,
     pub deadline: Option<DateTime<Utc>>,
     /// Started inside a window occurrence of the governing policy.
     pub in_window: bool,
@@ -111,7 +114,8 @@ impl Recorder {
                 if let (Some(y), Some(np)) = (&qa, b) {
                     let in_window =
                         gov.of(post, np).settings().is_some_and(|s| s.schedule.in_window(now));
-                    let deadline = world.metrics.lifetimes.get(y).and_then(|l| l.deadline);
+                    let life = world.metrics.lifetimes.get(y);
+                    let deadline = life.and_then(|l| l.deadline);
                     self.open.insert(name.clone(), self.rotations.len());
                     self.rotations.push(Rotation {
                         pool,
@@ -122,6 +126,7 @@ impl Recorder {
                         outcome: Outcome::Open,
                         path: None,
                         forceful: false,
+                        created: life.map(|l| l.created),
                         deadline,
                         in_window,
                     });
@@ -160,6 +165,15 @@ pub struct Figures {
     pub forced_expiries: u64,
     /// Smallest `deadline - time the old claim was deleted` over replacements.
     pub min_margin: Option<Duration>,
+    /// Lifetime used: `age when the old claim was deleted / expireAfter` over the controller's
+    /// replacements (successful rotations, forceful fallbacks included) of claims with a
+    /// deadline; the sum and count for the mean, and the minimum.
+    pub lifetime_used_sum: f64,
+    pub lifetime_used_count: u64,
+    pub lifetime_used_min: Option<f64>,
+    /// The summary table shows lifetime used (a policy of the scenario uses ageThreshold
+    /// windows; the default run's table stays as it was).
+    pub show_lifetime: bool,
     pub pending_pod_seconds: f64,
     pub overlap_node_hours: f64,
     /// Controller writes the store applied (Events excluded), and Events.
@@ -181,6 +195,8 @@ impl Figures {
         gov: &mut Gov,
     ) -> Figures {
         let mut f = Figures::scoped(world, rotations, gov, None);
+        f.show_lifetime =
+            world.plan.policies.iter().any(|p| p.spec.age_threshold == AgeThreshold::WINDOWS);
         f.writes = writes;
         f.events = events;
         f.claims_created = world.metrics.claims_created;
@@ -222,6 +238,14 @@ impl Figures {
                 if let (Some(dl), Some(at)) = (r.deadline, r.draining_at) {
                     let m = dl - at;
                     f.min_margin = Some(f.min_margin.map_or(m, |x| x.min(m)));
+                    if let Some(created) = r.created.filter(|c| *c < dl) {
+                        let used =
+                            (at - created).as_seconds_f64() / (dl - created).as_seconds_f64();
+                        f.lifetime_used_sum += used;
+                        f.lifetime_used_count += 1;
+                        f.lifetime_used_min =
+                            Some(f.lifetime_used_min.map_or(used, |x| x.min(used)));
+                    }
                 }
             }
         }
@@ -252,6 +276,12 @@ impl Figures {
     pub fn in_window_share(&self) -> Option<f64> {
         (self.replacements > 0)
             .then(|| self.replacements_in_window as f64 / self.replacements as f64)
+    }
+
+    /// The mean of lifetime used; `None` without a replacement by the controller.
+    pub fn lifetime_used_mean(&self) -> Option<f64> {
+        (self.lifetime_used_count > 0)
+            .then(|| self.lifetime_used_sum / self.lifetime_used_count as f64)
     }
 
     pub fn writes_per_rotation(&self) -> Option<f64> {
@@ -303,6 +333,13 @@ pub fn rows(ours: &Figures, alone: Option<&Figures>) -> Vec<(String, String, Str
     ));
     let margin = |f: &Figures| f.min_margin.map_or("-".to_string(), format_human);
     out.push(("minimum deadline margin".into(), margin(ours), alone_or(&|a| margin(a))));
+    if ours.show_lifetime {
+        let used = match (ours.lifetime_used_mean(), ours.lifetime_used_min) {
+            (Some(mean), Some(min)) => format!("{} / {}", pct(Some(mean)), pct(Some(min))),
+            _ => dash(),
+        };
+        out.push(("lifetime used (mean / min)".into(), used, dash()));
+    }
     out.push((
         "pending-pod-seconds".into(),
         format!("{:.0}", ours.pending_pod_seconds),
