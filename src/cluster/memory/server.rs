@@ -8,18 +8,32 @@ use crate::policy::crd::{RotationPolicy, RotationPolicyStatus};
 use crate::policy::resolve::to_time;
 
 impl State {
+    /// The object at `key` if it meets the write's preconditions: `NotFound` when there is none,
+    /// `Conflict` when its uid or resourceVersion is not the one given.
+    fn precondition<T: Kind>(
+        &self,
+        key: &Key,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<Arc<T>, ApiError> {
+        let current = self.get::<T>(key).ok_or(ApiError::NotFound)?;
+        let meta = current.meta();
+        let differs = |given: Option<&str>, stored: &Option<String>| {
+            given.is_some_and(|given| stored.as_deref() != Some(given))
+        };
+        if differs(uid, &meta.uid) || differs(resource_version, &meta.resource_version) {
+            return Err(ApiError::Conflict);
+        }
+        Ok(current)
+    }
+
     pub(super) fn patch<T: Kind>(
         &mut self,
         key: &Key,
         patch: &Patch,
         resource_version: Option<&str>,
     ) -> Result<(), ApiError> {
-        let current = self.get::<T>(key).ok_or(ApiError::NotFound)?;
-        if let Some(rv) = resource_version
-            && current.meta().resource_version.as_deref() != Some(rv)
-        {
-            return Err(ApiError::Conflict);
-        }
+        let current = self.precondition::<T>(key, None, resource_version)?;
         let mut next = (*current).clone();
         if !patch.set.is_empty() || !patch.remove.is_empty() {
             let annotations = next.meta_mut().annotations.get_or_insert_default();
@@ -43,17 +57,7 @@ impl State {
         uid: Option<&str>,
         resource_version: Option<&str>,
     ) -> Result<(), ApiError> {
-        let current = self.get::<T>(key).ok_or(ApiError::NotFound)?;
-        if let Some(uid) = uid
-            && current.meta().uid.as_deref() != Some(uid)
-        {
-            return Err(ApiError::Conflict);
-        }
-        if let Some(rv) = resource_version
-            && current.meta().resource_version.as_deref() != Some(rv)
-        {
-            return Err(ApiError::Conflict);
-        }
+        let current = self.precondition::<T>(key, uid, resource_version)?;
         if !has_finalizers(current.meta()) {
             self.remove::<T>(key);
         } else if current.meta().deletion_timestamp.is_none() {
@@ -91,12 +95,7 @@ impl State {
         resource_version: Option<&str>,
     ) -> Result<(), ApiError> {
         let key = cluster_key(name);
-        let current = self.get::<RotationPolicy>(&key).ok_or(ApiError::NotFound)?;
-        if let Some(rv) = resource_version
-            && current.metadata.resource_version.as_deref() != Some(rv)
-        {
-            return Err(ApiError::Conflict);
-        }
+        let current = self.precondition::<RotationPolicy>(&key, None, resource_version)?;
         let mut next = (*current).clone();
         next.status = Some(status.clone());
         self.write(&key, next, false);

@@ -42,7 +42,7 @@ fn is_placeholder(controller_namespace: &str, key: &Key, pod: &Pod) -> bool {
 pub(super) trait Kind: Resource + Clone + PartialEq + Send + Sync + 'static {
     const KIND: ObjectKind;
     /// Custom resources bump `metadata.generation` when their spec changes.
-    const TRACKS_GENERATION: bool;
+    const TRACKS_GENERATION: bool = false;
 
     fn table(store: &Store) -> &BTreeMap<Key, Arc<Self>>;
     fn table_mut(store: &mut Store) -> &mut BTreeMap<Key, Arc<Self>>;
@@ -51,67 +51,62 @@ pub(super) trait Kind: Resource + Clone + PartialEq + Send + Sync + 'static {
     }
     fn set_unschedulable(&mut self, _unschedulable: bool) {}
     fn reindex(_store: &mut Store, _key: &Key, _old: Option<&Self>, _new: Option<&Self>) {}
-    /// The watch event this mutation sends to a controller cache, if it watches it.
-    fn change(
-        ns: &str,
-        key: &Key,
-        old: Option<&Arc<Self>>,
-        new: Option<&Arc<Self>>,
-    ) -> Option<Change>;
-}
-
-macro_rules! cluster_kind {
-    ($ty:ty, $kind:ident, $field:ident, $variant:ident, $generation:expr) => {
-        impl Kind for $ty {
-            const KIND: ObjectKind = ObjectKind::$kind;
-            const TRACKS_GENERATION: bool = $generation;
-
-            fn table(store: &Store) -> &BTreeMap<Key, Arc<Self>> {
-                &store.$field
-            }
-            fn table_mut(store: &mut Store) -> &mut BTreeMap<Key, Arc<Self>> {
-                &mut store.$field
-            }
-            fn spec_changed(old: &Self, new: &Self) -> bool {
-                old.spec != new.spec
-            }
-            fn change(
-                _ns: &str,
-                key: &Key,
-                _old: Option<&Arc<Self>>,
-                new: Option<&Arc<Self>>,
-            ) -> Option<Change> {
-                Some(Change::$variant(key.1.clone(), new.cloned()))
-            }
-        }
-    };
-}
-
-cluster_kind!(NodePool, NodePool, pools, Pool, true);
-cluster_kind!(NodeClaim, NodeClaim, claims, Claim, true);
-cluster_kind!(RotationPolicy, RotationPolicy, policies, Policy, true);
-
-impl Kind for Node {
-    const KIND: ObjectKind = ObjectKind::Node;
-    const TRACKS_GENERATION: bool = false;
-
-    fn table(store: &Store) -> &BTreeMap<Key, Arc<Self>> {
-        &store.nodes
-    }
-    fn table_mut(store: &mut Store) -> &mut BTreeMap<Key, Arc<Self>> {
-        &mut store.nodes
-    }
-    fn set_unschedulable(&mut self, unschedulable: bool) {
-        // Go's `omitempty`: false is never stored, only absent.
-        self.spec.get_or_insert_default().unschedulable = unschedulable.then_some(true);
-    }
+    /// The watch event showing a controller cache the object `name` as it now is (`None`: gone).
+    fn event(name: String, obj: Option<Arc<Self>>) -> Change;
+    /// The watch event this mutation sends to a controller cache, if it watches it: by default
+    /// the cache watches every object of the kind.
     fn change(
         _ns: &str,
         key: &Key,
         _old: Option<&Arc<Self>>,
         new: Option<&Arc<Self>>,
     ) -> Option<Change> {
-        Some(Change::Node(key.1.clone(), new.cloned()))
+        Some(Self::event(key.1.clone(), new.cloned()))
+    }
+}
+
+/// The members of [`Kind`] that name where a kind lives: its [`ObjectKind`] (the variant named
+/// like the type), its table in the store, its [`Change`] variant.
+macro_rules! stored {
+    ($kind:ident in $field:ident, $variant:ident) => {
+        const KIND: ObjectKind = ObjectKind::$kind;
+
+        fn table(store: &Store) -> &BTreeMap<Key, Arc<Self>> {
+            &store.$field
+        }
+        fn table_mut(store: &mut Store) -> &mut BTreeMap<Key, Arc<Self>> {
+            &mut store.$field
+        }
+        fn event(name: String, obj: Option<Arc<Self>>) -> Change {
+            Change::$variant(name, obj)
+        }
+    };
+}
+
+/// A custom resource: its generation moves when its spec changes.
+macro_rules! custom_resource {
+    ($kind:ident in $field:ident, $variant:ident) => {
+        impl Kind for $kind {
+            stored!($kind in $field, $variant);
+            const TRACKS_GENERATION: bool = true;
+
+            fn spec_changed(old: &Self, new: &Self) -> bool {
+                old.spec != new.spec
+            }
+        }
+    };
+}
+
+custom_resource!(NodePool in pools, Pool);
+custom_resource!(NodeClaim in claims, Claim);
+custom_resource!(RotationPolicy in policies, Policy);
+
+impl Kind for Node {
+    stored!(Node in nodes, Node);
+
+    fn set_unschedulable(&mut self, unschedulable: bool) {
+        // Go's `omitempty`: false is never stored, only absent.
+        self.spec.get_or_insert_default().unschedulable = unschedulable.then_some(true);
     }
 }
 
@@ -120,15 +115,8 @@ fn node_name_of(pod: &Pod) -> Option<&str> {
 }
 
 impl Kind for Pod {
-    const KIND: ObjectKind = ObjectKind::Pod;
-    const TRACKS_GENERATION: bool = false;
+    stored!(Pod in pods, Placeholder);
 
-    fn table(store: &Store) -> &BTreeMap<Key, Arc<Self>> {
-        &store.pods
-    }
-    fn table_mut(store: &mut Store) -> &mut BTreeMap<Key, Arc<Self>> {
-        &mut store.pods
-    }
     fn reindex(store: &mut Store, key: &Key, old: Option<&Self>, new: Option<&Self>) {
         let before = old.and_then(node_name_of);
         let after = new.and_then(node_name_of);
@@ -163,27 +151,19 @@ impl Kind for Pod {
 /// Runs `$body` with `$t` bound to the stored type of `$kind`.
 macro_rules! with_kind {
     ($kind:expr, $t:ident => $body:expr) => {
+        with_kind!($kind, $t => $body;
+            NodePool: $crate::karpenter::NodePool,
+            NodeClaim: $crate::karpenter::NodeClaim,
+            Node: k8s_openapi::api::core::v1::Node,
+            Pod: k8s_openapi::api::core::v1::Pod,
+            RotationPolicy: $crate::policy::crd::RotationPolicy)
+    };
+    ($kind:expr, $t:ident => $body:expr; $($variant:ident: $ty:ty),+) => {
         match $kind {
-            $crate::cluster::ObjectKind::NodePool => {
-                type $t = $crate::karpenter::NodePool;
+            $($crate::cluster::ObjectKind::$variant => {
+                type $t = $ty;
                 $body
-            }
-            $crate::cluster::ObjectKind::NodeClaim => {
-                type $t = $crate::karpenter::NodeClaim;
-                $body
-            }
-            $crate::cluster::ObjectKind::Node => {
-                type $t = k8s_openapi::api::core::v1::Node;
-                $body
-            }
-            $crate::cluster::ObjectKind::Pod => {
-                type $t = k8s_openapi::api::core::v1::Pod;
-                $body
-            }
-            $crate::cluster::ObjectKind::RotationPolicy => {
-                type $t = $crate::policy::crd::RotationPolicy;
-                $body
-            }
+            })+
         }
     };
 }
