@@ -25,7 +25,9 @@ use k8s_openapi::api::core::v1::Pod;
 use super::scenario::FaultRates;
 use crate::clock::Clock;
 use crate::cluster::fence::{self, Fence, Fenced};
-use crate::cluster::memory::{ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, Rng};
+use crate::cluster::memory::{
+    ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, RandomFaults, Rng,
+};
 use crate::cluster::{ApiError, Cluster, EventRecord, ObjectRef, Patch};
 use crate::engine::Engine;
 use crate::policy::crd::RotationPolicyStatus;
@@ -44,11 +46,10 @@ pub struct CallRecord {
 #[derive(Debug)]
 pub struct HookState {
     pub faults_on: bool,
-    rng: Rng,
+    /// Crash around a write, drawn from `api`'s generator.
     crash: f64,
-    conflict: f64,
-    transient: f64,
-    apply_then_transient: f64,
+    /// Conflicts and transient errors (and the one generator of every draw).
+    api: RandomFaults,
     /// Clients whose process is dead: every call fails.
     dead: BTreeSet<usize>,
     /// A crash happened during the current step (the client).
@@ -83,25 +84,14 @@ impl Faults for Hook {
             Fault::Proceed
         } else if call.verb.is_write() && {
             let p = st.crash;
-            st.rng.chance(p)
+            st.api.rng.chance(p)
         } {
             // The process dies around this write: before it applies, or after.
             st.dead.insert(call.client);
             st.crashed = Some(call.client);
-            if st.rng.chance(0.5) { Fault::ApplyThenTransient } else { Fault::Transient }
+            if st.api.rng.chance(0.5) { Fault::ApplyThenTransient } else { Fault::Transient }
         } else {
-            let u = st.rng.next_f64();
-            let conflict =
-                if call.verb.is_write() && call.precondition { st.conflict } else { 0.0 };
-            if u < conflict {
-                Fault::Conflict
-            } else if u < conflict + st.transient {
-                Fault::Transient
-            } else if u < conflict + st.transient + st.apply_then_transient {
-                if call.verb.is_write() { Fault::ApplyThenTransient } else { Fault::Transient }
-            } else {
-                Fault::Proceed
-            }
+            st.api.decide(call)
         };
         if (fault != Fault::Proceed && !st.dead.contains(&call.client))
             || st.crashed == Some(call.client)
@@ -352,11 +342,13 @@ impl Driver {
         let r = rates.clone().unwrap_or_default();
         let hook = Arc::new(Mutex::new(HookState {
             faults_on: rates.is_some(),
-            rng: rng.fork(),
             crash: r.crash,
-            conflict: r.conflict,
-            transient: r.transient,
-            apply_then_transient: r.apply_then_transient,
+            api: RandomFaults {
+                rng: rng.fork(),
+                conflict: r.conflict,
+                transient: r.transient,
+                apply_then_transient: r.apply_then_transient,
+            },
             dead: BTreeSet::new(),
             crashed: None,
             injected: 0,
