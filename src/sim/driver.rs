@@ -20,17 +20,15 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Duration, Utc};
-use k8s_openapi::api::core::v1::Pod;
 
 use super::scenario::FaultRates;
 use crate::clock::Clock;
+use crate::cluster::Cluster;
 use crate::cluster::fence::{self, Fence, Fenced};
 use crate::cluster::memory::{
     ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, RandomFaults, Rng,
 };
-use crate::cluster::{ApiError, Cluster, EventRecord, ObjectRef, Patch};
 use crate::engine::Engine;
-use crate::policy::crd::RotationPolicyStatus;
 use crate::reconcile::{Announcement, Controller, ControllerConfig, ReconcileError, SweepReport};
 
 /// One controller call, as the hook saw it.
@@ -160,6 +158,12 @@ impl Stall {
         *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
+    /// A write that passes straight through.
+    fn unstalled<T>(&self, call: impl FnOnce() -> T) -> T {
+        call()
+    }
+
+    /// A write that stalls if it is the armed one.
     fn write<T>(&self, call: impl FnOnce() -> T) -> T {
         let result = call();
         let fired = {
@@ -181,36 +185,8 @@ impl Stall {
 
 impl Cluster for Stall {
     crate::cluster::delegate_reads!(inner);
-    fn patch(
-        &self,
-        target: &ObjectRef,
-        patch: &Patch,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
-        self.write(|| self.inner.patch(target, patch, resource_version))
-    }
-    fn delete(
-        &self,
-        target: &ObjectRef,
-        uid: Option<&str>,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
-        self.write(|| self.inner.delete(target, uid, resource_version))
-    }
-    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError> {
-        self.write(|| self.inner.create_pod(pod))
-    }
-    fn update_policy_status(
-        &self,
-        name: &str,
-        status: &RotationPolicyStatus,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
-        self.inner.update_policy_status(name, status, resource_version)
-    }
-    fn record_event(&self, event: &EventRecord) -> Result<(), ApiError> {
-        self.inner.record_event(event)
-    }
+    // Only object writes stall: policy status and Events pass straight through.
+    crate::cluster::delegate_writes!(inner, write, unstalled);
 }
 
 /// A pass held inside its stalled write, on its own thread.

@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use super::faults::{INJECTED_FORBIDDEN, INJECTED_TRANSIENT};
 use super::store::{State, cluster_key, key_for, with_kind};
 use super::{ApiVerb, Call, Fault, MemoryCluster};
-use crate::cluster::{ApiError, CacheView, Cluster, EventRecord, ObjectKind, ObjectRef, Patch};
+use crate::cluster::{
+    ApiError, ApiResult, CacheView, Cluster, EventRecord, ObjectKind, ObjectRef, Patch,
+};
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::RotationPolicyStatus;
 
@@ -102,28 +104,28 @@ impl Cluster for MemoryCluster {
         Arc::clone(&cache.view)
     }
 
-    fn get_pool(&self, name: &str) -> Result<Option<NodePool>, ApiError> {
+    fn get_pool(&self, name: &str) -> ApiResult<Option<NodePool>> {
         let target = ObjectRef::cluster(ObjectKind::NodePool, name);
         self.call(ApiVerb::Get, &target, false, |st| {
             Ok(st.get::<NodePool>(&cluster_key(name)).map(|o| (*o).clone()))
         })
     }
 
-    fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, ApiError> {
+    fn get_claim(&self, name: &str) -> ApiResult<Option<NodeClaim>> {
         let target = ObjectRef::cluster(ObjectKind::NodeClaim, name);
         self.call(ApiVerb::Get, &target, false, |st| {
             Ok(st.get::<NodeClaim>(&cluster_key(name)).map(|o| (*o).clone()))
         })
     }
 
-    fn get_node(&self, name: &str) -> Result<Option<Node>, ApiError> {
+    fn get_node(&self, name: &str) -> ApiResult<Option<Node>> {
         let target = ObjectRef::cluster(ObjectKind::Node, name);
         self.call(ApiVerb::Get, &target, false, |st| {
             Ok(st.get::<Node>(&cluster_key(name)).map(|o| (*o).clone()))
         })
     }
 
-    fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
+    fn get_pod(&self, namespace: &str, name: &str) -> ApiResult<Option<Pod>> {
         let target = ObjectRef::pod(namespace, name);
         self.call(ApiVerb::Get, &target, false, |st| {
             let key = key_for(&target)?;
@@ -131,7 +133,7 @@ impl Cluster for MemoryCluster {
         })
     }
 
-    fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
+    fn pods_on_node(&self, node: &str) -> ApiResult<Vec<Pod>> {
         let target = ObjectRef::cluster(ObjectKind::Node, node);
         self.call(ApiVerb::List, &target, false, |st| {
             Ok(st
@@ -145,13 +147,8 @@ impl Cluster for MemoryCluster {
         })
     }
 
-    fn patch(
-        &self,
-        target: &ObjectRef,
-        patch: &Patch,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
-        self.call(ApiVerb::Patch, target, resource_version.is_some(), |st| {
+    fn patch(&self, target: &ObjectRef, patch: &Patch, rv: Option<&str>) -> ApiResult<()> {
+        self.call(ApiVerb::Patch, target, rv.is_some(), |st| {
             let key = key_for(target)?;
             if let Some(both) = patch.set.keys().find(|k| patch.remove.contains(*k)) {
                 return Err(ApiError::Invalid(format!("annotation {both} both set and removed")));
@@ -159,24 +156,19 @@ impl Cluster for MemoryCluster {
             if patch.unschedulable.is_some() && target.kind != ObjectKind::Node {
                 return Err(ApiError::Invalid(format!("{target}: unschedulable is for nodes")));
             }
-            with_kind!(target.kind, T => st.patch::<T>(&key, patch, resource_version))
+            with_kind!(target.kind, T => st.patch::<T>(&key, patch, rv))
         })
     }
 
-    fn delete(
-        &self,
-        target: &ObjectRef,
-        uid: Option<&str>,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
-        let precondition = uid.is_some() || resource_version.is_some();
+    fn delete(&self, target: &ObjectRef, uid: Option<&str>, rv: Option<&str>) -> ApiResult<()> {
+        let precondition = uid.is_some() || rv.is_some();
         self.call(ApiVerb::Delete, target, precondition, |st| {
             let key = key_for(target)?;
-            with_kind!(target.kind, T => st.delete::<T>(&key, uid, resource_version))
+            with_kind!(target.kind, T => st.delete::<T>(&key, uid, rv))
         })
     }
 
-    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError> {
+    fn create_pod(&self, pod: &Pod) -> ApiResult<Pod> {
         let target = ObjectRef {
             kind: ObjectKind::Pod,
             namespace: pod.metadata.namespace.clone(),
@@ -189,15 +181,15 @@ impl Cluster for MemoryCluster {
         &self,
         name: &str,
         status: &RotationPolicyStatus,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
+        rv: Option<&str>,
+    ) -> ApiResult<()> {
         let target = ObjectRef::cluster(ObjectKind::RotationPolicy, name);
-        self.call(ApiVerb::UpdateStatus, &target, resource_version.is_some(), |st| {
-            st.update_policy_status(name, status, resource_version)
+        self.call(ApiVerb::UpdateStatus, &target, rv.is_some(), |st| {
+            st.update_policy_status(name, status, rv)
         })
     }
 
-    fn record_event(&self, event: &EventRecord) -> Result<(), ApiError> {
+    fn record_event(&self, event: &EventRecord) -> ApiResult<()> {
         self.call(ApiVerb::RecordEvent, &event.object, false, |st| {
             st.events.push(event.clone());
             Ok(())
