@@ -12,11 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::api::coordination::v1::LeaseSpec;
-use k8s_openapi::api::core::v1::Pod;
 
-use super::{ApiError, Cluster, EventRecord, ObjectRef, Patch};
+use super::{ApiError, ApiResult, Cluster};
 use crate::clock::Clock;
-use crate::policy::crd::RotationPolicyStatus;
 
 /// Default Lease duration (seconds): how long a dead leader blocks the standby.
 pub const DEFAULT_LEASE_DURATION_SECS: u64 = 15;
@@ -114,54 +112,27 @@ impl Fenced {
     pub fn new(inner: Arc<dyn Cluster>, fence: Arc<Fence>) -> Fenced {
         Fenced { inner, fence }
     }
+
+    /// Sends `write` only while the fence is open.
+    fn fenced<T>(&self, write: impl FnOnce() -> ApiResult<T>) -> ApiResult<T> {
+        self.fence.check()?;
+        write()
+    }
 }
 
 impl Cluster for Fenced {
     crate::cluster::delegate_reads!(inner);
-    fn patch(
-        &self,
-        target: &ObjectRef,
-        patch: &Patch,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
-        self.fence.check()?;
-        self.inner.patch(target, patch, resource_version)
-    }
-    fn delete(
-        &self,
-        target: &ObjectRef,
-        uid: Option<&str>,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
-        self.fence.check()?;
-        self.inner.delete(target, uid, resource_version)
-    }
-    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError> {
-        self.fence.check()?;
-        self.inner.create_pod(pod)
-    }
-    fn update_policy_status(
-        &self,
-        name: &str,
-        status: &RotationPolicyStatus,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
-        self.fence.check()?;
-        self.inner.update_policy_status(name, status, resource_version)
-    }
-    fn record_event(&self, event: &EventRecord) -> Result<(), ApiError> {
-        self.fence.check()?;
-        self.inner.record_event(event)
-    }
+    crate::cluster::delegate_writes!(inner, fenced);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::VirtualClock;
-    use crate::cluster::ObjectKind;
     use crate::cluster::memory::{CacheLag, MemoryCluster};
+    use crate::cluster::{EventRecord, ObjectKind, ObjectRef, Patch};
     use chrono::TimeZone;
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
     fn t0() -> DateTime<Utc> {

@@ -44,8 +44,8 @@ use tokio::sync::mpsc;
 
 use super::events::EventSink;
 use super::{
-    ApiError, CacheView, Cluster, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind,
-    ObjectRef, Patch,
+    ApiError, ApiResult, CacheView, Cluster, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    ObjectKind, ObjectRef, Patch,
 };
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::{RotationPolicy, RotationPolicyStatus};
@@ -569,61 +569,51 @@ impl Cluster for KubeCluster {
         fresh
     }
 
-    fn get_pool(&self, name: &str) -> Result<Option<NodePool>, ApiError> {
+    fn get_pool(&self, name: &str) -> ApiResult<Option<NodePool>> {
         let api = Api::<NodePool>::all(self.client.clone());
         self.request(api.get_opt(name), false)
     }
 
-    fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, ApiError> {
+    fn get_claim(&self, name: &str) -> ApiResult<Option<NodeClaim>> {
         let api = Api::<NodeClaim>::all(self.client.clone());
         self.request(api.get_opt(name), false)
     }
 
-    fn get_node(&self, name: &str) -> Result<Option<Node>, ApiError> {
+    fn get_node(&self, name: &str) -> ApiResult<Option<Node>> {
         let api = Api::<Node>::all(self.client.clone());
         self.request(api.get_opt(name), false)
     }
 
-    fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
+    fn get_pod(&self, namespace: &str, name: &str) -> ApiResult<Option<Pod>> {
         let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
         self.block(api.get_opt(name)).map_err(|e| map_error(e, false))
     }
 
-    fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
+    fn pods_on_node(&self, node: &str) -> ApiResult<Vec<Pod>> {
         let api = Api::<Pod>::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         self.request(api.list(&params), false).map(|list| list.items)
     }
 
-    fn patch(
-        &self,
-        target: &ObjectRef,
-        patch: &Patch,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
-        let body = Self::merge_patch_body(target, patch, resource_version)?;
+    fn patch(&self, target: &ObjectRef, patch: &Patch, rv: Option<&str>) -> ApiResult<()> {
+        let body = Self::merge_patch_body(target, patch, rv)?;
         let api = self.dynamic_api(target);
         let params =
             PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
         self.request(api.patch(&target.name, &params, &KubePatch::Merge(&body)), false).map(|_| ())
     }
 
-    fn delete(
-        &self,
-        target: &ObjectRef,
-        uid: Option<&str>,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
+    fn delete(&self, target: &ObjectRef, uid: Option<&str>, rv: Option<&str>) -> ApiResult<()> {
         let api = self.dynamic_api(target);
-        let preconditions = (uid.is_some() || resource_version.is_some()).then(|| Preconditions {
+        let preconditions = (uid.is_some() || rv.is_some()).then(|| Preconditions {
             uid: uid.map(str::to_string),
-            resource_version: resource_version.map(str::to_string),
+            resource_version: rv.map(str::to_string),
         });
         let params = DeleteParams { preconditions, ..DeleteParams::default() };
         self.request(api.delete(&target.name, &params), false).map(|_| ())
     }
 
-    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError> {
+    fn create_pod(&self, pod: &Pod) -> ApiResult<Pod> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or(&self.namespace);
         let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
         let params =
@@ -635,12 +625,12 @@ impl Cluster for KubeCluster {
         &self,
         name: &str,
         status: &RotationPolicyStatus,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
+        rv: Option<&str>,
+    ) -> ApiResult<()> {
         let api = Api::<RotationPolicy>::all(self.client.clone());
         // A PUT of the status subresource replaces the whole status (a merge patch would keep
         // fields the new status leaves unset); the API server takes only `status` from the body.
-        let resource_version = match resource_version {
+        let resource_version = match rv {
             Some(rv) => rv.to_string(),
             None => {
                 let current = self.request(api.get_opt(name), false)?;
@@ -656,7 +646,7 @@ impl Cluster for KubeCluster {
         self.request(api.replace_status(name, &params, &body), false).map(|_| ())
     }
 
-    fn record_event(&self, event: &EventRecord) -> Result<(), ApiError> {
+    fn record_event(&self, event: &EventRecord) -> ApiResult<()> {
         let reference = self.object_reference(&event.object);
         let note = truncate(&event.message, 1024);
         self.request(self.recorder.publish(&reference, event.warning, &event.reason, &note), true)

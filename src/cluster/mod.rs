@@ -126,54 +126,47 @@ pub struct CacheView {
     pub policies: BTreeMap<String, Arc<RotationPolicy>>,
 }
 
+/// What every [`Cluster`] call returns.
+pub type ApiResult<T> = Result<T, ApiError>;
+
 /// The cluster as the controller sees it.
 pub trait Cluster: Send + Sync {
     /// The cached view (cheap: shared, not copied).
     fn cache(&self) -> Arc<CacheView>;
 
     /// Fresh reads from the API server, for the conditional writes that must verify state.
-    fn get_pool(&self, name: &str) -> Result<Option<NodePool>, ApiError>;
-    fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, ApiError>;
-    fn get_node(&self, name: &str) -> Result<Option<Node>, ApiError>;
-    fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError>;
+    fn get_pool(&self, name: &str) -> ApiResult<Option<NodePool>>;
+    fn get_claim(&self, name: &str) -> ApiResult<Option<NodeClaim>>;
+    fn get_node(&self, name: &str) -> ApiResult<Option<Node>>;
+    fn get_pod(&self, namespace: &str, name: &str) -> ApiResult<Option<Pod>>;
     /// Pods bound to a node, all namespaces (listed on demand with a field selector: the
     /// controller never caches every pod in the cluster).
-    fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ApiError>;
+    fn pods_on_node(&self, node: &str) -> ApiResult<Vec<Pod>>;
 
-    /// Applies `patch` to the object; with `resource_version`, only if the object still has it
-    /// (else `Conflict`). `NotFound` when the object does not exist.
-    fn patch(
-        &self,
-        target: &ObjectRef,
-        patch: &Patch,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError>;
+    /// Applies `patch` to the object; with a resourceVersion `rv`, only if the object still has
+    /// it (else `Conflict`). `NotFound` when the object does not exist.
+    fn patch(&self, target: &ObjectRef, patch: &Patch, rv: Option<&str>) -> ApiResult<()>;
 
-    /// Deletes the object; with `uid`, only that incarnation, with `resource_version`, only if
-    /// the object still has it (else `Conflict`). `NotFound` when it does not exist. Objects
+    /// Deletes the object; with `uid`, only that incarnation, with a resourceVersion `rv`, only
+    /// if the object still has it (else `Conflict`). `NotFound` when it does not exist. Objects
     /// with finalizers get a deletionTimestamp and stay until finalized.
-    fn delete(
-        &self,
-        target: &ObjectRef,
-        uid: Option<&str>,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError>;
+    fn delete(&self, target: &ObjectRef, uid: Option<&str>, rv: Option<&str>) -> ApiResult<()>;
 
     /// Creates a pod (the placeholder) and returns it as the API server stored it (its
     /// `metadata.uid` identifies what the controller created). `AlreadyExists` when the name is
     /// taken.
-    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError>;
+    fn create_pod(&self, pod: &Pod) -> ApiResult<Pod>;
 
-    /// Writes a RotationPolicy's status subresource, only at `resource_version` if given.
+    /// Writes a RotationPolicy's status subresource, only at resourceVersion `rv` if given.
     fn update_policy_status(
         &self,
         name: &str,
         status: &RotationPolicyStatus,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError>;
+        rv: Option<&str>,
+    ) -> ApiResult<()>;
 
     /// Records an Event. Best effort: failures are logged by the caller, never retried.
-    fn record_event(&self, event: &EventRecord) -> Result<(), ApiError>;
+    fn record_event(&self, event: &EventRecord) -> ApiResult<()>;
 }
 
 /// `metadata.resourceVersion` of any object, for preconditions.
@@ -200,34 +193,84 @@ macro_rules! delegate_reads {
         fn get_pool(
             &self,
             name: &str,
-        ) -> Result<Option<$crate::karpenter::NodePool>, $crate::cluster::ApiError> {
+        ) -> $crate::cluster::ApiResult<Option<$crate::karpenter::NodePool>> {
             self.$inner.get_pool(name)
         }
         fn get_claim(
             &self,
             name: &str,
-        ) -> Result<Option<$crate::karpenter::NodeClaim>, $crate::cluster::ApiError> {
+        ) -> $crate::cluster::ApiResult<Option<$crate::karpenter::NodeClaim>> {
             self.$inner.get_claim(name)
         }
         fn get_node(
             &self,
             name: &str,
-        ) -> Result<Option<k8s_openapi::api::core::v1::Node>, $crate::cluster::ApiError> {
+        ) -> $crate::cluster::ApiResult<Option<k8s_openapi::api::core::v1::Node>> {
             self.$inner.get_node(name)
         }
         fn pods_on_node(
             &self,
             node: &str,
-        ) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, $crate::cluster::ApiError> {
+        ) -> $crate::cluster::ApiResult<Vec<k8s_openapi::api::core::v1::Pod>> {
             self.$inner.pods_on_node(node)
         }
         fn get_pod(
             &self,
             namespace: &str,
             name: &str,
-        ) -> Result<Option<k8s_openapi::api::core::v1::Pod>, $crate::cluster::ApiError> {
+        ) -> $crate::cluster::ApiResult<Option<k8s_openapi::api::core::v1::Pod>> {
             self.$inner.get_pod(namespace, name)
         }
     };
 }
 pub(crate) use delegate_reads;
+
+/// The write methods of a [`Cluster`] that wraps another one (the field `$inner`): every write
+/// goes to the wrapped cluster inside the wrapper's method `$guard`
+/// (`fn<T>(&self, write: impl FnOnce() -> ApiResult<T>) -> ApiResult<T>`), which may refuse it,
+/// hold it or observe it. With `$other`, the policy status and Event writes go through that
+/// method instead.
+macro_rules! delegate_writes {
+    ($inner:ident, $guard:ident) => {
+        $crate::cluster::delegate_writes!($inner, $guard, $guard);
+    };
+    ($inner:ident, $guard:ident, $other:ident) => {
+        fn patch(
+            &self,
+            target: &$crate::cluster::ObjectRef,
+            patch: &$crate::cluster::Patch,
+            rv: Option<&str>,
+        ) -> $crate::cluster::ApiResult<()> {
+            self.$guard(|| self.$inner.patch(target, patch, rv))
+        }
+        fn delete(
+            &self,
+            target: &$crate::cluster::ObjectRef,
+            uid: Option<&str>,
+            rv: Option<&str>,
+        ) -> $crate::cluster::ApiResult<()> {
+            self.$guard(|| self.$inner.delete(target, uid, rv))
+        }
+        fn create_pod(
+            &self,
+            pod: &k8s_openapi::api::core::v1::Pod,
+        ) -> $crate::cluster::ApiResult<k8s_openapi::api::core::v1::Pod> {
+            self.$guard(|| self.$inner.create_pod(pod))
+        }
+        fn update_policy_status(
+            &self,
+            name: &str,
+            status: &$crate::policy::crd::RotationPolicyStatus,
+            rv: Option<&str>,
+        ) -> $crate::cluster::ApiResult<()> {
+            self.$other(|| self.$inner.update_policy_status(name, status, rv))
+        }
+        fn record_event(
+            &self,
+            event: &$crate::cluster::EventRecord,
+        ) -> $crate::cluster::ApiResult<()> {
+            self.$other(|| self.$inner.record_event(event))
+        }
+    };
+}
+pub(crate) use delegate_writes;

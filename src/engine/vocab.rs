@@ -3,17 +3,8 @@
 //! so a new entry in `rules/vocabulary.ron` fails the build until it is implemented.
 #![allow(clippy::all)]
 
-/// How an annotation's value is written (from `rules/annotations.ron`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyType {
-    Time,
-    Duration,
-    Int,
-    ClaimName,
-    NodeName,
-    Uid,
-    Enum(&'static [&'static str]),
-    True,
-}
+/// How an annotation's value is written (from `rules/annotations.ron`): the rulebook's
+/// value type with an `Enum`'s values fixed at build time.
+pub type KeyType = crate::rulebook::model::ValueType<&'static [&'static str]>;
 
 include!(concat!(env!("OUT_DIR"), "/vocab.rs"));

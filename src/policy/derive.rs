@@ -381,10 +381,10 @@ impl Effective {
     }
 }
 
-/// The claim the unit and property tests start from: ready, idle, never failed, not opted out.
-#[cfg(test)]
 impl ClaimFacts {
-    pub(super) fn idle(
+    /// A claim that is ready, idle, never failed and not opted out: what the unit and property
+    /// tests start from, and how the simulation sees a fleet at its start.
+    pub fn idle(
         created: DateTime<Utc>,
         expire_after: ExpireAfter,
         termination_grace_period: Option<Duration>,

@@ -53,8 +53,10 @@ impl Fresh {
     }
 }
 
-enum Decide {
-    Write(Patch, Outcome),
+/// What one attempt of a conditional write decides on its fresh read: send this write (and
+/// report the outcome if it wins), or end the verb with an outcome and no write.
+enum Decide<W = Patch> {
+    Write(W, Outcome),
     Skip(Outcome),
 }
 
@@ -150,6 +152,61 @@ impl<'c> PassHost<'c> {
         holds.map_err(|m| fail(a.verb, m))
     }
 
+    /// The write loop of every write that can lose a race, written once: each attempt reads
+    /// fresh and decides (`attempt`), then sends the write (`send`). A write that wins is
+    /// counted and ends the verb with the decided outcome; a 404 is `gone`; a 409 asks
+    /// `conflict` whether to end the verb (`Some`) or to try again (`None`), up to [`ATTEMPTS`]
+    /// times, after which the pass fails with `exhausted`.
+    fn write_loop<W>(
+        &mut self,
+        verb: Verb,
+        mut attempt: impl FnMut(&mut Self) -> Result<Decide<W>, HostError>,
+        mut send: impl FnMut(&mut Self, W) -> Result<(), ApiError>,
+        mut conflict: impl FnMut(&mut Self) -> Result<Option<Outcome>, HostError>,
+        exhausted: impl FnOnce() -> String,
+    ) -> Result<Outcome, HostError> {
+        for _ in 0..ATTEMPTS {
+            let (write, outcome) = match attempt(self)? {
+                Decide::Skip(outcome) => return Ok(outcome),
+                Decide::Write(write, outcome) => (write, outcome),
+            };
+            match send(self, write) {
+                Ok(()) => {
+                    self.won();
+                    return Ok(outcome);
+                }
+                Err(ApiError::Conflict) => {
+                    if let Some(outcome) = conflict(self)? {
+                        return Ok(outcome);
+                    }
+                }
+                Err(ApiError::NotFound) => return Ok(Outcome::Gone),
+                Err(e) => return Err(fail(verb, e)),
+            }
+        }
+        Err(fail(verb, exhausted()))
+    }
+
+    /// Counts a write the API server accepted.
+    fn won(&mut self) {
+        self.ctx.writes += 1;
+        self.wrote = true;
+    }
+
+    /// Patches `obj`, at the resourceVersion (if any) of the fresh read the patch was decided
+    /// on; a patch that wins is applied to this pass's copy.
+    fn send_patch(
+        &mut self,
+        obj: &ObjRef,
+        target: &ObjectRef,
+        write: (Patch, Option<String>),
+    ) -> Result<(), ApiError> {
+        let (patch, rv) = write;
+        self.ctx.cluster.patch(target, &patch, rv.as_deref())?;
+        self.snap.apply(obj, &patch);
+        Ok(())
+    }
+
     /// Read fresh, decide, write with the read's resourceVersion; on 409 start over. With
     /// `recheck`, its `holds=` guard must also be true on this attempt's fresh read.
     fn conditional(
@@ -160,34 +217,28 @@ impl<'c> PassHost<'c> {
         mut decide: impl FnMut(&Fresh) -> Decide,
     ) -> Result<Outcome, HostError> {
         let Some(target) = self.cluster_ref(obj) else { return Ok(Outcome::Gone) };
-        for _ in 0..ATTEMPTS {
-            let Some(fresh) = self.fresh(obj).map_err(|e| fail(verb, e))? else {
-                return Ok(Outcome::Gone);
-            };
-            if let Some(a) = recheck
-                && !self.holds_fresh(a, &fresh)?
-            {
-                return Ok(Outcome::Raced);
-            }
-            match decide(&fresh) {
-                Decide::Skip(outcome) => return Ok(outcome),
-                Decide::Write(patch, outcome) => {
-                    let rv = fresh.meta().resource_version.clone();
-                    match self.ctx.cluster.patch(&target, &patch, rv.as_deref()) {
-                        Ok(()) => {
-                            self.ctx.writes += 1;
-                            self.wrote = true;
-                            self.snap.apply(obj, &patch);
-                            return Ok(outcome);
-                        }
-                        Err(ApiError::Conflict) => continue,
-                        Err(ApiError::NotFound) => return Ok(Outcome::Gone),
-                        Err(e) => return Err(fail(verb, e)),
-                    }
+        self.write_loop(
+            verb,
+            |host| {
+                let Some(fresh) = host.fresh(obj).map_err(|e| fail(verb, e))? else {
+                    return Ok(Decide::Skip(Outcome::Gone));
+                };
+                if let Some(a) = recheck
+                    && !host.holds_fresh(a, &fresh)?
+                {
+                    return Ok(Decide::Skip(Outcome::Raced));
                 }
-            }
-        }
-        Err(fail(verb, format!("{target} kept changing under {ATTEMPTS} conditional writes")))
+                Ok(match decide(&fresh) {
+                    Decide::Skip(outcome) => Decide::Skip(outcome),
+                    Decide::Write(patch, outcome) => {
+                        Decide::Write((patch, fresh.meta().resource_version.clone()), outcome)
+                    }
+                })
+            },
+            |host, write| host.send_patch(obj, &target, write),
+            |_| Ok(None),
+            || format!("{target} kept changing under {ATTEMPTS} conditional writes"),
+        )
     }
 
     fn patch_of(set: &[(Key, Value)], clear: &[Key], meta: &ObjectMeta) -> Patch {
@@ -437,11 +488,9 @@ impl<'c> PassHost<'c> {
                 return Ok(Outcome::Won);
             }
             let Some(target) = self.cluster_ref(&obj) else { return Ok(Outcome::Gone) };
-            return match self.ctx.cluster.patch(&target, &patch, None) {
+            return match self.send_patch(&obj, &target, (patch, None)) {
                 Ok(()) => {
-                    self.ctx.writes += 1;
-                    self.wrote = true;
-                    self.snap.apply(&obj, &patch);
+                    self.won();
                     Ok(Outcome::Won)
                 }
                 Err(ApiError::NotFound) => Ok(Outcome::Gone),
@@ -615,45 +664,42 @@ impl<'c> PassHost<'c> {
     ) -> Result<Outcome, HostError> {
         // Evaluate the verdict inside the write loop against the authoritative copy.
         let Some(target) = self.cluster_ref(&ObjRef::Pool) else { return Ok(Outcome::Gone) };
-        for _ in 0..ATTEMPTS {
-            let Some(fresh) = self.fresh(&ObjRef::Pool).map_err(|e| fail(verb, e))? else {
-                return Ok(Outcome::Gone);
-            };
-            if self.verdict_on(fresh.meta()) != Some(want) {
-                return Ok(Outcome::Raced);
-            }
-            // ... for the same stamp (§5.2): a close judges the occurrence this pass saw.
-            let seen =
-                self.snap.pool.as_ref().and_then(|p| annotation(&p.metadata, Key::WindowOpenedAt));
-            if stamp.is_none() && annotation(fresh.meta(), Key::WindowOpenedAt) != seen {
-                return Ok(Outcome::Raced);
-            }
-            let mut patch = Patch::default();
-            match stamp {
-                Some(t) => {
-                    patch.set.insert(
-                        full(Key::WindowOpenedAt),
-                        Value::Time(t).to_annotation().unwrap_or_default(),
-                    );
+        self.write_loop(
+            verb,
+            |host| {
+                let Some(fresh) = host.fresh(&ObjRef::Pool).map_err(|e| fail(verb, e))? else {
+                    return Ok(Decide::Skip(Outcome::Gone));
+                };
+                if host.verdict_on(fresh.meta()) != Some(want) {
+                    return Ok(Decide::Skip(Outcome::Raced));
                 }
-                None => {
-                    patch.remove.insert(full(Key::WindowOpenedAt));
+                // ... for the same stamp (§5.2): a close judges the occurrence this pass saw.
+                let seen = host
+                    .snap
+                    .pool
+                    .as_ref()
+                    .and_then(|p| annotation(&p.metadata, Key::WindowOpenedAt));
+                if stamp.is_none() && annotation(fresh.meta(), Key::WindowOpenedAt) != seen {
+                    return Ok(Decide::Skip(Outcome::Raced));
                 }
-            }
-            match self.ctx.cluster.patch(&target, &patch, fresh.meta().resource_version.as_deref())
-            {
-                Ok(()) => {
-                    self.ctx.writes += 1;
-                    self.wrote = true;
-                    self.snap.apply(&ObjRef::Pool, &patch);
-                    return Ok(Outcome::Won);
+                let mut patch = Patch::default();
+                match stamp {
+                    Some(t) => {
+                        patch.set.insert(
+                            full(Key::WindowOpenedAt),
+                            Value::Time(t).to_annotation().unwrap_or_default(),
+                        );
+                    }
+                    None => {
+                        patch.remove.insert(full(Key::WindowOpenedAt));
+                    }
                 }
-                Err(ApiError::Conflict) => continue,
-                Err(ApiError::NotFound) => return Ok(Outcome::Gone),
-                Err(e) => return Err(fail(verb, e)),
-            }
-        }
-        Err(fail(verb, "window annotation kept changing"))
+                Ok(Decide::Write((patch, fresh.meta().resource_version.clone()), Outcome::Won))
+            },
+            |host, write| host.send_patch(&ObjRef::Pool, &target, write),
+            |_| Ok(None),
+            || "window annotation kept changing".to_string(),
+        )
     }
 
     fn freeze(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
@@ -827,8 +873,7 @@ impl<'c> PassHost<'c> {
                 return Err(fail(a.verb, e));
             }
         };
-        self.ctx.writes += 1;
-        self.wrote = true;
+        self.won();
         self.ctx.placeholder_trouble.remove(&name);
         // What the controller created is identified by the uid the API server gave it, recorded
         // on the claim while the attempt is still pending. A crash (or a lost response) before
@@ -894,35 +939,27 @@ impl<'c> PassHost<'c> {
         target: ObjectRef,
         uid: Option<String>,
     ) -> Result<Outcome, HostError> {
-        for _ in 0..ATTEMPTS {
-            match self.ctx.cluster.delete(&target, uid.as_deref(), None) {
-                Ok(()) => {
-                    self.ctx.writes += 1;
-                    self.wrote = true;
-                    return Ok(Outcome::Won);
-                }
-                Err(ApiError::NotFound) => return Ok(Outcome::Gone),
-                Err(ApiError::Conflict) => {
-                    let Some(uid) = uid.as_deref() else { return Ok(Outcome::Gone) };
-                    let cluster = &self.ctx.cluster;
-                    let now = match (target.kind, target.namespace.as_deref()) {
-                        (ObjectKind::NodeClaim, _) => {
-                            cluster.get_claim(&target.name).map(|c| c.and_then(|c| c.metadata.uid))
-                        }
-                        (ObjectKind::Pod, Some(ns)) => cluster
-                            .get_pod(ns, &target.name)
-                            .map(|p| p.and_then(|p| p.metadata.uid)),
-                        _ => return Ok(Outcome::Gone),
+        self.write_loop(
+            verb,
+            |_| Ok(Decide::Write((), Outcome::Won)),
+            |host, ()| host.ctx.cluster.delete(&target, uid.as_deref(), None),
+            |host| {
+                let Some(uid) = uid.as_deref() else { return Ok(Some(Outcome::Gone)) };
+                let cluster = &host.ctx.cluster;
+                let now = match (target.kind, target.namespace.as_deref()) {
+                    (ObjectKind::NodeClaim, _) => {
+                        cluster.get_claim(&target.name).map(|c| c.and_then(|c| c.metadata.uid))
                     }
-                    .map_err(|e| fail(verb, e))?;
-                    if now.as_deref() != Some(uid) {
-                        return Ok(Outcome::Gone);
+                    (ObjectKind::Pod, Some(ns)) => {
+                        cluster.get_pod(ns, &target.name).map(|p| p.and_then(|p| p.metadata.uid))
                     }
+                    _ => return Ok(Some(Outcome::Gone)),
                 }
-                Err(e) => return Err(fail(verb, e)),
-            }
-        }
-        Err(fail(verb, format!("{target}: delete kept conflicting under {ATTEMPTS} attempts")))
+                .map_err(|e| fail(verb, e))?;
+                Ok((now.as_deref() != Some(uid)).then_some(Outcome::Gone))
+            },
+            || format!("{target}: delete kept conflicting under {ATTEMPTS} attempts"),
+        )
     }
 
     /// The old claim's delete, only while a fresh read shows its state in `from`, with that
@@ -930,31 +967,26 @@ impl<'c> PassHost<'c> {
     fn delete_claim(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
         let target = ObjectRef::cluster(ObjectKind::NodeClaim, name.clone());
-        for _ in 0..ATTEMPTS {
-            let Some(claim) = self.ctx.cluster.get_claim(&name).map_err(|e| fail(a.verb, e))?
-            else {
-                return Ok(Outcome::Gone);
-            };
-            let meta = &claim.metadata;
-            if meta.deletion_timestamp.is_some() {
-                return Ok(Outcome::Won);
-            }
-            if !a.from.contains(&state_of(meta)) {
-                return Ok(Outcome::Raced);
-            }
-            let (uid, rv) = (meta.uid.as_deref(), meta.resource_version.as_deref());
-            match self.ctx.cluster.delete(&target, uid, rv) {
-                Ok(()) => {
-                    self.ctx.writes += 1;
-                    self.wrote = true;
-                    return Ok(Outcome::Won);
+        self.write_loop(
+            a.verb,
+            |host| {
+                let Some(claim) = host.ctx.cluster.get_claim(&name).map_err(|e| fail(a.verb, e))?
+                else {
+                    return Ok(Decide::Skip(Outcome::Gone));
+                };
+                let meta = claim.metadata;
+                if meta.deletion_timestamp.is_some() {
+                    return Ok(Decide::Skip(Outcome::Won));
                 }
-                Err(ApiError::Conflict) => continue,
-                Err(ApiError::NotFound) => return Ok(Outcome::Gone),
-                Err(e) => return Err(fail(a.verb, e)),
-            }
-        }
-        Err(fail(a.verb, format!("{target} kept changing under {ATTEMPTS} conditional deletes")))
+                if !a.from.contains(&state_of(&meta)) {
+                    return Ok(Decide::Skip(Outcome::Raced));
+                }
+                Ok(Decide::Write((meta.uid, meta.resource_version), Outcome::Won))
+            },
+            |host, (uid, rv)| host.ctx.cluster.delete(&target, uid.as_deref(), rv.as_deref()),
+            |_| Ok(None),
+            || format!("{target} kept changing under {ATTEMPTS} conditional deletes"),
+        )
     }
 
     fn reap_surge_claim(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {

@@ -43,9 +43,10 @@ impl ObjectKind {
     }
 }
 
-/// The value an annotation holds.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-pub enum ValueType {
+/// The value an annotation holds. `Values` lists an `Enum`'s values: owned when read from
+/// `rules/annotations.ron`, static in the engine's generated vocabulary (`engine::vocab::KeyType`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+pub enum ValueType<Values = Vec<String>> {
     /// RFC3339, whole seconds.
     Time,
     /// Go duration (`1h17m0s`).
@@ -59,7 +60,7 @@ pub enum ValueType {
     /// An object's `metadata.uid`.
     Uid,
     /// One of these values.
-    Enum(Vec<String>),
+    Enum(Values),
     /// The literal `"true"`.
     True,
 }

@@ -260,14 +260,8 @@ pub fn decision_flow(book: &Rulebook) -> String {
     ));
     out.push_str("## Definitions\n\n");
     for d in &book.transitions.definitions {
-        let _ = writeln!(
-            out,
-            "- **`{}`** = `{}`  \n  {} ({})",
-            d.name,
-            d.expr,
-            link_citations(&d.doc),
-            link_citations(&d.spec)
-        );
+        let (doc, spec) = (link_citations(&d.doc), link_citations(&d.spec));
+        let _ = writeln!(out, "- **`{}`** = `{}`  \n  {doc} ({spec})", d.name, d.expr);
     }
     for h in &book.handlers {
         let _ = writeln!(out, "\n## `{}`\n\n{}", h.name, link_citations(&h.doc));

@@ -24,7 +24,7 @@ use super::scenario::{ActionKind, NodePick, Resources};
 use super::world::{
     ARCH_LABEL, BUFFER, CAPACITY_TYPE_LABEL, DISRUPTED_TAINT, Ev, Injected, PodKey,
     REGISTRATION_TTL, REPAIR_AFTER, TERMINATION_FINALIZER, TERMINATION_TIMESTAMP, World,
-    ZONE_LABEL, add, fits, pod_requests, sub,
+    ZONE_LABEL, add, fits, pod_requests, run_on, sub,
 };
 use crate::cluster::{ObjectKind, ObjectRef};
 use crate::karpenter::NODEPOOL_LABEL;
@@ -774,17 +774,7 @@ impl World {
                     }
                     let ns = super::world::CONTROLLER_NS;
                     let target = node.clone();
-                    self.cluster.update_pod(ns, &name, |pod| {
-                        pod.spec.get_or_insert_default().node_name = Some(target);
-                        let st = pod.status.get_or_insert_default();
-                        st.phase = Some("Running".into());
-                        st.conditions = Some(vec![PodCondition {
-                            type_: "PodScheduled".into(),
-                            status: "True".into(),
-                            last_transition_time: Some(to_time(now)),
-                            ..PodCondition::default()
-                        }]);
-                    });
+                    self.cluster.update_pod(ns, &name, |pod| run_on(pod, target, now));
                     self.note(format!("placeholder {name} bound to {node}, Running"));
                     self.wakes.insert(pool);
                     bound += 1;

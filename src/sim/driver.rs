@@ -20,15 +20,15 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Duration, Utc};
-use k8s_openapi::api::core::v1::Pod;
 
 use super::scenario::FaultRates;
 use crate::clock::Clock;
+use crate::cluster::Cluster;
 use crate::cluster::fence::{self, Fence, Fenced};
-use crate::cluster::memory::{ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, Rng};
-use crate::cluster::{ApiError, Cluster, EventRecord, ObjectRef, Patch};
+use crate::cluster::memory::{
+    ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, RandomFaults, Rng,
+};
 use crate::engine::Engine;
-use crate::policy::crd::RotationPolicyStatus;
 use crate::reconcile::{Announcement, Controller, ControllerConfig, ReconcileError, SweepReport};
 
 /// One controller call, as the hook saw it.
@@ -44,11 +44,10 @@ pub struct CallRecord {
 #[derive(Debug)]
 pub struct HookState {
     pub faults_on: bool,
-    rng: Rng,
+    /// Crash around a write, drawn from `api`'s generator.
     crash: f64,
-    conflict: f64,
-    transient: f64,
-    apply_then_transient: f64,
+    /// Conflicts and transient errors (and the one generator of every draw).
+    api: RandomFaults,
     /// Clients whose process is dead: every call fails.
     dead: BTreeSet<usize>,
     /// A crash happened during the current step (the client).
@@ -83,25 +82,14 @@ impl Faults for Hook {
             Fault::Proceed
         } else if call.verb.is_write() && {
             let p = st.crash;
-            st.rng.chance(p)
+            st.api.rng.chance(p)
         } {
             // The process dies around this write: before it applies, or after.
             st.dead.insert(call.client);
             st.crashed = Some(call.client);
-            if st.rng.chance(0.5) { Fault::ApplyThenTransient } else { Fault::Transient }
+            if st.api.rng.chance(0.5) { Fault::ApplyThenTransient } else { Fault::Transient }
         } else {
-            let u = st.rng.next_f64();
-            let conflict =
-                if call.verb.is_write() && call.precondition { st.conflict } else { 0.0 };
-            if u < conflict {
-                Fault::Conflict
-            } else if u < conflict + st.transient {
-                Fault::Transient
-            } else if u < conflict + st.transient + st.apply_then_transient {
-                if call.verb.is_write() { Fault::ApplyThenTransient } else { Fault::Transient }
-            } else {
-                Fault::Proceed
-            }
+            st.api.decide(call)
         };
         if (fault != Fault::Proceed && !st.dead.contains(&call.client))
             || st.crashed == Some(call.client)
@@ -170,6 +158,12 @@ impl Stall {
         *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
+    /// A write that passes straight through.
+    fn unstalled<T>(&self, call: impl FnOnce() -> T) -> T {
+        call()
+    }
+
+    /// A write that stalls if it is the armed one.
     fn write<T>(&self, call: impl FnOnce() -> T) -> T {
         let result = call();
         let fired = {
@@ -191,36 +185,8 @@ impl Stall {
 
 impl Cluster for Stall {
     crate::cluster::delegate_reads!(inner);
-    fn patch(
-        &self,
-        target: &ObjectRef,
-        patch: &Patch,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
-        self.write(|| self.inner.patch(target, patch, resource_version))
-    }
-    fn delete(
-        &self,
-        target: &ObjectRef,
-        uid: Option<&str>,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
-        self.write(|| self.inner.delete(target, uid, resource_version))
-    }
-    fn create_pod(&self, pod: &Pod) -> Result<Pod, ApiError> {
-        self.write(|| self.inner.create_pod(pod))
-    }
-    fn update_policy_status(
-        &self,
-        name: &str,
-        status: &RotationPolicyStatus,
-        resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
-        self.inner.update_policy_status(name, status, resource_version)
-    }
-    fn record_event(&self, event: &EventRecord) -> Result<(), ApiError> {
-        self.inner.record_event(event)
-    }
+    // Only object writes stall: policy status and Events pass straight through.
+    crate::cluster::delegate_writes!(inner, write, unstalled);
 }
 
 /// A pass held inside its stalled write, on its own thread.
@@ -352,11 +318,13 @@ impl Driver {
         let r = rates.clone().unwrap_or_default();
         let hook = Arc::new(Mutex::new(HookState {
             faults_on: rates.is_some(),
-            rng: rng.fork(),
             crash: r.crash,
-            conflict: r.conflict,
-            transient: r.transient,
-            apply_then_transient: r.apply_then_transient,
+            api: RandomFaults {
+                rng: rng.fork(),
+                conflict: r.conflict,
+                transient: r.transient,
+                apply_then_transient: r.apply_then_transient,
+            },
             dead: BTreeSet::new(),
             crashed: None,
             injected: 0,

@@ -100,7 +100,7 @@ pub fn unreachable_at_start(
     pool: &NodePool,
     now: DateTime<Utc>,
 ) -> Vec<String> {
-    use crate::policy::derive::{ClaimFacts, ClaimState, RotationOrder};
+    use crate::policy::derive::{ClaimFacts, RotationOrder};
     use crate::policy::lookahead::{self, OpenTime};
     let Some(period) = settings.schedule.period(now) else { return Vec::new() };
     let open = OpenTime::of(&settings.schedule, now);
@@ -110,17 +110,11 @@ pub fn unreachable_at_start(
         .iter()
         .filter(|(_, c)| c.node_pool() == Some(name))
         .filter_map(|(n, c)| {
-            let facts = ClaimFacts {
-                created: c.created()?,
-                expire_after: c.expire_after().ok()?,
-                termination_grace_period: c.termination_grace_period().ok().flatten(),
-                ready: true,
-                deleting: false,
-                state: ClaimState::Idle,
-                retry_count: 0,
-                failed_at: None,
-                operator_do_not_disrupt: false,
-            };
+            let facts = ClaimFacts::idle(
+                c.created()?,
+                c.expire_after().ok()?,
+                c.termination_grace_period().ok().flatten(),
+            );
             let due = derive::due_after_listed(&facts, settings, period, open.occurrences())?;
             let deadline = derive::deadline(facts.created, facts.expire_after)?;
             let order = RotationOrder { deadline: Some(deadline), created: facts.created, name: n };

@@ -285,6 +285,20 @@ fn node_condition(ready: bool, now: DateTime<Utc>) -> NodeCondition {
     }
 }
 
+/// What the scheduler and the kubelet write when a pod lands on `node`: bound there, Running,
+/// scheduled as of `now`.
+pub fn run_on(pod: &mut Pod, node: String, now: DateTime<Utc>) {
+    pod.spec.get_or_insert_default().node_name = Some(node);
+    let st = pod.status.get_or_insert_default();
+    st.phase = Some("Running".into());
+    st.conditions = Some(vec![PodCondition {
+        type_: "PodScheduled".into(),
+        status: "True".into(),
+        last_transition_time: Some(to_time(now)),
+        ..PodCondition::default()
+    }]);
+}
+
 impl World {
     pub fn new(plan: Arc<Compiled>, seed: u64, end: DateTime<Utc>, faults: bool) -> World {
         let clock = VirtualClock::new(plan.start);
@@ -886,17 +900,7 @@ impl World {
             c.nominated.remove(key);
         }
         let node = node.to_string();
-        self.cluster.update_pod(&key.0, &key.1, |pod| {
-            pod.spec.get_or_insert_default().node_name = Some(node);
-            let st = pod.status.get_or_insert_default();
-            st.phase = Some("Running".into());
-            st.conditions = Some(vec![PodCondition {
-                type_: "PodScheduled".into(),
-                status: "True".into(),
-                last_transition_time: Some(to_time(now)),
-                ..PodCondition::default()
-            }]);
-        });
+        self.cluster.update_pod(&key.0, &key.1, |pod| run_on(pod, node, now));
     }
 
     /// Removes a world pod from the store and the mirrors.

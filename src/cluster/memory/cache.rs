@@ -1,0 +1,319 @@
+//! Each controller's reflector view and the watch events in flight to it, delivered after a
+//! [`CacheLag`], in order per kind.
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use super::{MemoryCluster, Rng};
+use crate::cluster::{CacheView, ObjectKind};
+use crate::karpenter::{NodeClaim, NodePool};
+use crate::policy::crd::RotationPolicy;
+
+/// How long a store mutation takes to reach a controller's [`CacheView`]. Whatever the delays,
+/// events of one kind are delivered in the order they happened (one watch stream per resource),
+/// so a later event may wait behind an earlier, slower one; the lag stays bounded by the max.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheLag {
+    /// The cache always equals the store (as of the last `cache()` call).
+    #[default]
+    None,
+    /// Every event arrives exactly this long after the mutation.
+    Fixed(Duration),
+    /// Each event arrives after a delay drawn uniformly (millisecond steps) from `[0, max]`
+    /// by an [`Rng`] seeded with `seed`.
+    UpTo { max: Duration, seed: u64 },
+}
+
+impl CacheLag {
+    fn rng(self) -> Rng {
+        match self {
+            CacheLag::UpTo { seed, .. } => Rng::new(seed),
+            _ => Rng::new(0),
+        }
+    }
+
+    /// The delay of the next event; draws from `rng` only for `UpTo`.
+    pub fn next_delay(self, rng: &mut Rng) -> Duration {
+        match self {
+            CacheLag::None => Duration::zero(),
+            CacheLag::Fixed(d) => d.max(Duration::zero()),
+            CacheLag::UpTo { max, .. } => {
+                let max_ms = u64::try_from(max.num_milliseconds()).unwrap_or(0);
+                let ms = rng.below(max_ms.saturating_add(1));
+                Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX))
+            }
+        }
+    }
+}
+
+const KINDS: usize = 5;
+
+fn slot(kind: ObjectKind) -> usize {
+    match kind {
+        ObjectKind::NodePool => 0,
+        ObjectKind::NodeClaim => 1,
+        ObjectKind::Node => 2,
+        ObjectKind::Pod => 3,
+        ObjectKind::RotationPolicy => 4,
+    }
+}
+
+/// One watch event on its way to a controller's cache: the object's state after the mutation
+/// (`None`: gone from the view).
+#[derive(Debug, Clone)]
+pub(super) enum Change {
+    Pool(String, Option<Arc<NodePool>>),
+    Claim(String, Option<Arc<NodeClaim>>),
+    Node(String, Option<Arc<Node>>),
+    Placeholder(String, Option<Arc<Pod>>),
+    Policy(String, Option<Arc<RotationPolicy>>),
+}
+
+fn set_or_remove<T>(map: &mut BTreeMap<String, Arc<T>>, name: String, obj: Option<Arc<T>>) {
+    match obj {
+        Some(obj) => {
+            map.insert(name, obj);
+        }
+        None => {
+            map.remove(&name);
+        }
+    }
+}
+
+impl Change {
+    fn apply(self, view: &mut CacheView) {
+        match self {
+            Change::Pool(name, obj) => set_or_remove(&mut view.pools, name, obj),
+            Change::Claim(name, obj) => set_or_remove(&mut view.claims, name, obj),
+            Change::Node(name, obj) => set_or_remove(&mut view.nodes, name, obj),
+            Change::Placeholder(name, obj) => set_or_remove(&mut view.placeholders, name, obj),
+            Change::Policy(name, obj) => set_or_remove(&mut view.policies, name, obj),
+        }
+    }
+}
+
+/// One controller's reflector view and the watch events still in flight to it.
+pub(super) struct ClientCache {
+    pub(super) view: Arc<CacheView>,
+    queues: [VecDeque<Pending>; KINDS],
+    lag: CacheLag,
+    rng: Rng,
+}
+
+struct Pending {
+    due: DateTime<Utc>,
+    change: Change,
+}
+
+impl ClientCache {
+    pub(super) fn new(view: CacheView, lag: CacheLag) -> Self {
+        ClientCache { view: Arc::new(view), queues: Default::default(), lag, rng: lag.rng() }
+    }
+
+    pub(super) fn push(&mut self, kind: ObjectKind, change: Change, now: DateTime<Utc>) {
+        let queue = &mut self.queues[slot(kind)];
+        let mut due = now + self.lag.next_delay(&mut self.rng);
+        if let Some(last) = queue.back() {
+            due = due.max(last.due); // one watch stream per kind: never overtake
+        }
+        queue.push_back(Pending { due, change });
+    }
+
+    pub(super) fn deliver(&mut self, now: DateTime<Utc>) {
+        if self.queues.iter().all(|q| q.front().is_none_or(|p| p.due > now)) {
+            return; // keep sharing the current view
+        }
+        let view = Arc::make_mut(&mut self.view);
+        for queue in &mut self.queues {
+            while let Some(pending) = queue.pop_front_if(|p| p.due <= now) {
+                pending.change.apply(view);
+            }
+        }
+    }
+
+    pub(super) fn pending(&self) -> usize {
+        self.queues.iter().map(VecDeque::len).sum()
+    }
+}
+
+impl MemoryCluster {
+    /// A second controller instance on the same store (leader change): its own cache, starting
+    /// from a fresh list of the store, with `lag`.
+    pub fn connect_controller(&self, lag: CacheLag) -> MemoryCluster {
+        let mut st = self.lock();
+        let cache = ClientCache::new(st.view(), lag);
+        st.clients.push(cache);
+        let client = st.clients.len() - 1;
+        MemoryCluster { shared: Arc::clone(&self.shared), client }
+    }
+
+    /// Sets this handle's cache lag (and reseeds its delay generator). Events already in flight
+    /// keep their delivery times.
+    pub fn set_cache_lag(&self, lag: CacheLag) {
+        let mut st = self.lock();
+        let cache = &mut st.clients[self.client];
+        cache.lag = lag;
+        cache.rng = lag.rng();
+    }
+
+    /// Applies to this handle's cache every watch event due by `now`, in order per kind.
+    /// [`Cluster::cache`](crate::cluster::Cluster::cache) does this with the clock's time.
+    pub fn deliver(&self, now: DateTime<Utc>) {
+        let client = self.client;
+        self.lock().clients[client].deliver(now);
+    }
+
+    /// Delivers every event in flight to this handle's cache, whatever its due time.
+    pub fn flush_cache(&self) {
+        let client = self.client;
+        self.lock().clients[client].deliver(DateTime::<Utc>::MAX_UTC);
+    }
+
+    /// Drops the events in flight and re-lists the store: what a restarted controller's
+    /// reflectors see (in-memory state lost, fresh initial list).
+    pub fn resync_cache(&self) {
+        let mut st = self.lock();
+        let view = st.view();
+        let cache = &mut st.clients[self.client];
+        cache.view = Arc::new(view);
+        cache.queues = Default::default();
+    }
+
+    /// Watch events not yet delivered to this handle's cache.
+    pub fn pending_watch_events(&self) -> usize {
+        self.lock().clients[self.client].pending()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::memory::fixtures::*;
+    use crate::cluster::{ApiError, Cluster, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+    use crate::karpenter::NodePoolSpec;
+
+    #[test]
+    fn cache_with_fixed_lag_sees_writes_late() {
+        let (c, clock) = cluster();
+        c.set_cache_lag(CacheLag::Fixed(Duration::seconds(10)));
+        c.apply_claim(claim("a")).unwrap();
+        assert!(c.cache().claims.is_empty());
+        clock.advance(Duration::seconds(9));
+        assert!(c.cache().claims.is_empty());
+        clock.advance(Duration::seconds(1));
+        assert!(c.cache().claims.contains_key("a"));
+        // Conditional writes are checked against the store, not the cache.
+        let cached_rv = c.cache().claims["a"].metadata.resource_version.clone().unwrap();
+        c.patch(&claim_ref("a"), &annotate("k", "1"), Some(&cached_rv)).unwrap();
+        assert_eq!(
+            c.patch(&claim_ref("a"), &annotate("k", "2"), Some(&cached_rv)),
+            Err(ApiError::Conflict)
+        );
+        assert_eq!(annotation(&c.cache().claims["a"], "k"), None);
+        assert_eq!(c.pending_watch_events(), 1);
+        clock.advance(Duration::seconds(10));
+        assert_eq!(annotation(&c.cache().claims["a"], "k").as_deref(), Some("1"));
+        assert_eq!(c.pending_watch_events(), 0);
+    }
+
+    #[test]
+    fn cache_with_random_lag_preserves_order() {
+        let (c, clock) = cluster();
+        c.set_cache_lag(CacheLag::UpTo { max: Duration::seconds(30), seed: 7 });
+        c.apply_claim(claim("a")).unwrap();
+        let mut last_seen = -1i64;
+        let mut lagged = false;
+        for i in 0..200i64 {
+            c.update_claim("a", |cl| {
+                cl.metadata.annotations = Some(BTreeMap::from([("n".into(), i.to_string())]));
+            });
+            clock.advance(Duration::milliseconds(250));
+            let seen = c.cache().claims.get("a").and_then(|cl| annotation(cl, "n"));
+            let seen = seen.map_or(-1, |s| s.parse::<i64>().unwrap());
+            assert!(seen >= last_seen, "cache went back from {last_seen} to {seen}");
+            lagged |= seen < i;
+            last_seen = seen;
+        }
+        assert!(lagged, "a 30s lag must show up");
+        clock.advance(Duration::seconds(30));
+        assert_eq!(annotation(&c.cache().claims["a"], "n").as_deref(), Some("199"));
+    }
+
+    #[test]
+    fn lag_is_deterministic_per_seed() {
+        let run = |seed| {
+            let (c, clock) = cluster();
+            c.set_cache_lag(CacheLag::UpTo { max: Duration::seconds(5), seed });
+            let mut trace = vec![];
+            for i in 0..50 {
+                c.apply_node(node(&format!("n{i}"))).unwrap();
+                clock.advance(Duration::milliseconds(300));
+                trace.push(c.cache().nodes.len());
+            }
+            trace
+        };
+        assert_eq!(run(1), run(1));
+        assert_ne!(run(1), run(2));
+    }
+
+    #[test]
+    fn no_lag_cache_equals_store_and_is_shared() {
+        let (c, _) = cluster();
+        c.apply_pool(NodePool::new("general", NodePoolSpec::default())).unwrap();
+        c.apply_claim(claim("a")).unwrap();
+        c.patch(&claim_ref("a"), &annotate("k", "v"), None).unwrap();
+        let view = c.cache();
+        assert_eq!(*view.claims["a"], *c.claim("a").unwrap());
+        assert_eq!(*view.pools["general"], *c.pool("general").unwrap());
+        assert!(Arc::ptr_eq(&view, &c.cache()), "no change, no copy");
+        c.patch(&claim_ref("a"), &annotate("k", "w"), None).unwrap();
+        let after = c.cache();
+        assert!(!Arc::ptr_eq(&view, &after));
+        assert_eq!(
+            annotation(&view.claims["a"], "k").as_deref(),
+            Some("v"),
+            "old views are stable"
+        );
+    }
+
+    #[test]
+    fn placeholders_are_managed_pods_in_the_controller_namespace() {
+        let (c, _) = cluster();
+        c.apply_pod(pod(NS, "surge", None, true)).unwrap();
+        c.apply_pod(pod(NS, "app", None, false)).unwrap();
+        c.apply_pod(pod("default", "lookalike", None, true)).unwrap();
+        let names: Vec<_> = c.cache().placeholders.keys().cloned().collect();
+        assert_eq!(names, ["surge"]);
+        // Losing the label removes it from the view, as a label-selected watch would.
+        c.update_pod(NS, "surge", |p| p.metadata.labels = None);
+        assert!(c.cache().placeholders.is_empty());
+        // A second controller lists the store afresh.
+        c.update_pod(NS, "app", |p| {
+            p.metadata.labels =
+                Some(BTreeMap::from([(MANAGED_BY_LABEL.into(), MANAGED_BY_VALUE.into())]));
+        });
+        let other = c.connect_controller(CacheLag::Fixed(Duration::hours(1)));
+        assert_eq!(other.cache().placeholders.keys().collect::<Vec<_>>(), ["app"]);
+    }
+
+    #[test]
+    fn restart_relists_and_second_controller_has_its_own_cache() {
+        let (c, clock) = cluster();
+        c.set_cache_lag(CacheLag::Fixed(Duration::seconds(60)));
+        c.apply_claim(claim("a")).unwrap();
+        let fresh = c.connect_controller(CacheLag::None);
+        assert!(fresh.cache().claims.contains_key("a"));
+        assert!(c.cache().claims.is_empty());
+        c.resync_cache();
+        assert!(c.cache().claims.contains_key("a"));
+        assert_eq!(c.pending_watch_events(), 0);
+        c.apply_claim(claim("b")).unwrap();
+        c.flush_cache();
+        assert!(c.cache().claims.contains_key("b"));
+        clock.advance(Duration::seconds(1));
+        assert_eq!(fresh.cache().claims.len(), 2);
+        assert_ne!(fresh.client_id(), c.client_id());
+    }
+}
