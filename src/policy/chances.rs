@@ -135,7 +135,7 @@ pub fn pool_chances(
     t_rot: Duration,
     k: u32,
 ) -> Option<PoolChances> {
-    if schedule.is_empty() || schedule.is_always_open() {
+    if !schedule.has_gaps() {
         return None;
     }
     let horizon = now.checked_add_signed(HORIZON)?;

@@ -220,7 +220,7 @@ pub fn due_after_listed(
     let t_rot = settings.t_rot(claim.termination_grace_period);
     let k = settings.min_rotation_chances;
     match settings.age_threshold {
-        AgeThreshold::Windows if counts_occurrences(&settings.schedule) => {
+        AgeThreshold::Windows if settings.schedule.has_gaps() => {
             let chances = chances::last_chances(
                 &settings.schedule,
                 listed,
@@ -237,12 +237,6 @@ pub fn due_after_listed(
         }
         AgeThreshold::Override(a) => claim.created.checked_add_signed(a),
     }
-}
-
-/// Whether `ageThreshold: windows` counts occurrences on this schedule: it has windows and is
-/// not open 24/7 (where it is `auto`, [`crate::policy::chances`]).
-pub fn counts_occurrences(schedule: &Schedule) -> bool {
-    !schedule.is_empty() && !schedule.is_always_open()
 }
 
 /// The candidate predicate of §3.2 for a claim of a governed pool (the caller only
@@ -281,7 +275,7 @@ pub fn candidacy_due(
         (_, None) => false,
         (AgeThreshold::Auto, Some(at)) => now > at,
         // A 24/7 union: `auto`'s instant, and its comparison.
-        (AgeThreshold::Windows, Some(at)) if !counts_occurrences(&settings.schedule) => now > at,
+        (AgeThreshold::Windows, Some(at)) if !settings.schedule.has_gaps() => now > at,
         (AgeThreshold::Windows | AgeThreshold::Override(_), Some(at)) => now >= at,
     };
     if !is_due {

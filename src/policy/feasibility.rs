@@ -284,8 +284,8 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
     let mut lead_time = None;
     let mut chances = None;
     // Windows on a 24/7 union counts the ticks, as auto does.
-    let counts_windows = settings.age_threshold == AgeThreshold::Windows
-        && derive::counts_occurrences(&settings.schedule);
+    let counts_windows =
+        settings.age_threshold == AgeThreshold::Windows && settings.schedule.has_gaps();
     match (settings.age_threshold, pool.expire_after, period) {
         (AgeThreshold::Windows, ExpireAfter::After(e), Some(p)) if counts_windows => {
             let chances_of = chances::pool_chances(&settings.schedule, now, e, t_rot, k);
@@ -655,9 +655,7 @@ pub fn short_lead(
 ) -> Option<Finding> {
     let e = expire_after.duration()?;
     let k = settings.min_rotation_chances;
-    if settings.age_threshold == AgeThreshold::Windows
-        && derive::counts_occurrences(&settings.schedule)
-    {
+    if settings.age_threshold == AgeThreshold::Windows && settings.schedule.has_gaps() {
         let t_rot = settings.t_rot(termination_grace_period);
         let created = created?;
         let deadline = created.checked_add_signed(e)?;

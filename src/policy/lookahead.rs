@@ -47,7 +47,7 @@ pub enum OpenTime {
 impl OpenTime {
     /// The open time of `schedule` around `now`.
     pub fn of(schedule: &Schedule, now: DateTime<Utc>) -> OpenTime {
-        if schedule.is_empty() || schedule.is_always_open() {
+        if !schedule.has_gaps() {
             return OpenTime::Continuous;
         }
         let occurrences = schedule.occurrences(now - LOOKBACK, now + HORIZON + LOOKBACK);

@@ -73,7 +73,7 @@ fn lifetimes(
     // Replaced at the first window after A: between A and A + P.
     let after = |a: Duration| (a > Duration::zero()).then(|| (a, (a + p).min(e)));
     let auto = after(e - derive::lead_time(k, p, d.t_rot));
-    let windows = if derive::counts_occurrences(&settings.schedule) {
+    let windows = if settings.schedule.has_gaps() {
         // Replaced as its K-th last chance opens: E minus the longest to the shortest lead.
         chances::pool_chances(&settings.schedule, now, e, d.t_rot, k)
             .filter(|pc| pc.fewest >= k.max(1))
@@ -461,8 +461,7 @@ fn build_report(
             age_threshold_overridden: d.age_threshold_overridden,
             lead_time_seconds: d.lead_time.map(secs),
             guaranteed_chances: d.chances,
-            counts_occurrences: s.age_threshold == AgeThreshold::Windows
-                && derive::counts_occurrences(&s.schedule),
+            counts_occurrences: s.age_threshold == AgeThreshold::Windows && s.schedule.has_gaps(),
             lifetime_used: Vec::new(),
             starts_per_occurrence: d.starts_per_occurrence,
             shortest_occurrence_seconds: d.shortest_occurrence.map(secs),

@@ -274,6 +274,13 @@ impl Schedule {
         self.always_open
     }
 
+    /// The union has windows and time outside them, so its occurrences start and end: what the
+    /// burst lookahead's open time and `ageThreshold: windows` count on. Otherwise (no windows,
+    /// or open 24/7) open time is wall time and `windows` is `auto`.
+    pub fn has_gaps(&self) -> bool {
+        !self.is_empty() && !self.always_open
+    }
+
     /// The distinct zones of the entries, in first-use order.
     pub fn timezones(&self) -> Vec<Tz> {
         let mut out: Vec<Tz> = Vec::new();

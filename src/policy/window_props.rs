@@ -288,7 +288,7 @@ proptest! {
         at in placement(),
         now_before in 0i64..(20 * 24 * 60),
     ) {
-        prop_assume!(derive::counts_occurrences(&s));
+        prop_assume!(s.has_gaps());
         let created = at.created(&s);
         let e = Duration::minutes(e_minutes);
         let tgp = tgp_minutes.map(Duration::minutes);

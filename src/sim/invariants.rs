@@ -20,7 +20,6 @@ use super::world::{BUFFER, World};
 use crate::cluster::CacheView;
 use crate::karpenter::NodePool;
 use crate::policy::chances;
-use crate::policy::derive;
 use crate::policy::settings::AgeThreshold;
 
 pub const I1: &str = "I1 one-anchor-per-pool";
@@ -1061,8 +1060,8 @@ impl Checker {
             // simulation did and one rotation at a time could reach it, the claims due before
             // it taking a slot each (the burst lookahead's own model). With ageThreshold
             // windows the lead is the claim's own: its K-th last chance opened in the run.
-            let windows = settings.age_threshold == AgeThreshold::Windows
-                && derive::counts_occurrences(&settings.schedule);
+            let windows =
+                settings.age_threshold == AgeThreshold::Windows && settings.schedule.has_gaps();
             let in_run = if windows {
                 life.zip(deadline).is_some_and(|(l, dl)| {
                     let tgp = np.termination_grace_period().ok().flatten();
