@@ -72,4 +72,4 @@ pub use reap::{not_ready_surge_claim, reap_allowed};
 pub use requests::{
     Resources, daemonset_overhead, millis_quantity, pod_requests, reschedulable_requests,
 };
-pub use surge::{SurgePath, surge_path, surge_ready, unschedulable_reason};
+pub use surge::{SurgePath, running, surge_path, surge_ready, unschedulable_reason};

@@ -8,6 +8,13 @@ use kube::ResourceExt;
 
 use crate::karpenter::{NODEPOOL_LABEL, node_ready};
 
+/// The placeholder is `Running` and not terminating: the edge that wakes its pool (§5.2) and
+/// the first condition of [`surge_ready`].
+pub fn running(placeholder: &Pod) -> bool {
+    placeholder.metadata.deletion_timestamp.is_none()
+        && placeholder.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
 /// §3.3 `surge_ready`: the placeholder is `Running`, not terminating, and bound to
 /// `host`, a Ready node that is not being deleted, is not the candidate's node, and whose
 /// `karpenter.sh/nodepool` label is `pool`. `host` must be the Node named by the placeholder's
@@ -18,13 +25,11 @@ pub fn surge_ready(
     candidate_node: Option<&str>,
     pool: &str,
 ) -> bool {
-    let running = placeholder.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
     let Some(bound) = placeholder.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
         return false;
     };
     let Some(host) = host else { return false };
-    running
-        && placeholder.metadata.deletion_timestamp.is_none()
+    running(placeholder)
         && host.metadata.name.as_deref() == Some(bound)
         && candidate_node != Some(bound)
         && host.metadata.deletion_timestamp.is_none()

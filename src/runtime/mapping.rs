@@ -39,11 +39,6 @@ pub struct Mapper {
     ready: HashMap<String, bool>,
 }
 
-pub fn pod_running(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-}
-
 fn placeholder_pool(pod: &Pod, pool_of_claim: &dyn Fn(&str) -> Option<String>) -> Keys {
     let from_claim =
         pod.annotations().get(Key::SurgeFor.full()).and_then(|claim| pool_of_claim(claim));
@@ -92,7 +87,7 @@ impl Mapper {
                 Keys::None
             }
             Change::Applied(Watched::Placeholder(p)) => {
-                let running = pod_running(p);
+                let running = crate::placeholder::running(p);
                 let was = self.running.insert(p.name_any(), running).unwrap_or(false);
                 if running && !was { placeholder_pool(p, pool_of_claim) } else { Keys::None }
             }

@@ -63,11 +63,6 @@ pub fn placeholder_node(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref()?.node_name.as_deref()
 }
 
-pub fn pod_running(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-}
-
 fn node_unschedulable(node: &Node) -> bool {
     node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
 }
@@ -1190,7 +1185,7 @@ impl World {
             .find(|(_, p)| annotation(&p.metadata, SURGE_FOR) == Some(anchor))
             .map(|(n, p)| (n.clone(), Arc::clone(p)));
         if let Some((name, ph)) = ph
-            && pod_running(&ph)
+            && crate::placeholder::running(&ph)
         {
             if self.fault(|r| r.preempt_placeholder) {
                 self.at(now, Ev::Inject(Injected::Preempt(name)));
