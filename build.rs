@@ -228,6 +228,18 @@ fn generate(book: &Rulebook) -> String {
         let _ = writeln!(out, "            Key::{} => {t},", camel(&k.key));
     }
     let _ = writeln!(out, "        }}\n    }}\n}}\n");
+    let per_rotation: Vec<String> = book
+        .annotations
+        .keys
+        .iter()
+        .filter(|k| k.per_rotation)
+        .map(|k| format!("Key::{}", camel(&k.key)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "/// Keys with one copy per rotation slot of a pool (`per_rotation` in annotations.ron).\npub const PER_ROTATION_KEYS: &[Key] = &[{}];\n",
+        per_rotation.join(", ")
+    );
     let clear: Vec<String> =
         book.annotations.anchor_clear_set.iter().map(|k| format!("Key::{}", camel(k))).collect();
     let _ = writeln!(

@@ -187,6 +187,11 @@ impl Facts for Toy {
             Pred::InducedClaim | Pred::SurgePath => Value::Nil,
             Pred::DrainBound => Value::Duration(Duration::minutes(62)),
             Pred::Anchored | Pred::ForeignAnchor => Value::Bool(false),
+            // One lane: the pool's own anchor is its only rotation.
+            Pred::InFlight => {
+                Value::Int(i64::from(self.view.pool.contains_key(&Key::ActiveRotation)))
+            }
+            Pred::Lanes => Value::Int(1),
             Pred::Latest => {
                 let times: Vec<DateTime<Utc>> = args.iter().filter_map(Value::as_time).collect();
                 times.into_iter().max().map(Value::Time).unwrap_or(Value::Nil)

@@ -240,6 +240,7 @@ fn a_holds_guard_may_name_only_what_the_fresh_read_rebinds() {
     with("now == now").expect("a guard over now is accepted");
     let err = with("cand.state == busy").expect_err("cand is the pass's copy");
     assert!(err.contains("may name only np, policy and now (found `cand`)"), "{err}");
+    with("cand.name == cand.name").expect("a name is the same on any read");
     let err = with("now").expect_err("not a bool");
     assert!(err.contains("takes a bool guard"), "{err}");
 }
@@ -955,4 +956,18 @@ mod tidy {
             }
         }
     }
+}
+
+#[test]
+fn per_rotation_keys_are_nodepool_keys_and_cover_the_anchor_clear_set() {
+    let claim_key = (
+        "annotations.ron",
+        "(key: \"state\", targets: [NodeClaim], value: Enum([\"busy\", \"done\"]), purpose: \"p\", lifecycle: \"l\", spec: \"s\"),",
+        "(key: \"state\", targets: [NodeClaim], value: Enum([\"busy\", \"done\"]), purpose: \"p\", lifecycle: \"l\", spec: \"s\", per_rotation: true),",
+    );
+    let err = fixture_with_all(&[claim_key]).expect_err("a claim key has no slots");
+    assert!(err.contains("only a NodePool-only key can be per_rotation"), "{err}");
+    let shared_anchor = ("annotations.ron", ", per_rotation: true),", "),");
+    let err = fixture_with_all(&[shared_anchor]).expect_err("a shared key in the clear set");
+    assert!(err.contains("anchor_clear_set key `anchor` is not per_rotation"), "{err}");
 }

@@ -3,6 +3,7 @@
 //! [`Controller`] is synchronous and owns no threads: `noderotation run` drives it from a work
 //! queue fed by watches (on a blocking thread), `simulate` and the tests drive it step by step
 //! on a virtual clock. Both hand it the same [`Cluster`] interface.
+mod slots;
 mod snapshot;
 mod verbs;
 
@@ -294,6 +295,7 @@ impl Controller {
             let assessment = self.assessment(&pool, &policy, nodes, short, now);
             snap.fatal = assessment.has_fatal();
             snap.assessment = Some(assessment);
+            snap.lanes = lanes(&policy.settings, nodes);
             snap.select_candidates();
         }
         snap
@@ -313,11 +315,28 @@ impl Controller {
         let governed =
             snap.policy().is_some() || matches!(snap.governance, GovernanceView::Conflict(_));
         let engine = self.engine.clone();
-        let mut host = PassHost::new(snap, &mut self.ctx);
-        let pass = engine
-            .run(&mut host)
-            .map_err(|source| ReconcileError::Engine { pool: pool.to_string(), source })?;
-        let mut snap = host.snap;
+        // One run of the rules per rotation slot (docs/decisions/parallel-rotations.md): every
+        // anchored slot, then a free one while fewer than `lanes` are anchored. Each run sees
+        // the pool through its slot's lens and this pass's earlier writes; with one lane it is
+        // the single run over slot 0, as before slots existed.
+        let slots = snap.pool.as_ref().map_or(vec![0], |p| slots::to_run(&p.metadata, snap.lanes));
+        let mut snap = snap;
+        let mut requeue: Option<Duration> = None;
+        for slot in slots {
+            if let Some(p) = snap.pool.as_mut() {
+                slots::swap_meta(&mut p.metadata, slot);
+            }
+            snap.select_candidates();
+            let mut host = PassHost::for_slot(snap, &mut self.ctx, slot);
+            let pass = engine.run(&mut host);
+            snap = host.snap;
+            if let Some(p) = snap.pool.as_mut() {
+                slots::swap_meta(&mut p.metadata, slot);
+            }
+            let pass =
+                pass.map_err(|source| ReconcileError::Engine { pool: pool.to_string(), source })?;
+            requeue = Some(requeue.map_or(pass.requeue, |r| r.min(pass.requeue)));
+        }
         self.forget_gone_claims(&snap);
         if governed {
             // Gauges describe the pool after this pass's writes (a started claim is no longer
@@ -328,7 +347,7 @@ impl Controller {
         } else {
             self.ctx.telemetry.forget_pool(pool);
         }
-        Ok(pass.requeue)
+        Ok(requeue.unwrap_or_else(|| Duration::minutes(1)))
     }
 
     /// Drops what the controller remembers about claims that no longer exist: their warning
@@ -382,32 +401,47 @@ impl Controller {
         let cache = self.ctx.cluster.cache();
         let index = self.index.of(&cache);
         let mut report = SweepReport::default();
-        let mut subjects: Vec<(Handler, SweepSubject, Option<NodePool>)> = Vec::new();
+        let mut subjects: Vec<(Handler, SweepSubject, Option<NodePool>, usize)> = Vec::new();
         for (name, p) in &cache.pools {
-            subjects.push((
-                Handler::SweepPool,
-                SweepSubject::Pool(name.clone()),
-                Some(p.as_ref().clone()),
-            ));
+            // Slot 0 always, and every other slot that holds a key (its own orphan mirror).
+            let mut used = slots::used(&p.metadata);
+            if used.first() != Some(&0) {
+                used.insert(0, 0);
+            }
+            for slot in used {
+                let mut pool = p.as_ref().clone();
+                slots::swap_meta(&mut pool.metadata, slot);
+                subjects.push((
+                    Handler::SweepPool,
+                    SweepSubject::Pool(name.clone()),
+                    Some(pool),
+                    slot,
+                ));
+            }
         }
         for (name, c) in &cache.claims {
             if annotation(&c.metadata, Key::State).is_some() {
-                subjects.push((Handler::SweepClaim, SweepSubject::Claim(name.clone()), None));
+                subjects.push((Handler::SweepClaim, SweepSubject::Claim(name.clone()), None, 0));
             }
         }
         let ours = [Key::SurgeFor, Key::DoNotDisruptOwned, Key::Cordoned];
         for (name, n) in &cache.nodes {
             if ours.iter().any(|k| annotation(&n.metadata, *k).is_some()) {
-                subjects.push((Handler::SweepNode, SweepSubject::Node(name.clone()), None));
+                subjects.push((Handler::SweepNode, SweepSubject::Node(name.clone()), None, 0));
             }
         }
         for (name, pod) in &cache.placeholders {
             let ns =
                 pod.metadata.namespace.clone().unwrap_or_else(|| self.ctx.config.namespace.clone());
-            subjects.push((Handler::SweepPod, SweepSubject::Pod(ns, name.clone()), None));
+            subjects.push((Handler::SweepPod, SweepSubject::Pod(ns, name.clone()), None, 0));
         }
-        let marked = |p: &NodePool| annotation(&p.metadata, Key::ActiveRotationState).is_some();
-        let pools_only = subjects.len() == cache.pools.len();
+        let marked = |p: &NodePool| {
+            p.metadata.annotations.iter().flatten().any(|(k, _)| {
+                k.strip_prefix(Key::ActiveRotationState.full())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+            })
+        };
+        let pools_only = subjects.iter().all(|s| s.0 == Handler::SweepPool);
         if pools_only && !cache.pools.values().any(|p| marked(p)) {
             return report;
         }
@@ -432,17 +466,18 @@ impl Controller {
                 }
             };
             let Some(pool) = pool else { continue };
-            let Some(anchor) = annotation(&pool.metadata, Key::ActiveRotation) else { continue };
-            let foreign = cache
-                .claims
-                .get(anchor)
-                .is_some_and(|c| c.node_pool() != pool.metadata.name.as_deref());
-            if !foreign {
-                anchors.insert(anchor.to_string());
+            for anchor in slots::anchors(&pool.metadata).into_values() {
+                let foreign = cache
+                    .claims
+                    .get(anchor)
+                    .is_some_and(|c| c.node_pool() != pool.metadata.name.as_deref());
+                if !foreign {
+                    anchors.insert(anchor.to_string());
+                }
             }
         }
         let anchors = Arc::new(anchors);
-        for (handler, subject, pool) in subjects {
+        for (handler, subject, pool, slot) in subjects {
             let label = match &subject {
                 SweepSubject::Pool(n)
                 | SweepSubject::Claim(n)
@@ -458,7 +493,7 @@ impl Controller {
                 GovernanceView::Ungoverned,
                 Some((subject, anchors.clone())),
             );
-            let mut host = PassHost::new(snap, &mut self.ctx);
+            let mut host = PassHost::for_slot(snap, &mut self.ctx, slot);
             match self.engine.run_from(handler, &mut host) {
                 Ok(pass) => {
                     for row in pass.fired {
@@ -561,7 +596,7 @@ impl Controller {
                 (
                     p.metadata.name.clone().unwrap_or_default(),
                     resolve::resolve(&selectors, &labels),
-                    annotation(&p.metadata, Key::ActiveRotation).is_some(),
+                    !slots::anchors(&p.metadata).is_empty(),
                 )
             })
             .collect();
@@ -599,12 +634,17 @@ impl Controller {
     }
 }
 
+/// `lanes(np)`: `spec.surge.maxUnavailable` resolved against the pool's nodes.
+fn lanes(_settings: &Effective, _nodes: usize) -> usize {
+    1
+}
+
 /// Per-pool gauges after a pass (§4.2).
 fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
     let now = snap.now;
     let mut g = crate::telemetry::PoolGauges {
         candidates: snap.census.max(0) as u64,
-        in_progress: u64::from(snap.anchored_claim().is_some()),
+        in_progress: snap.anchored_claims().count() as u64,
         policy_conflict: matches!(snap.governance, GovernanceView::Conflict(_)),
         infeasible: snap.fatal,
         ..Default::default()
@@ -634,13 +674,15 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
             .map(|t| t.with_timezone(&Utc))
             .filter(|t| *t > now);
     }
-    if let Some(cand) = snap.anchored_claim().and_then(|n| snap.claim(n)) {
-        g.retry_count =
+    // With several rotations in flight: the highest retry count, and how many drains are stuck.
+    for cand in snap.anchored_claims() {
+        let count =
             crate::policy::derive::parse_retry_count(annotation(&cand.metadata, Key::RetryCount));
+        g.retry_count = g.retry_count.max(count);
         let bound = snap.drain_bound(cand);
         let deleted =
             cand.metadata.deletion_timestamp.as_ref().and_then(crate::cluster::chrono_time);
-        g.drain_stuck = u64::from(deleted.is_some_and(|t| now - t > bound));
+        g.drain_stuck += u64::from(deleted.is_some_and(|t| now - t > bound));
     }
     g
 }

@@ -265,6 +265,9 @@ pub struct Snapshot {
     pub census: i64,
     /// Sweep passes only.
     pub sweep: Option<(SweepSubject, Arc<BTreeSet<String>>)>,
+    /// `lanes(np)`: the rotations the pool may have in flight (`spec.surge.maxUnavailable`
+    /// resolved against its nodes); 1 outside a governed pool pass.
+    pub lanes: usize,
     /// Bumped by every [`Snapshot::apply`]; `pick` and `census` were computed at `selected`.
     version: u64,
     selected: Option<u64>,
@@ -295,6 +298,7 @@ impl Snapshot {
             pick: None,
             census: 0,
             sweep,
+            lanes: 1,
             version: 0,
             selected: None,
         }
@@ -349,26 +353,59 @@ impl Snapshot {
         (claim.node_pool() != Some(self.pool_name())).then_some(claim)
     }
 
+    /// Every claim of this pool an anchor of any slot names (live or not), by slot.
+    pub fn anchors(&self) -> BTreeMap<usize, &str> {
+        self.pool.as_ref().map(|p| super::slots::anchors(&p.metadata)).unwrap_or_default()
+    }
+
+    /// The live claims of this pool the anchors of all slots name (the pool's rotations).
+    pub fn anchored_claims(&self) -> impl Iterator<Item = &NodeClaim> {
+        let pool = self.pool_name();
+        self.anchors()
+            .into_values()
+            .filter_map(move |n| self.claim(n).filter(|c| c.node_pool() == Some(pool)))
+    }
+
     /// Claims of this pool, by label.
     pub fn pool_claims(&self) -> impl Iterator<Item = &NodeClaim> {
         self.index.pool(&self.cache, self.pool_name()).iter().map(|c| self.live(c))
     }
 
-    /// `N` of the throughput checks (§3.2 layer 2): the pool's claims, the in-flight rotation
-    /// counted once. While the anchored claim still exists, one claim created at or after the
-    /// rotation started (`started-at`, or the forceful `draining-at`) is its replacement, not
-    /// another node: counting it made the burst warning flip on and off with every rotation.
+    /// `N` of the throughput checks (§3.2 layer 2): the pool's claims, each in-flight rotation
+    /// counted once. While an anchored claim still exists, a claim created at or after the
+    /// rotation started (`started-at`, or the slot's forceful `draining-at`) is its replacement,
+    /// not another node: counting it made the burst warning flip on and off with every rotation.
+    /// With several rotations in flight, the claims created since the earliest start count as
+    /// replacements, at most one per rotation.
     pub fn pool_nodes(&self) -> usize {
         let total = self.pool_claims().count();
-        let Some(cand) = self.anchored_claim().and_then(|n| self.claim(n)) else { return total };
-        let started = time_annotation(&cand.metadata, Key::StartedAt).or_else(|| {
-            self.pool.as_ref().and_then(|p| time_annotation(&p.metadata, Key::DrainingAt))
-        });
-        let Some(started) = started else { return total };
-        let replacement = self.pool_claims().any(|c| {
-            c.metadata.name != cand.metadata.name && c.created().is_some_and(|t| t >= started)
-        });
-        total - usize::from(replacement)
+        let anchors = self.anchors();
+        let meta = self.pool.as_ref().map(|p| &p.metadata);
+        let mut starts = Vec::new();
+        for (slot, name) in &anchors {
+            let Some(cand) = self.claim(name).filter(|c| c.node_pool() == Some(self.pool_name()))
+            else {
+                continue;
+            };
+            let drained = || {
+                let raw = meta?
+                    .annotations
+                    .as_ref()?
+                    .get(&super::slots::slot_key(Key::DrainingAt, *slot))?;
+                DateTime::parse_from_rfc3339(raw).ok().map(|t| t.with_timezone(&Utc))
+            };
+            if let Some(t) = time_annotation(&cand.metadata, Key::StartedAt).or_else(drained) {
+                starts.push(t);
+            }
+        }
+        let Some(earliest) = starts.iter().min().copied() else { return total };
+        let anchored: BTreeSet<&str> = anchors.values().copied().collect();
+        let replacements = self
+            .pool_claims()
+            .filter(|c| !anchored.contains(c.metadata.name.as_deref().unwrap_or("")))
+            .filter(|c| c.created().is_some_and(|t| t >= earliest))
+            .count();
+        total - replacements.min(starts.len())
     }
 
     /// Claims of this pool with what passes derive from their spec and status.
@@ -460,6 +497,8 @@ impl Snapshot {
             )
             .collect();
         let dues = self.lookahead_dues(&policy, period, &facts, derived);
+        // A claim another slot already rotates is never picked again (slots: N > 1).
+        let anchored: BTreeSet<String> = self.anchors().into_values().map(str::to_string).collect();
         for ((f, d), due) in facts.iter().zip(derived).zip(dues) {
             let Some(f) = f else { continue };
             let candidacy = derive::candidacy_due(f, &policy.settings, due, self.now);
@@ -473,7 +512,7 @@ impl Snapshot {
                 name: &d.name,
             };
             // The first of the candidates in rotation order (names are unique: a total order).
-            if pick.is_none_or(|p| order < p) {
+            if pick.is_none_or(|p| order < p) && !anchored.contains(&d.name) {
                 pick = Some(order);
             }
         }
@@ -901,9 +940,14 @@ impl Facts for Snapshot {
             },
             Pred::Anchored => match (args.first(), &self.sweep) {
                 (Some(Value::Name(n)), Some((_, anchors))) => Value::Bool(anchors.contains(n)),
+                (Some(Value::Name(n)), None) => {
+                    Value::Bool(self.anchors().values().any(|a| *a == n.as_str()))
+                }
                 (Some(Value::Nil), _) => Value::Bool(false),
                 _ => Value::Nil,
             },
+            Pred::InFlight => Value::Int(self.anchors().len() as i64),
+            Pred::Lanes => Value::Int(self.lanes as i64),
             Pred::ForeignAnchor => Value::Bool(self.foreign_anchor().is_some()),
             Pred::Latest => {
                 let times: Vec<DateTime<Utc>> = args.iter().filter_map(Value::as_time).collect();

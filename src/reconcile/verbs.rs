@@ -34,6 +34,9 @@ pub struct PassHost<'c> {
     cleared: Option<String>,
     /// Whether the verb being performed wrote (a satisfied precondition may need no write).
     wrote: bool,
+    /// The pool's rotation slot this pass drives: its fresh reads and patches of the pool go
+    /// through the slot's lens ([`super::slots`]), as the snapshot's copy already does.
+    slot: usize,
 }
 
 /// A fresh read of one object.
@@ -106,8 +109,19 @@ pub fn release_patch(node: &Node, with_surge_for: bool) -> Patch {
 }
 
 impl<'c> PassHost<'c> {
-    pub fn new(snap: Snapshot, ctx: &'c mut Ctx) -> Self {
-        PassHost { snap, ctx, observed: Vec::new(), released: None, cleared: None, wrote: false }
+    /// A pass over slot `slot` of the pool; `snap.pool` is already seen through its lens.
+    pub fn for_slot(snap: Snapshot, ctx: &'c mut Ctx, slot: usize) -> Self {
+        let observed = Vec::new();
+        PassHost { snap, ctx, observed, released: None, cleared: None, wrote: false, slot }
+    }
+
+    /// A fresh read of the pool, seen through this pass's slot.
+    fn fresh_pool(&self) -> Result<Option<NodePool>, ApiError> {
+        let mut pool = self.ctx.cluster.get_pool(self.snap.pool_name())?;
+        if let Some(p) = pool.as_mut() {
+            super::slots::swap_meta(&mut p.metadata, self.slot);
+        }
+        Ok(pool)
     }
 
     fn cluster_ref(&self, obj: &ObjRef) -> Option<ObjectRef> {
@@ -123,9 +137,7 @@ impl<'c> PassHost<'c> {
     fn fresh(&self, obj: &ObjRef) -> Result<Option<Fresh>, ApiError> {
         let cluster = &self.ctx.cluster;
         Ok(match obj {
-            ObjRef::Pool => {
-                cluster.get_pool(self.snap.pool_name())?.map(|x| Fresh::Pool(Box::new(x)))
-            }
+            ObjRef::Pool => self.fresh_pool()?.map(|x| Fresh::Pool(Box::new(x))),
             ObjRef::Claim(n) => cluster.get_claim(n)?.map(|x| Fresh::Claim(Box::new(x))),
             ObjRef::Node(n) => cluster.get_node(n)?.map(|x| Fresh::Node(Box::new(x))),
             ObjRef::Policy | ObjRef::Pod(..) => None,
@@ -140,10 +152,7 @@ impl<'c> PassHost<'c> {
         }
         let pool = match fresh {
             Fresh::Pool(p) => Some(p.as_ref().clone()),
-            Fresh::Claim(_) | Fresh::Node(_) => {
-                let name = self.snap.pool_name().to_string();
-                self.ctx.cluster.get_pool(&name).map_err(|e| fail(a.verb, e))?
-            }
+            Fresh::Claim(_) | Fresh::Node(_) => self.fresh_pool().map_err(|e| fail(a.verb, e))?,
         };
         let Some(pool) = pool else { return Ok(false) };
         let cached = self.snap.pool.replace(pool);
@@ -202,7 +211,12 @@ impl<'c> PassHost<'c> {
         write: (Patch, Option<String>),
     ) -> Result<(), ApiError> {
         let (patch, rv) = write;
-        self.ctx.cluster.patch(target, &patch, rv.as_deref())?;
+        if matches!(obj, ObjRef::Pool) && self.slot != 0 {
+            let sent = super::slots::swap_patch(&patch, self.slot);
+            self.ctx.cluster.patch(target, &sent, rv.as_deref())?;
+        } else {
+            self.ctx.cluster.patch(target, &patch, rv.as_deref())?;
+        }
         self.snap.apply(obj, &patch);
         Ok(())
     }
@@ -640,7 +654,8 @@ impl<'c> PassHost<'c> {
         if self.in_window(now) {
             return (!readable).then_some(Verdict::Stamp);
         }
-        if !readable || annotation(meta, Key::ActiveRotation).is_some() {
+        // Deferred while any slot of the pool has a rotation in flight.
+        if !readable || !super::slots::anchors(meta).is_empty() {
             return None;
         }
         Some(if self.snap.census == 0 { Verdict::Settled } else { Verdict::Missed })

@@ -22,6 +22,10 @@ pub struct AnnotationKey {
     pub purpose: String,
     pub lifecycle: String,
     pub spec: String,
+    /// One copy per rotation slot of the pool (`spec.surge.maxUnavailable` > 1): slot 0 uses
+    /// the key as written, slot `i` the key with the suffix `.i`. NodePool keys only.
+    #[serde(default)]
+    pub per_rotation: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]

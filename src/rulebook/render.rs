@@ -149,11 +149,21 @@ pub fn annotations(book: &Rulebook) -> String {
         a.prefix
     );
     out.push_str(
+        "Keys marked *per slot* exist once per rotation slot of a NodePool: a pool with \
+         `spec.surge.maxUnavailable` N runs up to N rotations, each in a slot of its own. Slot 0 \
+         uses the key as written, slot `i` the key with the suffix `.i` \
+         (`noderotation.io/active-rotation.1`); with N = 1 only slot 0 exists. \
+         See [parallel rotations](decisions/parallel-rotations.md).\n\n",
+    );
+    out.push_str(
         "| Key | Target | Value | Purpose | Lifecycle | Spec |\n|---|---|---|---|---|---|\n",
     );
     for k in &a.keys {
         let full = k.full_key.clone().unwrap_or_else(|| format!("{}{}", a.prefix, k.key));
-        let targets: Vec<&str> = k.targets.iter().map(|t| t.name()).collect();
+        let mut targets = k.targets.iter().map(|t| t.name()).collect::<Vec<_>>().join(" + ");
+        if k.per_rotation {
+            targets.push_str(" (per slot)");
+        }
         let value = match &k.value {
             ValueType::ClaimName => "NodeClaim name".to_string(),
             other => other.describe(),
@@ -162,7 +172,7 @@ pub fn annotations(book: &Rulebook) -> String {
             out,
             "| {} | {} | {} | {} | {} | {} |",
             code(&full),
-            targets.join(" + "),
+            targets,
             cell(&value),
             cell(&k.purpose),
             cell(&k.lifecycle),

@@ -22,6 +22,12 @@ impl<'a> Checker<'a> {
             {
                 self.err_ann(at, format!("annotation `{}`: an Enum needs values", k.key));
             }
+            if k.per_rotation && k.targets != [ObjectKind::NodePool] {
+                self.err_ann(
+                    at,
+                    format!("annotation `{}`: only a NodePool-only key can be per_rotation", k.key),
+                );
+            }
         }
         for key in &ann.anchor_clear_set {
             let at = self.ann_src.string_after(0, key).unwrap_or(0);
@@ -29,6 +35,10 @@ impl<'a> Checker<'a> {
                 None => self.err_ann(at, format!("anchor_clear_set names unknown key `{key}`")),
                 Some(k) if !k.targets.contains(&ObjectKind::NodePool) => self
                     .err_ann(at, format!("anchor_clear_set key `{key}` does not target NodePool")),
+                Some(k) if !k.per_rotation => self.err_ann(
+                    at,
+                    format!("anchor_clear_set key `{key}` is not per_rotation: it would clear every slot's"),
+                ),
                 Some(_) => {}
             }
         }

@@ -246,11 +246,15 @@ fn words(v: &Expr, what: &str) -> Result<Vec<(String, usize)>, LocalError> {
 }
 
 /// The first root or outcome in `e` that a fresh read does not rebind (anything but `np`,
-/// `policy` and `now`), for `holds=` guards.
+/// `policy`, `now` and an object's `name`), for `holds=` guards.
 fn fresh_unsafe(e: &RExpr) -> Option<String> {
     match e {
         RExpr::Lit(_) => None,
         RExpr::Root(r) => (!matches!(r.as_str(), "np" | "policy" | "now")).then(|| r.clone()),
+        // A claim's name is its identity: the same on any read.
+        RExpr::Field { obj, field, .. } if field == "name" && matches!(**obj, RExpr::Root(_)) => {
+            None
+        }
         RExpr::Outcome(o) => Some(o.clone()),
         RExpr::Field { obj, .. } | RExpr::Annotation { obj, .. } | RExpr::Present { obj, .. } => {
             fresh_unsafe(obj)

@@ -1,0 +1,204 @@
+//! Rotation slots: up to `spec.surge.maxUnavailable` rotations of one pool in flight, each in a
+//! slot of its own (docs/decisions/parallel-rotations.md).
+//!
+//! The per-rotation keys of `rules/annotations.ron` exist once per slot: slot 0 uses the key as
+//! written, slot `i` the key with the suffix `.i`. A pass over slot `i` sees the pool through a
+//! lens that swaps slot `i`'s copies with the plain keys, in its snapshot, in its fresh reads
+//! and in its patches, so the rules read and write `np[active-rotation]` unchanged. The swap is
+//! its own inverse; for slot 0 it is the identity, so a pool with one slot is read and written
+//! exactly as before slots existed.
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::cluster::Patch;
+use crate::engine::{Key, PER_ROTATION_KEYS};
+
+/// The annotation key of a per-rotation `key` in `slot`.
+pub fn slot_key(key: Key, slot: usize) -> String {
+    if slot == 0 { key.full().to_string() } else { format!("{}.{slot}", key.full()) }
+}
+
+/// The per-rotation key and slot an annotation key names, if it is one.
+fn parse(full: &str) -> Option<(Key, usize)> {
+    PER_ROTATION_KEYS.iter().find_map(|k| {
+        let rest = full.strip_prefix(k.full())?;
+        if rest.is_empty() {
+            return Some((*k, 0));
+        }
+        let digits = rest.strip_prefix('.')?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        match digits.parse::<usize>() {
+            Ok(slot) if slot > 0 && digits == slot.to_string() => Some((*k, slot)),
+            _ => None,
+        }
+    })
+}
+
+/// The key `full` seen through slot `slot`'s lens.
+fn swapped(full: &str, slot: usize) -> Option<String> {
+    if slot == 0 {
+        return None;
+    }
+    match parse(full)? {
+        (k, 0) => Some(slot_key(k, slot)),
+        (k, s) if s == slot => Some(k.full().to_string()),
+        _ => None,
+    }
+}
+
+/// Swaps slot `slot`'s per-rotation annotations with the plain keys (its own inverse).
+pub fn swap_meta(meta: &mut ObjectMeta, slot: usize) {
+    if slot == 0 {
+        return;
+    }
+    let Some(ann) = meta.annotations.as_mut() else { return };
+    let moved: Vec<(String, String)> =
+        ann.iter().filter_map(|(k, v)| swapped(k, slot).map(|to| (to, v.clone()))).collect();
+    ann.retain(|k, _| swapped(k, slot).is_none());
+    ann.extend(moved);
+}
+
+/// A patch written through slot `slot`'s lens, as the API server must receive it.
+pub fn swap_patch(patch: &Patch, slot: usize) -> Patch {
+    if slot == 0 {
+        return patch.clone();
+    }
+    let name = |k: &String| swapped(k, slot).unwrap_or_else(|| k.clone());
+    Patch {
+        set: patch.set.iter().map(|(k, v)| (name(k), v.clone())).collect(),
+        remove: patch.remove.iter().map(name).collect(),
+        ..patch.clone()
+    }
+}
+
+/// Every anchored slot of a pool and the claim it names, by slot.
+pub fn anchors(meta: &ObjectMeta) -> BTreeMap<usize, &str> {
+    let Some(ann) = meta.annotations.as_ref() else { return BTreeMap::new() };
+    ann.iter()
+        .filter_map(|(k, v)| match parse(k) {
+            Some((Key::ActiveRotation, slot)) if !v.is_empty() => Some((slot, v.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The slots a pass over the pool runs, in order: every anchored slot (a slot beyond `lanes`,
+/// left by a policy that allowed more, still runs to completion), then, while fewer than
+/// `lanes` are anchored, the free slot below `lanes` whose last completion (`last-rotation-at`)
+/// is the oldest, so that each slot's cooldown runs on its own. With one lane: slot 0.
+pub fn to_run(meta: &ObjectMeta, lanes: usize) -> Vec<usize> {
+    let anchored = anchors(meta);
+    let mut out: Vec<usize> = anchored.keys().copied().collect();
+    if anchored.len() < lanes.max(1) {
+        let last = |slot: usize| -> Option<DateTime<Utc>> {
+            let raw = meta.annotations.as_ref()?.get(&slot_key(Key::LastRotationAt, slot))?;
+            DateTime::parse_from_rfc3339(raw).ok().map(|t| t.with_timezone(&Utc))
+        };
+        let free =
+            (0..lanes.max(1)).filter(|s| !anchored.contains_key(s)).min_by_key(|s| (last(*s), *s));
+        out.extend(free);
+    }
+    out
+}
+
+/// Every slot that holds any per-rotation key (the sweep's subjects).
+pub fn used(meta: &ObjectMeta) -> Vec<usize> {
+    let mut out: Vec<usize> = meta
+        .annotations
+        .iter()
+        .flatten()
+        .filter_map(|(k, _)| parse(k).map(|(_, slot)| slot))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(pairs: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            annotations: Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn keys_parse_by_slot_and_nothing_else() {
+        assert_eq!(parse("noderotation.io/active-rotation"), Some((Key::ActiveRotation, 0)));
+        assert_eq!(parse("noderotation.io/active-rotation.2"), Some((Key::ActiveRotation, 2)));
+        assert_eq!(
+            parse("noderotation.io/active-rotation-state.1"),
+            Some((Key::ActiveRotationState, 1))
+        );
+        for not_a_slot in [
+            "noderotation.io/active-rotation.0",
+            "noderotation.io/active-rotation.01",
+            "noderotation.io/active-rotation.",
+            "noderotation.io/active-rotation.x",
+            "noderotation.io/freeze.1",
+            "noderotation.io/window-opened-at",
+        ] {
+            assert_eq!(parse(not_a_slot), None, "{not_a_slot}");
+        }
+    }
+
+    #[test]
+    fn the_lens_swaps_one_slot_and_is_its_own_inverse() {
+        let original = meta(&[
+            ("noderotation.io/active-rotation", "a"),
+            ("noderotation.io/active-rotation.1", "b"),
+            ("noderotation.io/draining-at.1", "t"),
+            ("noderotation.io/active-rotation.2", "c"),
+            ("noderotation.io/freeze", "f"),
+        ]);
+        let mut m = original.clone();
+        swap_meta(&mut m, 1);
+        let ann = m.annotations.clone().unwrap_or_default();
+        assert_eq!(ann["noderotation.io/active-rotation"], "b");
+        assert_eq!(ann["noderotation.io/draining-at"], "t");
+        assert_eq!(ann["noderotation.io/active-rotation.1"], "a");
+        assert!(!ann.contains_key("noderotation.io/draining-at.1"));
+        assert_eq!(ann["noderotation.io/active-rotation.2"], "c");
+        assert_eq!(ann["noderotation.io/freeze"], "f", "pool keys are shared by every slot");
+        swap_meta(&mut m, 1);
+        assert_eq!(m, original);
+        let mut zero = original.clone();
+        swap_meta(&mut zero, 0);
+        assert_eq!(zero, original);
+    }
+
+    #[test]
+    fn a_patch_through_the_lens_lands_on_the_slot() {
+        let mut patch = Patch::default();
+        patch.set.insert("noderotation.io/active-rotation".into(), "x".into());
+        patch.set.insert("noderotation.io/last-failure-at".into(), "t".into());
+        patch.remove.insert("noderotation.io/surge-host".into());
+        let out = swap_patch(&patch, 3);
+        assert_eq!(out.set["noderotation.io/active-rotation.3"], "x");
+        assert_eq!(out.set["noderotation.io/last-failure-at"], "t");
+        assert!(out.remove.contains("noderotation.io/surge-host.3"));
+        assert_eq!(swap_patch(&patch, 0), patch);
+    }
+
+    #[test]
+    fn runs_every_anchored_slot_then_the_longest_idle_free_one() {
+        let m = meta(&[
+            ("noderotation.io/active-rotation.1", "b"),
+            ("noderotation.io/last-rotation-at", "2026-01-02T00:00:00Z"),
+            ("noderotation.io/last-rotation-at.2", "2026-01-01T00:00:00Z"),
+        ]);
+        assert_eq!(to_run(&m, 3), vec![1, 2]);
+        assert_eq!(to_run(&m, 4), vec![1, 3], "a slot that never completed is the idlest");
+        assert_eq!(to_run(&m, 1), vec![1], "a slot beyond the lanes runs to completion");
+        assert_eq!(to_run(&meta(&[]), 1), vec![0]);
+        assert_eq!(anchors(&m).len(), 1);
+        assert_eq!(used(&m), vec![0, 1, 2]);
+    }
+}
