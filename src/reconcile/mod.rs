@@ -3,7 +3,7 @@
 //! [`Controller`] is synchronous and owns no threads: `noderotation run` drives it from a work
 //! queue fed by watches (on a blocking thread), `simulate` and the tests drive it step by step
 //! on a virtual clock. Both hand it the same [`Cluster`] interface.
-mod slots;
+pub mod slots;
 mod snapshot;
 mod verbs;
 
