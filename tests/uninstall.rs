@@ -114,6 +114,11 @@ fn mid_rotation(draining: bool) -> Fx {
     fx.world.apply_node(node_obj("node-u2", true)).expect("node");
     fx.set_node_ann("node-u2", Key::DoNotDisrupt, Some("true"));
     fx.set_pool_ann(Key::Freeze, Some(FREEZE_UNTIL));
+    // A second rotation slot's cooldown anchor, left by a policy with maxUnavailable > 1.
+    fx.set_pool(|p| {
+        let ann = p.metadata.annotations.get_or_insert_with(Default::default);
+        ann.insert(format!("{}.1", Key::LastRotationAt.full()), "2026-11-28T02:00:00Z".into());
+    });
     fx.world.apply_pool(second_pool("pool-b", FREEZE_UNTIL)).expect("pool-b");
     fx.world.apply_pod(not_ours_pod()).expect("pod");
     fx.client.flush_cache();
@@ -184,6 +189,7 @@ fn uninstall_mid_rotation(draining: bool) {
     let lines: Vec<String> = plan.changes.iter().map(ToString::to_string).collect();
     for line in [
         "NodePool pool-a: remove annotation noderotation.io/active-rotation".to_string(),
+        "NodePool pool-a: remove annotation noderotation.io/last-rotation-at.1".to_string(),
         "Node node-c1: lift our cordon (spec.unschedulable=false)".to_string(),
         "Node node-c1: remove annotation karpenter.sh/do-not-disrupt".to_string(),
         format!("Pod {NS}/noderotation-surge-c1: delete placeholder pod"),

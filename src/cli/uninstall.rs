@@ -49,7 +49,7 @@ use crate::cluster::{
     ApiError, Cluster, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind, ObjectRef, Patch,
 };
 use crate::engine::Key;
-use crate::reconcile::release_patch;
+use crate::reconcile::{release_patch, slots};
 
 /// Attempts of one conditional write before the object is reported as an error.
 const ATTEMPTS: usize = 5;
@@ -162,13 +162,16 @@ fn has(meta: &ObjectMeta, key: &str) -> bool {
     meta.annotations.as_ref().is_some_and(|a| a.contains_key(key))
 }
 
-/// Removes every owned key present on `meta` (adds to `patch`).
+/// Removes every owned key present on `meta` (adds to `patch`), the copies of every rotation
+/// slot of a pool included (`noderotation.io/active-rotation.1`, ...).
 fn strip_owned(meta: &ObjectMeta, patch: &mut Patch) {
     for key in owned_keys() {
         if has(meta, key.full()) {
             patch.remove.insert(key.full().to_string());
         }
     }
+    let slotted = meta.annotations.iter().flatten().map(|(k, _)| k);
+    patch.remove.extend(slotted.filter(|k| slots::is_slot_key(k)).cloned());
 }
 
 /// What uninstall removes from a NodePool or NodeClaim: the owned keys.

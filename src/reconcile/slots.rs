@@ -38,6 +38,11 @@ fn parse(full: &str) -> Option<(Key, usize)> {
     })
 }
 
+/// Whether `full` is a per-rotation key of some slot (slot 0's plain key included).
+pub fn is_slot_key(full: &str) -> bool {
+    parse(full).is_some()
+}
+
 /// The key `full` seen through slot `slot`'s lens.
 fn swapped(full: &str, slot: usize) -> Option<String> {
     if slot == 0 {
