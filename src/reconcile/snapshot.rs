@@ -366,6 +366,24 @@ impl Snapshot {
             .filter_map(move |n| self.claim(n).filter(|c| c.node_pool() == Some(pool)))
     }
 
+    /// The claims of the pool's other rotations whose surge is still to come: pending, and
+    /// their placeholder not on a node yet, so `status.resources` does not count it (§3.3
+    /// headroom with several rotations in flight). Empty with one slot.
+    fn surges_waiting<'a>(
+        &'a self,
+        except: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a NodeClaim> {
+        self.anchored_claims().filter(move |c| {
+            let name = c.metadata.name.as_deref().unwrap_or("");
+            let pending = crate::engine::claim_state(annotation(&c.metadata, Key::State))
+                == crate::engine::ClaimState::Pending;
+            let placed = self
+                .placeholder_for(name)
+                .is_some_and(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
+            Some(name) != except && pending && !placed
+        })
+    }
+
     /// Claims of this pool, by label.
     pub fn pool_claims(&self) -> impl Iterator<Item = &NodeClaim> {
         self.index.pool(&self.cache, self.pool_name()).iter().map(|c| self.live(c))
@@ -851,9 +869,18 @@ impl Facts for Snapshot {
             Pred::SurgeHeadroom => {
                 let claim = args.get(1).and_then(|a| self.claim_of(a));
                 match (&self.pool, claim) {
-                    (Some(pool), Some(c)) => Value::Bool(
-                        placeholder::surge_headroom(pool, &placeholder::footprint(c)).is_ok(),
-                    ),
+                    (Some(pool), Some(c)) => {
+                        let want = self.surges_waiting(c.metadata.name.as_deref()).fold(
+                            placeholder::footprint(c),
+                            |mut sum, other| {
+                                for (resource, amount) in placeholder::footprint(other) {
+                                    *sum.entry(resource).or_insert(0) += amount;
+                                }
+                                sum
+                            },
+                        );
+                        Value::Bool(placeholder::surge_headroom(pool, &want).is_ok())
+                    }
                     _ => Value::Nil,
                 }
             }
