@@ -409,3 +409,75 @@ fn a_closed_stdout_ends_plan_quietly() {
         assert_ne!(out.status.code(), Some(101), "{output}: {stderr}");
     }
 }
+
+/// `plan` sizes the rotations a pool runs at once: what its node count and windows need at the
+/// auto age threshold, what the policy's `maxUnavailable` gives, and the throughput findings
+/// with the policy's own lanes, each saying which `maxUnavailable` would fix it.
+#[test]
+fn plan_sizes_the_rotations_at_once_a_pool_needs() {
+    let plan = |file: &str, nodes: Option<&str>, output: &str| {
+        let mut args = vec!["plan", "-f", file, "--expire-after", "14d", "--tgp", "1h"];
+        if let Some(nodes) = nodes {
+            args.extend(["--nodes", nodes]);
+        }
+        args.extend(["--now", NOW, "-o", output]);
+        noderotation(&args)
+    };
+    let shows = |run: &Run, lines: &[&str]| {
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        for line in lines {
+            assert!(run.stdout.contains(line), "{line:?} in\n{}", run.stdout);
+        }
+    };
+    // One at a time is too few for 240 nodes: 10 starts per 4h window against 240 nodes due
+    // every 5d22h43m needs ceil(240 * 4d / (10 * 5d22h43m)) = 17 at once.
+    let single = plan("deploy/examples/single-pool.yaml", Some("240"), "human");
+    shows(
+        &single,
+        &[
+            "  m          rotations at once                1                maxUnavailable 1 (needs 17 for 240 nodes at the auto A): too few, raise it to 17",
+            "C*A < N*P; surge.maxUnavailable 17 or more would fix it",
+            "one rotation slot apart; surge.maxUnavailable 12 or more would fix it",
+        ],
+    );
+    // 10% of 240 is 24 at once: enough, no throughput finding, C = 24 * 10.
+    let big = plan("deploy/examples/big-pool.yaml", Some("240"), "human");
+    shows(
+        &big,
+        &[
+            "  m          rotations at once                24 (10% of 240)  maxUnavailable 10% (needs 17 for 240 nodes at the auto A): enough",
+            "  C          rotation starts per occurrence   240              m 24 * ceil(shortest occurrence 4h",
+            "Findings\n  none",
+        ],
+    );
+    let json = plan("deploy/examples/big-pool.yaml", Some("240"), "json");
+    let report: PlanReport = serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.settings.max_unavailable, "10%");
+    let d = &report.derived;
+    assert_eq!(
+        (d.rotation_lanes, d.rotation_lanes_needed, d.rotation_lanes_suffice),
+        (24, Some(17), Some(true))
+    );
+    assert_eq!(d.starts_per_occurrence, Some(240));
+    // A percentage that is too small is advised as a percentage: 5% of 240 is 12, 7% is 17.
+    let five = policy_file("five-percent.yaml", |t| {
+        t.replace("maxUnavailable: 1", "maxUnavailable: \"5%\"")
+    });
+    shows(
+        &plan(&five, Some("240"), "human"),
+        &[
+            "12 (5% of 240)   maxUnavailable 5% (needs 17 for 240 nodes at the auto A): too few, raise it to \"7%\"",
+            "surge.maxUnavailable \"7%\" (17 of 240 nodes at once) or more would fix it",
+        ],
+    );
+    // Without a node count a percentage is one lane, and nothing is sized.
+    let unknown = plan("deploy/examples/big-pool.yaml", None, "json");
+    let report: PlanReport =
+        serde_json::from_str(&unknown.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((report.derived.rotation_lanes, report.derived.rotation_lanes_needed), (1, None));
+    let human = plan("deploy/examples/big-pool.yaml", None, "human");
+    shows(
+        &human,
+        &["1 (10% of an unknown pool)", "maxUnavailable 10% (node count unknown: --nodes)"],
+    );
+}

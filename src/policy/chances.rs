@@ -8,6 +8,10 @@
 //! creation and rotated at its first chance (layer 3, `ShortLead`). Crowded claims fall due
 //! earlier through the burst lookahead, as with `auto` ([`crate::policy::lookahead`]).
 //!
+//! Chances are occurrences, not starts: nothing here depends on how many rotations run at once.
+//! What an occurrence holds (`C`, `maxUnavailable` lanes times one lane's starts) is the
+//! lookahead's and feasibility's business, which is where `surge.maxUnavailable` scales it.
+//!
 //! A union open 24/7 has no occurrence starts to count: its chances are the reconcile ticks,
 //! which is what `auto` counts (`P` is the 1m tick, §3.1), so there the mode is `auto`. Daylight
 //! saving needs nothing here: the occurrences are the window module's, resolved in their zones.

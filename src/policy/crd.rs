@@ -8,6 +8,7 @@
 //! (`docs/decisions/policy-crd.md`).
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::core::{Message, Reason, Rule};
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
@@ -24,6 +25,13 @@ pub const MAX_GO_DURATION: &str = "2562047h47m16.854775807s";
 /// `auto`, `windows` or a Go duration.
 pub const AGE_THRESHOLD_PATTERN: &str =
     "^(auto|windows|0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|\u{b5}s|\u{3bc}s|ms|s|m|h))+)$";
+
+/// A percentage of a pool's nodes for `maxUnavailable`: `1%` to `100%`, no leading zero.
+pub const PERCENT_PATTERN: &str = "^([1-9][0-9]?|100)%$";
+
+/// What `maxUnavailable` admits, in the words of the CRD rule and the local validation.
+pub const MAX_UNAVAILABLE_ADMITS: &str = "an integer of at least 1 or a percentage of the pool's nodes from 1% to 100% (for example \
+     2 or \"10%\")";
 
 /// 24-hour `HH:MM`.
 pub const HHMM_PATTERN: &str = "^([01][0-9]|2[0-3]):[0-5][0-9]$";
@@ -187,10 +195,15 @@ pub struct MaintenanceWindow {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Surge {
-    /// Nodes of one NodePool replaced at a time. Only 1 is supported in v1alpha1.
-    #[serde(default = "default_max_unavailable")]
-    #[schemars(range(min = 1, max = 1))]
-    pub max_unavailable: i32,
+    /// Nodes of one NodePool replaced at the same time: an integer of at least 1, or a
+    /// percentage of the pool's nodes from 1% to 100% (`"10%"`, rounded up, at least 1). Each
+    /// rotation in flight has its own surge placeholder and surge node; they start earliest
+    /// deadline first, each waits cooldownAfter after its own completion, a failure pauses new
+    /// starts of the whole pool (failurePause), and spec.limits must have room for all their
+    /// surge nodes together. Default 1.
+    #[serde(default = "default_max_unavailable", deserialize_with = "max_unavailable_or_default")]
+    #[schemars(schema_with = "max_unavailable_schema")]
+    pub max_unavailable: IntOrString,
 
     /// How long the replacement capacity may take to become Ready (the surge placeholder
     /// Running on a Ready node) before the attempt is rolled back and counted as a failure.
@@ -360,8 +373,15 @@ fn default_age_threshold() -> String {
 fn default_min_rotation_chances() -> i32 {
     2
 }
-fn default_max_unavailable() -> i32 {
-    1
+fn default_max_unavailable() -> IntOrString {
+    IntOrString::Int(1)
+}
+/// `null`, which the schema admits for an optional int-or-string (kube marks it nullable), reads
+/// as the default instead of failing to decode the whole policy.
+fn max_unavailable_or_default<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<IntOrString, D::Error> {
+    Ok(Option::<IntOrString>::deserialize(deserializer)?.unwrap_or_else(default_max_unavailable))
 }
 fn default_ready_timeout() -> String {
     "15m".to_string()
@@ -405,6 +425,24 @@ fn age_threshold_rule() -> Rule {
          {MAX_GO_DURATION}"
     )))
     .reason(Reason::FieldValueInvalid)
+}
+
+/// `maxUnavailable`: Kubernetes' int-or-string, an integer of at least 1 or a percentage from 1%
+/// to 100%, checked by one CEL rule so that each bad value gets one message saying what to write.
+fn max_unavailable_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "x-kubernetes-validations": [max_unavailable_rule()]
+    })
+}
+
+/// `maxUnavailable >= 1`, or a percentage string from 1% to 100%.
+fn max_unavailable_rule() -> serde_json::Value {
+    serde_json::json!({
+        "rule": format!("type(self) == int ? self >= 1 : self.matches('{PERCENT_PATTERN}')"),
+        "message": format!("maxUnavailable must be {MAX_UNAVAILABLE_ADMITS}"),
+        "reason": "FieldValueInvalid"
+    })
 }
 
 fn days_schema(_: &mut SchemaGenerator) -> Schema {
@@ -509,7 +547,7 @@ mod tests {
         assert_eq!(spec, RotationPolicySpec::with_windows(LabelSelector::default(), vec![]));
         assert_eq!(spec.age_threshold, "auto");
         assert_eq!(spec.min_rotation_chances, 2);
-        assert_eq!(spec.surge.max_unavailable, 1);
+        assert_eq!(spec.surge.max_unavailable, IntOrString::Int(1));
         assert_eq!(spec.surge.ready_timeout, "15m");
         assert_eq!(spec.surge.cooldown_after, "10m");
         assert_eq!(spec.surge.retry_backoff, "30m");
@@ -611,6 +649,39 @@ mod tests {
         );
         let message = rule["message"].as_str().unwrap_or_default();
         assert!(message.starts_with("ageThreshold must be auto, windows or a Go duration"));
+    }
+
+    /// `maxUnavailable` is Kubernetes' int-or-string with one CEL rule, whose percentage pattern
+    /// admits exactly what the local validation admits, and whose message says what to write.
+    #[test]
+    fn max_unavailable_is_an_int_or_string_with_one_rule() {
+        use crate::policy::settings::MaxUnavailable;
+        let crd = serde_json::to_value(RotationPolicy::crd()).unwrap_or_default();
+        let field = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["surge"]["properties"]["maxUnavailable"];
+        assert_eq!(field["x-kubernetes-int-or-string"], serde_json::Value::Bool(true));
+        assert!(field["type"].is_null(), "an int-or-string has no type: {field}");
+        assert!(field["description"].as_str().is_some_and(|d| d.contains("10%")), "{field}");
+        let rules = field["x-kubernetes-validations"].as_array().cloned().unwrap_or_default();
+        let [rule] = rules.as_slice() else { panic!("{rules:?}") };
+        assert_eq!(
+            rule["rule"].as_str(),
+            Some("type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')")
+        );
+        let message = rule["message"].as_str().unwrap_or_default();
+        assert!(message.contains("at least 1") && message.contains("1% to 100%"), "{message}");
+        let pattern = regex::Regex::new(PERCENT_PATTERN).unwrap_or_else(|e| panic!("{e}"));
+        for text in ["1%", "10%", "99%", "100%", "0%", "150%", "101%", "05%", "abc", "2", "%", ""] {
+            let local = MaxUnavailable::parse(&IntOrString::String(text.into())).is_ok();
+            assert_eq!(pattern.is_match(text), local, "{text:?}");
+        }
+        let yaml = |v: &str| serde_yaml::from_str::<Surge>(&format!("maxUnavailable: {v}"));
+        let parsed = |v: &str| yaml(v).map(|s| s.max_unavailable).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(parsed("3"), IntOrString::Int(3));
+        assert_eq!(parsed("\"10%\""), IntOrString::String("10%".into()));
+        assert_eq!(parsed("10%"), IntOrString::String("10%".into()));
+        assert_eq!(parsed("null"), IntOrString::Int(1), "null is the default");
+        assert!(yaml("1.5").is_err());
     }
 
     #[test]

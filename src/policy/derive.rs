@@ -65,11 +65,19 @@ pub fn guaranteed_chances(e: Duration, a: Duration, period: Duration, t_rot: Dur
     span.num_milliseconds().div_euclid(p)
 }
 
-/// `C = m * ceil(D / (t_rot_est + cooldownAfter))` with `m = 1` (one rotation at a time).
-pub fn starts_per_occurrence(d: Duration, t_rot_est: Duration, cooldown_after: Duration) -> u64 {
+/// `C = m * ceil(D / (t_rot_est + cooldownAfter))`, with `m = lanes` rotations in flight at
+/// once (`surge.maxUnavailable` resolved against the pool; 0 counts as 1): each lane starts one
+/// rotation per slot, its cooldown after its own completion.
+pub fn starts_per_occurrence(
+    d: Duration,
+    t_rot_est: Duration,
+    cooldown_after: Duration,
+    lanes: usize,
+) -> u64 {
     let slot = (t_rot_est + cooldown_after).num_milliseconds().max(1);
     let d = d.num_milliseconds().max(0);
-    u64::try_from((d + slot - 1) / slot).unwrap_or(0)
+    let per_lane = u64::try_from((d + slot - 1) / slot).unwrap_or(0);
+    per_lane.saturating_mul(u64::try_from(lanes.max(1)).unwrap_or(u64::MAX))
 }
 
 /// The `retry-count` annotation: decimal digits, saturating at `u64::MAX` (a huge count must
@@ -441,10 +449,16 @@ mod tests {
         let a = auto_age_threshold(Duration::days(14), 2, p, t_rot);
         assert_eq!(a, Duration::days(14) - (Duration::days(8) + Duration::minutes(77)));
         assert_eq!(s.t_rot_est(Some(Duration::hours(1))), Duration::minutes(15));
-        assert_eq!(
-            starts_per_occurrence(Duration::hours(4), Duration::minutes(15), s.cooldown_after),
-            10
-        );
+        let c = |lanes| {
+            starts_per_occurrence(
+                Duration::hours(4),
+                Duration::minutes(15),
+                s.cooldown_after,
+                lanes,
+            )
+        };
+        assert_eq!(c(1), 10);
+        assert_eq!((c(0), c(3)), (10, 30), "m lanes start m times as many");
         let weekly = settings(&[("Asia/Tokyo", &["Sat"], "02:00", "06:00")]);
         let p = weekly.schedule.period(utc(2026, 1, 1, 0, 0)).unwrap_or_default();
         assert!(auto_age_threshold(Duration::days(14), 2, p, t_rot) <= Duration::zero());

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::chances;
 use super::derive;
 use super::duration::{ExpireAfter, format_human};
-use super::settings::{AgeThreshold, Effective};
+use super::settings::{AgeThreshold, Effective, MaxUnavailable};
 use super::window::Occurrence;
 
 /// EKS Auto Mode's maximum node lifetime, `expireAfter + tGP` (§2).
@@ -222,8 +222,17 @@ pub struct Derived {
     /// node gets when infeasible), `G` for an override; `None` when unbounded (E = Never with an
     /// override) or undefined.
     pub chances: Option<i64>,
-    /// `C` for the shortest occurrence; `None` when 24/7 (continuous) or without windows.
+    /// `C` for the shortest occurrence, with the policy's lanes (`m`); `None` when 24/7
+    /// (continuous) or without windows.
     pub starts_per_occurrence: Option<u64>,
+    /// `m`: rotations in flight at once, the policy's `maxUnavailable` resolved against the
+    /// pool's nodes (a pool of unknown size counts as none: a percentage gives 1).
+    pub lanes: usize,
+    /// The smallest `m` whose capacity per window period covers the nodes that fall due per
+    /// period at the auto age threshold (`m*C1*A >= N*P`, `C1` one lane's starts per occurrence;
+    /// open 24/7: `m*A >= N*slot`), whatever the policy's mode. `None` without a node count, a
+    /// deadline, windows, or a positive auto age threshold.
+    pub lanes_needed: Option<usize>,
     /// `D` of `C`: the shortest occurrence over the horizon.
     pub shortest_occurrence: Option<Duration>,
     /// The shortest closed gap between occurrences.
@@ -465,76 +474,81 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
         ));
     }
 
-    // Layer 2.
-    let starts_per_occurrence = match profile {
+    // Layer 2, with the policy's lanes: `maxUnavailable` resolved against the pool's nodes.
+    let lanes = settings.max_unavailable.resolve(pool.nodes.map_or(0, to_usize));
+    // `C` of one lane; the pool's is `lanes` times it.
+    let per_lane_starts = match profile {
         Some(p) if !p.always_open => p
             .shortest_occurrence
-            .map(|d| derive::starts_per_occurrence(d, t_rot_est, settings.cooldown_after)),
+            .map(|d| derive::starts_per_occurrence(d, t_rot_est, settings.cooldown_after, 1)),
         _ => None,
     };
-    if let (Some(profile), Some(a), Some(n)) = (profile, age_threshold, pool.nodes) {
+    let starts_per_occurrence = per_lane_starts.map(|c| c.saturating_mul(to_u64(lanes)));
+    let throughput = Throughput { per_lane_starts, slot, nodes: pool.nodes.unwrap_or(0) };
+    // The lanes the pool needs at the auto age threshold, whatever the policy's mode.
+    let lanes_needed = match (pool.expire_after, period, pool.nodes) {
+        (ExpireAfter::After(e), Some(p), Some(_)) => throughput
+            .arrival(e - derive::lead_time(k, p, t_rot), p)
+            .and_then(|check| check.lanes_needed()),
+        _ => None,
+    };
+    let hint = |check: &Check| lanes_hint(check, settings.max_unavailable, throughput.nodes);
+    if let (Some(profile), Some(a), Some(n)) = (profile, age_threshold, pool.nodes)
+        && n > 0
+    {
         let p = profile.period;
-        if a > Duration::zero() && n > 0 {
-            // Arrivals: N claims per A. Capacity: C starts per P (24/7: one per slot).
-            let (capacity_over_a, arrivals) = match starts_per_occurrence {
-                Some(c) => (
-                    i128::from(c) * i128::from(a.num_seconds()),
-                    i128::from(n) * i128::from(p.num_seconds()),
+        // Arrivals: N claims per A. Capacity: C starts per P (24/7: m per slot).
+        if let Some(check) = throughput.arrival(a, p)
+            && check.short(lanes)
+        {
+            findings.push(Finding::new(
+                Reason::ThroughputBelowArrival,
+                match starts_per_occurrence {
+                    Some(c) => format!(
+                        "{n} nodes arrive every A = {} but the windows start at most C = {c} \
+                         rotations per P = {}: C*A < N*P; {}",
+                        h(a),
+                        h(p),
+                        hint(&check)
+                    ),
+                    None => format!(
+                        "{n} nodes arrive every A = {} but one rotation takes t_rot_est + \
+                         cooldownAfter = {}{}; {}",
+                        h(a),
+                        h(slot),
+                        at_once(lanes),
+                        hint(&check)
+                    ),
+                },
+                "raise surge.maxUnavailable, lengthen or add maintenance windows, lower \
+                 surge.cooldownAfter, or raise expireAfter",
+            ));
+        }
+        if a > Duration::zero()
+            && let Some(g) = chances.filter(|g| *g > 0)
+            && let check = throughput.burst(g, p)
+            && check.short(lanes)
+        {
+            findings.push(Finding::new(
+                Reason::ThroughputBurstShortfall,
+                format!(
+                    "if the pool's {n} nodes were created together (one scale-up), they would \
+                     share one deadline, but its {g} chance(s) allow only {} rotation(s) before \
+                     it{}: the others would be started earlier than the age threshold, one \
+                     rotation slot apart; {}",
+                    check.capacity(lanes),
+                    at_once(lanes),
+                    hint(&check)
                 ),
-                None => {
-                    (i128::from(a.num_seconds()), i128::from(n) * i128::from(slot.num_seconds()))
-                }
-            };
-            if capacity_over_a < arrivals {
-                findings.push(Finding::new(
-                    Reason::ThroughputBelowArrival,
-                    match starts_per_occurrence {
-                        Some(c) => format!(
-                            "{n} nodes arrive every A = {} but the windows start at most C = {c} \
-                             rotations per P = {}: C*A < N*P",
-                            h(a),
-                            h(p)
-                        ),
-                        None => format!(
-                            "{n} nodes arrive every A = {} but one rotation takes t_rot_est + \
-                             cooldownAfter = {}",
-                            h(a),
-                            h(slot)
-                        ),
-                    },
-                    "lengthen or add maintenance windows, lower surge.cooldownAfter, or raise \
-                     expireAfter",
-                ));
-            }
-            if let Some(g) = chances.filter(|g| *g > 0) {
-                let capacity = match starts_per_occurrence {
-                    Some(c) => i128::from(g) * i128::from(c),
-                    None => {
-                        let span = (i128::from(p.num_seconds()) * i128::from(g)).max(0);
-                        let s = i128::from(slot.num_seconds().max(1));
-                        (span + s - 1) / s
-                    }
-                };
-                if capacity < i128::from(n) {
-                    findings.push(Finding::new(
-                        Reason::ThroughputBurstShortfall,
-                        format!(
-                            "if the pool's {n} nodes were created together (one scale-up), they \
-                             would share one deadline, but its {g} chance(s) allow only \
-                             {capacity} rotation(s) before it: the others would be started \
-                             earlier than the age threshold, one rotation slot apart",
-                        ),
-                        if starts_per_occurrence.is_some() {
-                            "raise minRotationChances, lengthen the windows, or use an \
-                             ageThreshold override that starts earlier"
-                        } else {
-                            "open 24/7, auto ageThreshold leaves only K minutes of lead: use an \
-                             ageThreshold override that starts earlier, or raise \
-                             minRotationChances"
-                        },
-                    ));
-                }
-            }
+                if starts_per_occurrence.is_some() {
+                    "raise surge.maxUnavailable or minRotationChances, lengthen the windows, or \
+                     use an ageThreshold override that starts earlier"
+                } else {
+                    "open 24/7, auto ageThreshold leaves only K minutes of lead: raise \
+                     surge.maxUnavailable, use an ageThreshold override that starts earlier, or \
+                     raise minRotationChances"
+                },
+            ));
         }
     }
     if let Some(gap) = profile.and_then(|p| p.shortest_gap)
@@ -544,7 +558,8 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
             Reason::RotationSpansNextWindow,
             format!(
                 "one rotation (t_rot_est + cooldownAfter = {}) outlasts the shortest gap \
-                 between occurrences ({}): a rotation spills into the next occurrence",
+                 between occurrences ({}): a rotation spills into the next occurrence; no \
+                 surge.maxUnavailable changes that (every lane's rotation is as long)",
                 h(slot),
                 h(gap)
             ),
@@ -566,11 +581,124 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
             lead_time,
             chances,
             starts_per_occurrence,
+            lanes,
+            lanes_needed,
             shortest_occurrence: profile.and_then(|p| p.shortest_occurrence),
             shortest_gap: profile.and_then(|p| p.shortest_gap),
         },
         findings,
     }
+}
+
+/// What the throughput checks need: one lane's starts per occurrence (`None`: open 24/7, one
+/// start per slot), the slot, and the pool's nodes.
+struct Throughput {
+    per_lane_starts: Option<u64>,
+    slot: Duration,
+    nodes: u64,
+}
+
+/// One throughput check: it fires when `lanes * per_lane < demand`.
+struct Check {
+    per_lane: i128,
+    demand: i128,
+}
+
+impl Throughput {
+    /// Arrivals at age threshold `a`: `m*C1*A` against `N*P` (24/7: `m*A` against `N*slot`).
+    /// `None` unless `a` is positive.
+    fn arrival(&self, a: Duration, p: Duration) -> Option<Check> {
+        let n = i128::from(self.nodes);
+        (a > Duration::zero()).then(|| match self.per_lane_starts {
+            Some(c) => Check {
+                per_lane: i128::from(c) * i128::from(a.num_seconds()),
+                demand: n * i128::from(p.num_seconds()),
+            },
+            None => Check {
+                per_lane: i128::from(a.num_seconds()),
+                demand: n * i128::from(self.slot.num_seconds()),
+            },
+        })
+    }
+
+    /// All N nodes sharing one deadline, with `g` chances: `m*G*C1` rotations against `N`
+    /// (24/7: each lane starts one per slot over `G*P`).
+    fn burst(&self, g: i64, p: Duration) -> Check {
+        let per_lane = match self.per_lane_starts {
+            Some(c) => i128::from(g) * i128::from(c),
+            None => {
+                let span = (i128::from(p.num_seconds()) * i128::from(g)).max(0);
+                let s = i128::from(self.slot.num_seconds().max(1));
+                (span + s - 1) / s
+            }
+        };
+        Check { per_lane, demand: i128::from(self.nodes) }
+    }
+}
+
+impl Check {
+    /// What `lanes` lanes give.
+    fn capacity(&self, lanes: usize) -> i128 {
+        self.per_lane.saturating_mul(i128::try_from(lanes).unwrap_or(i128::MAX))
+    }
+
+    /// The check fires with `lanes` lanes.
+    fn short(&self, lanes: usize) -> bool {
+        self.capacity(lanes) < self.demand
+    }
+
+    /// The fewest lanes (at least 1) for which the check does not fire; `None` when no number
+    /// of lanes helps.
+    fn lanes_needed(&self) -> Option<usize> {
+        if self.demand <= 0 {
+            return Some(1);
+        }
+        (self.per_lane > 0)
+            .then(|| (self.demand + self.per_lane - 1) / self.per_lane)
+            .and_then(|m| usize::try_from(m).ok())
+            .map(|m| m.max(1))
+    }
+}
+
+/// Which `surge.maxUnavailable` would clear a throughput finding, in the policy's own form (a
+/// percentage of the `nodes` when the policy gives one and one up to 100% is enough).
+fn lanes_hint(check: &Check, policy: MaxUnavailable, nodes: u64) -> String {
+    let Some(m) = check.lanes_needed() else {
+        return "no surge.maxUnavailable is enough".into();
+    };
+    let percent = match policy {
+        MaxUnavailable::Percent(_) => smallest_percent(m, nodes),
+        MaxUnavailable::Count(_) => None,
+    };
+    match percent {
+        Some(p) => format!(
+            "surge.maxUnavailable \"{p}%\" ({m} of {nodes} nodes at once) or more would fix it"
+        ),
+        None => format!("surge.maxUnavailable {m} or more would fix it"),
+    }
+}
+
+/// The smallest percentage of `nodes` that resolves to at least `lanes`
+/// ([`MaxUnavailable::resolve`]), if one up to 100% does.
+pub fn smallest_percent(lanes: usize, nodes: u64) -> Option<u32> {
+    let n = u128::from(nodes);
+    let m = u128::try_from(lanes.max(1)).ok()?;
+    // ceil(n * p / 100) >= m  <=>  n * p > (m - 1) * 100.
+    let p = ((m - 1) * 100).checked_div(n)? + 1;
+    u32::try_from(p).ok().filter(|p| *p <= 100)
+}
+
+/// ` (m at once)` for more than one lane.
+fn at_once(lanes: usize) -> String {
+    if lanes > 1 { format!(" ({lanes} at once)") } else { String::new() }
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+fn to_u64(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 /// `AVeryAggressive`: `subject` (the age threshold, or with windows the earliest due age) is
@@ -699,6 +827,7 @@ mod tests {
     use super::*;
     use crate::policy::settings::tests::spec_with;
     use chrono::TimeZone;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     fn now() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 6, 1, 0, 0, 0).single().unwrap_or_else(|| panic!("date"))
@@ -972,5 +1101,130 @@ mod tests {
             let json = serde_json::to_string(&r).unwrap_or_default();
             assert_eq!(json, format!("\"{}\"", r.as_str()));
         }
+    }
+
+    fn with_max_unavailable(windows: &[(&str, &[&str], &str, &str)], m: IntOrString) -> Effective {
+        let mut spec = spec_with(windows);
+        spec.surge.max_unavailable = m;
+        Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn message(a: &Assessment, reason: Reason) -> String {
+        let f = a.findings.iter().find(|f| f.reason == reason);
+        f.map(|f| f.message.clone()).unwrap_or_else(|| panic!("no {reason}: {:?}", a.findings))
+    }
+
+    #[test]
+    fn throughput_findings_say_which_max_unavailable_fixes_them() {
+        // Worked example with 200 nodes: one lane starts 10 per occurrence. Arrivals need
+        // ceil(200 * 4d / (10 * 5d22h43m)) = 14 lanes, a burst ceil(200 / (2 * 10)) = 10.
+        const TOKYO: &[(&str, &[&str], &str, &str)] =
+            &[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")];
+        let t = Some(Duration::hours(1));
+        let assess_with =
+            |m: IntOrString| assess(&with_max_unavailable(TOKYO, m), &pool(14, t, 200), now());
+        let one = assess_with(IntOrString::Int(1));
+        assert_eq!(one.derived.lanes, 1);
+        assert_eq!(one.derived.lanes_needed, Some(14));
+        assert_eq!(one.derived.starts_per_occurrence, Some(10));
+        let arrival = message(&one, Reason::ThroughputBelowArrival);
+        assert!(arrival.ends_with("surge.maxUnavailable 14 or more would fix it"), "{arrival}");
+        let burst = message(&one, Reason::ThroughputBurstShortfall);
+        assert!(burst.ends_with("surge.maxUnavailable 10 or more would fix it"), "{burst}");
+        // The smallest lane count that fixes each is exactly the one it names.
+        let reasons_with = |m: i32| reasons(&assess_with(IntOrString::Int(m)));
+        assert_eq!(
+            reasons_with(9),
+            [Reason::ThroughputBelowArrival, Reason::ThroughputBurstShortfall]
+        );
+        assert_eq!(reasons_with(10), [Reason::ThroughputBelowArrival]);
+        assert_eq!(reasons_with(13), [Reason::ThroughputBelowArrival]);
+        assert_eq!(reasons_with(14), []);
+        let fourteen = assess_with(IntOrString::Int(14));
+        assert_eq!(fourteen.derived.starts_per_occurrence, Some(140), "C = m * 10");
+        assert_eq!(fourteen.derived.lanes_needed, Some(14), "what the pool needs, not the policy");
+        // A percentage is resolved against the nodes and advised as one: 5% of 200 is 10 lanes,
+        // 7% (14) is the smallest that fixes the arrivals.
+        let five = assess_with(IntOrString::String("5%".into()));
+        assert_eq!(five.derived.lanes, 10);
+        assert_eq!(reasons(&five), [Reason::ThroughputBelowArrival]);
+        let arrival = message(&five, Reason::ThroughputBelowArrival);
+        assert!(
+            arrival.ends_with(
+                "surge.maxUnavailable \"7%\" (14 of 200 nodes at once) or more would fix it"
+            ),
+            "{arrival}"
+        );
+        assert_eq!(reasons(&assess_with(IntOrString::String("7%".into()))), []);
+        assert_eq!(reasons(&assess_with(IntOrString::String("6%".into()))).len(), 1);
+    }
+
+    #[test]
+    fn windows_mode_counts_lanes_in_its_burst_capacity_too() {
+        // ageThreshold windows on the worked example: K = 2 chances of 10 starts per lane; the
+        // earliest due age 6d22h43m makes arrivals need ceil(200 * 4d / (10 * 6d22h43m)) = 12.
+        let mut spec = spec_with(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
+        spec.age_threshold = "windows".into();
+        let t = Some(Duration::hours(1));
+        let reasons_with = |m: i32| {
+            let mut spec = spec.clone();
+            spec.surge.max_unavailable = IntOrString::Int(m);
+            let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+            reasons(&assess(&s, &pool(14, t, 200), now()))
+        };
+        let both = [Reason::ThroughputBelowArrival, Reason::ThroughputBurstShortfall];
+        assert_eq!(reasons_with(9), both);
+        assert_eq!(reasons_with(10), [Reason::ThroughputBelowArrival]);
+        assert_eq!(reasons_with(11), [Reason::ThroughputBelowArrival]);
+        assert_eq!(reasons_with(12), []);
+    }
+
+    #[test]
+    fn lanes_open_around_the_clock_start_one_each_per_slot() {
+        // 24/7, K = 2: the lead is 2m + t_rot, a 25m slot gives each lane one start in it, so
+        // three nodes created together need three lanes.
+        const ALL: &[(&str, &[&str], &str, &str)] =
+            &[("UTC", &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"], "00:00", "00:00")];
+        let t = Some(Duration::hours(1));
+        let one = assess(&with_max_unavailable(ALL, IntOrString::Int(1)), &pool(14, t, 3), now());
+        let burst = message(&one, Reason::ThroughputBurstShortfall);
+        assert!(burst.ends_with("surge.maxUnavailable 3 or more would fix it"), "{burst}");
+        let two = assess(&with_max_unavailable(ALL, IntOrString::Int(2)), &pool(14, t, 3), now());
+        let burst = message(&two, Reason::ThroughputBurstShortfall);
+        assert!(burst.contains("allow only 2 rotation(s) before it (2 at once)"), "{burst}");
+        let three = assess(&with_max_unavailable(ALL, IntOrString::Int(3)), &pool(14, t, 3), now());
+        assert!(three.findings.is_empty(), "{:?}", three.findings);
+        assert_eq!(three.derived.starts_per_occurrence, None, "continuous");
+        // Arrivals open 24/7: one lane rotates a node per 25m slot; 14d of lead holds plenty.
+        assert_eq!(three.derived.lanes_needed, Some(1));
+    }
+
+    #[test]
+    fn lanes_do_not_shorten_a_rotation_that_spans_the_next_window() {
+        let mut spec =
+            spec_with(&[("UTC", &["Sat"], "02:00", "04:00"), ("UTC", &["Sat"], "04:30", "06:00")]);
+        spec.surge.cooldown_after = "30m".into();
+        spec.surge.max_unavailable = IntOrString::Int(4);
+        let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let a = assess(&s, &pool(20, Some(Duration::hours(1)), 1), now());
+        let spans = message(&a, Reason::RotationSpansNextWindow);
+        assert!(spans.contains("no surge.maxUnavailable changes that"), "{spans}");
+    }
+
+    #[test]
+    fn smallest_percent_resolves_to_at_least_the_lanes() {
+        use crate::policy::settings::MaxUnavailable;
+        for nodes in [1u64, 3, 7, 10, 99, 200, 241, 1000] {
+            for lanes in 1..=usize::try_from(nodes).unwrap_or(0) {
+                let p = smallest_percent(lanes, nodes).unwrap_or_else(|| panic!("{lanes}/{nodes}"));
+                let n = usize::try_from(nodes).unwrap_or(0);
+                assert!(MaxUnavailable::Percent(p).resolve(n) >= lanes, "{p}% of {nodes}");
+                if p > 1 {
+                    assert!(MaxUnavailable::Percent(p - 1).resolve(n) < lanes, "{p}% of {nodes}");
+                }
+            }
+        }
+        assert_eq!(smallest_percent(11, 10), None, "more lanes than nodes");
+        assert_eq!(smallest_percent(1, 0), None);
     }
 }

@@ -7,7 +7,7 @@
 //! - [`derive`]: deadline, `t_rot`, `A`, `G`, `C`, the candidate predicate, order, backoff.
 //! - [`chances`]: `ageThreshold: windows`, a claim's chances counted on the real occurrences.
 //! - [`feasibility`]: layers 1–3 as typed findings; [`resolve`]: governance and status view.
-//! - [`lookahead`]: crowded claims fall due early enough for one rotation at a time.
+//! - [`lookahead`]: crowded claims fall due early enough for the pool's rotations in flight.
 //! - [`plan`]: the report of `noderotation plan` (the command is `crate::cli::plan`).
 //!
 //! Pure: no I/O, `now` is always a parameter (the commands that read files live in `crate::cli`).

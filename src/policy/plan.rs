@@ -331,6 +331,9 @@ pub struct PoolInput {
 #[serde(rename_all = "camelCase")]
 pub struct SettingsReport {
     pub min_rotation_chances: u32,
+    /// `surge.maxUnavailable` as written: `1`, `3` or `10%`.
+    #[serde(default)]
+    pub max_unavailable: String,
     /// `auto` or the override as a Go duration.
     pub age_threshold: String,
     pub ready_timeout_seconds: i64,
@@ -370,7 +373,18 @@ pub struct DerivedReport {
     /// The share of expireAfter a node lives under each mode (auto, windows, and the override).
     #[serde(default)]
     pub lifetime_used: Vec<LifetimeReport>,
-    /// `C`.
+    /// `m`: rotations in flight at once, `maxUnavailable` resolved against the pool's nodes.
+    #[serde(default)]
+    pub rotation_lanes: u64,
+    /// The smallest `m` the pool needs: its capacity per window period covers the nodes that
+    /// fall due per period at the auto age threshold. `None` without a node count, a deadline,
+    /// windows or a positive auto age threshold.
+    #[serde(default)]
+    pub rotation_lanes_needed: Option<u64>,
+    /// `rotation_lanes >= rotation_lanes_needed`.
+    #[serde(default)]
+    pub rotation_lanes_suffice: Option<bool>,
+    /// `C`, with the `m` lanes.
     pub starts_per_occurrence: Option<u64>,
     pub shortest_occurrence_seconds: Option<i64>,
     pub shortest_gap_seconds: Option<i64>,
@@ -434,6 +448,7 @@ fn build_report(
         node_pool,
         settings: SettingsReport {
             min_rotation_chances: s.min_rotation_chances,
+            max_unavailable: s.max_unavailable.to_string(),
             age_threshold: match s.age_threshold {
                 AgeThreshold::Auto => AgeThreshold::AUTO.into(),
                 AgeThreshold::Windows => AgeThreshold::WINDOWS.into(),
@@ -463,6 +478,9 @@ fn build_report(
             guaranteed_chances: d.chances,
             counts_occurrences: s.age_threshold == AgeThreshold::Windows && s.schedule.has_gaps(),
             lifetime_used: Vec::new(),
+            rotation_lanes: u64::try_from(d.lanes).unwrap_or(u64::MAX),
+            rotation_lanes_needed: d.lanes_needed.and_then(|m| u64::try_from(m).ok()),
+            rotation_lanes_suffice: d.lanes_needed.map(|needed| d.lanes >= needed),
             starts_per_occurrence: d.starts_per_occurrence,
             shortest_occurrence_seconds: d.shortest_occurrence.map(secs),
             shortest_gap_seconds: d.shortest_gap.map(secs),
@@ -631,11 +649,14 @@ pub fn render_human(r: &PlanReport) -> String {
             };
         row(&mut out, "life", &what, value, note);
     }
+    row(&mut out, "m", "rotations at once", lanes_value(r), lanes_note(r));
+    let lanes = d.rotation_lanes;
     let c = match (d.starts_per_occurrence, d.shortest_occurrence_seconds) {
         (Some(c), Some(len)) => (
             c.to_string(),
             format!(
-                "ceil(shortest occurrence {} / (t_rot_est {} + cooldownAfter {}))",
+                "{}ceil(shortest occurrence {} / (t_rot_est {} + cooldownAfter {}))",
+                if lanes > 1 { format!("m {lanes} * ") } else { String::new() },
                 human_secs(len),
                 human_secs(d.t_rot_estimate_seconds),
                 human_secs(s.cooldown_after_seconds)
@@ -644,7 +665,8 @@ pub fn render_human(r: &PlanReport) -> String {
         _ if d.always_open => (
             "continuous".to_string(),
             format!(
-                "one start every {}",
+                "{} every {}",
+                if lanes > 1 { format!("{lanes} starts") } else { "one start".to_string() },
                 human_secs(d.t_rot_estimate_seconds + s.cooldown_after_seconds)
             ),
         ),
@@ -741,6 +763,45 @@ pub fn render_human(r: &PlanReport) -> String {
         }
     );
     out
+}
+
+/// `m`'s value: the lanes, with the percentage they come from.
+fn lanes_value(r: &PlanReport) -> String {
+    let (m, written) = (r.derived.rotation_lanes, &r.settings.max_unavailable);
+    match r.node_pool.nodes {
+        Some(n) if written.ends_with('%') => format!("{m} ({written} of {n})"),
+        None if written.ends_with('%') => format!("{m} ({written} of an unknown pool)"),
+        _ => m.to_string(),
+    }
+}
+
+/// `m`'s note: the policy's `maxUnavailable` and what the pool needs.
+fn lanes_note(r: &PlanReport) -> String {
+    let d = &r.derived;
+    let written = &r.settings.max_unavailable;
+    match (d.rotation_lanes_needed, r.node_pool.nodes) {
+        (Some(needed), Some(n)) => {
+            let verdict = if d.rotation_lanes_suffice == Some(true) {
+                "enough".to_string()
+            } else {
+                match feasibility::smallest_percent(to_usize(needed), n) {
+                    Some(p) if written.ends_with('%') => {
+                        format!("too few, raise it to \"{p}%\"")
+                    }
+                    _ => format!("too few, raise it to {needed}"),
+                }
+            };
+            format!(
+                "maxUnavailable {written} (needs {needed} for {n} nodes at the auto A): {verdict}"
+            )
+        }
+        (_, None) => format!("maxUnavailable {written} (node count unknown: --nodes)"),
+        (None, Some(_)) => format!("maxUnavailable {written}"),
+    }
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 fn on_off(b: bool) -> &'static str {

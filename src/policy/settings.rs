@@ -10,10 +10,12 @@
 //! `NoWindows`), so they are carried through to [`crate::policy::feasibility`].
 use super::invalid::{FieldError, InvalidPolicy};
 use std::collections::BTreeSet;
+use std::fmt;
 
 use chrono::Duration;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::crd::{MatchNodeRequirements, RotationPolicySpec};
+use super::crd::{MAX_UNAVAILABLE_ADMITS, MatchNodeRequirements, RotationPolicySpec};
 use super::duration::{self, DurationError};
 use super::selector;
 use super::window::Schedule;
@@ -43,6 +45,65 @@ impl AgeThreshold {
     pub const WINDOWS: &'static str = "windows";
 }
 
+/// `surge.maxUnavailable`: how many rotations of one pool may be in flight at once (the pool's
+/// lanes), as the operator wrote it. [`MaxUnavailable::resolve`] turns it into the lane count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxUnavailable {
+    /// An integer, at least 1.
+    Count(u32),
+    /// A percentage of the pool's nodes, 1 to 100, rounded up.
+    Percent(u32),
+}
+
+impl MaxUnavailable {
+    /// The default: one rotation at a time.
+    pub const ONE: MaxUnavailable = MaxUnavailable::Count(1);
+
+    /// The lanes for a pool of `pool_nodes` nodes: the count, or the percentage of the nodes
+    /// rounded up; at least 1 (a pool without nodes still has one lane).
+    pub fn resolve(&self, pool_nodes: usize) -> usize {
+        let lanes = match *self {
+            MaxUnavailable::Count(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            MaxUnavailable::Percent(p) => {
+                let p = usize::try_from(p).unwrap_or(usize::MAX);
+                pool_nodes.saturating_mul(p).div_ceil(100)
+            }
+        };
+        lanes.max(1)
+    }
+
+    /// The value from the spec, or what is wrong with it.
+    pub fn parse(value: &IntOrString) -> Result<MaxUnavailable, String> {
+        let admits = || format!("must be {MAX_UNAVAILABLE_ADMITS}");
+        match value {
+            IntOrString::Int(n) => match u32::try_from(*n) {
+                Ok(n) if n >= 1 => Ok(MaxUnavailable::Count(n)),
+                _ => Err(format!("{n} is below 1: {}", admits())),
+            },
+            IntOrString::String(s) => {
+                let digits = s.strip_suffix('%').unwrap_or_default();
+                let percent = (!digits.starts_with('0')
+                    && !digits.is_empty()
+                    && digits.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| digits.parse::<u32>().ok())
+                .flatten()
+                .filter(|p| (1..=100).contains(p));
+                percent.map(MaxUnavailable::Percent).ok_or_else(|| format!("{s:?} {}", admits()))
+            }
+        }
+    }
+}
+
+/// As the operator wrote it: `3` or `10%`.
+impl fmt::Display for MaxUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MaxUnavailable::Count(n) => write!(f, "{n}"),
+            MaxUnavailable::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
 /// Which node labels the placeholder copies (§3.7).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRequirementKeys {
@@ -59,6 +120,9 @@ pub struct Effective {
     /// `K`. Zero only for a stored spec below the schema's minimum (fatal `KBelowOne`).
     pub min_rotation_chances: u32,
     pub ready_timeout: Duration,
+    /// `surge.maxUnavailable`: the pool's lanes, [`MaxUnavailable::resolve`]d against its nodes.
+    pub max_unavailable: MaxUnavailable,
+    /// Per lane: each lane waits this long after its own completion.
     pub cooldown_after: Duration,
     /// Gate B (§4.4); `max(10m, cooldownAfter)` when unset.
     pub failure_pause: Duration,
@@ -121,12 +185,9 @@ impl Effective {
         };
 
         let surge = &spec.surge;
-        if surge.max_unavailable != 1 {
-            err(
-                "surge.maxUnavailable",
-                format!("must be 1 in v1alpha1 (got {})", surge.max_unavailable),
-            );
-        }
+        let max_unavailable = MaxUnavailable::parse(&surge.max_unavailable)
+            .map_err(|problem| err("surge.maxUnavailable", problem))
+            .ok();
         let mut positive = |field: &str, value: &str| match parse_duration_field(value) {
             Ok(d) if d > Duration::zero() => Some(d),
             Ok(_) => {
@@ -205,7 +266,15 @@ impl Effective {
             Some(ready_timeout),
             Some(retry_backoff),
             Some(cooldown_after),
-        ) = (schedule, age_threshold, ready_timeout, retry_backoff, cooldown_after)
+            Some(max_unavailable),
+        ) = (
+            schedule,
+            age_threshold,
+            ready_timeout,
+            retry_backoff,
+            cooldown_after,
+            max_unavailable,
+        )
         else {
             return Err(InvalidPolicy { errors });
         };
@@ -214,6 +283,7 @@ impl Effective {
             age_threshold,
             min_rotation_chances: u32::try_from(spec.min_rotation_chances).unwrap_or(0),
             ready_timeout,
+            max_unavailable,
             cooldown_after,
             failure_pause: failure_pause
                 .flatten()
@@ -332,6 +402,51 @@ pub(crate) mod tests {
         assert_eq!(e.t_rot_est(Some(Duration::hours(1))), Duration::minutes(15));
         assert_eq!(e.match_node_requirements.required.len(), 3);
         assert!(!e.forceful_fallback && !e.whole_node_reservation);
+        assert_eq!(e.max_unavailable, MaxUnavailable::ONE);
+    }
+
+    #[test]
+    fn max_unavailable_is_a_count_or_a_percentage_of_the_nodes() {
+        let mut spec = spec_with(&[("UTC", &["Sat"], "02:00", "06:00")]);
+        let parsed = |spec: &RotationPolicySpec| {
+            Effective::from_spec(spec).map(|e| e.max_unavailable).map_err(|e| e.to_string())
+        };
+        spec.surge.max_unavailable = IntOrString::Int(3);
+        assert_eq!(parsed(&spec), Ok(MaxUnavailable::Count(3)));
+        spec.surge.max_unavailable = IntOrString::String("10%".into());
+        let ten = parsed(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ten, MaxUnavailable::Percent(10));
+        assert_eq!(ten.to_string(), "10%");
+        assert_eq!(MaxUnavailable::Count(3).to_string(), "3");
+        // Rounded up, at least 1.
+        let lanes: Vec<usize> = [0, 1, 9, 10, 11, 240].iter().map(|n| ten.resolve(*n)).collect();
+        assert_eq!(lanes, [1, 1, 1, 1, 2, 24]);
+        assert_eq!(MaxUnavailable::Percent(100).resolve(7), 7);
+        assert_eq!(MaxUnavailable::Percent(1).resolve(101), 2);
+        assert_eq!(MaxUnavailable::Count(5).resolve(0), 5);
+        assert_eq!(MaxUnavailable::ONE.resolve(1000), 1);
+        for ok in ["1%", "99%", "100%"] {
+            spec.surge.max_unavailable = IntOrString::String(ok.into());
+            assert!(parsed(&spec).is_ok(), "{ok}");
+        }
+        for bad in ["0%", "150%", "101%", "abc", "2", "05%", "%", "10 %", "-5%", "1.5%", ""] {
+            spec.surge.max_unavailable = IntOrString::String(bad.into());
+            let text = parsed(&spec).err().unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert_eq!(
+                text,
+                format!(
+                    "spec.surge.maxUnavailable: {bad:?} must be an integer of at least 1 or a \
+                     percentage of the pool's nodes from 1% to 100% (for example 2 or \"10%\")"
+                )
+            );
+        }
+        for bad in [0, -1, i32::MIN] {
+            spec.surge.max_unavailable = IntOrString::Int(bad);
+            let text = parsed(&spec).err().unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(
+                text.starts_with(&format!("spec.surge.maxUnavailable: {bad} is below 1: must be"))
+            );
+        }
     }
 
     #[test]
@@ -369,7 +484,7 @@ pub(crate) mod tests {
     fn every_problem_is_reported_with_its_field() {
         let mut spec = spec_with(&[("Asia/Tokio", &["Wed"], "02:00", "6:00")]);
         spec.age_threshold = "7d".into();
-        spec.surge.max_unavailable = 2;
+        spec.surge.max_unavailable = IntOrString::Int(0);
         spec.surge.ready_timeout = "0s".into();
         spec.surge.retry_backoff = "-30m".into();
         spec.surge.cooldown_after = "30m".into();

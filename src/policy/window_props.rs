@@ -12,7 +12,7 @@ use proptest::prelude::*;
 
 use super::derive::{self, Candidacy, ClaimFacts};
 use super::duration::ExpireAfter;
-use super::settings::{AgeThreshold, Effective, NodeRequirementKeys};
+use super::settings::{AgeThreshold, Effective, MaxUnavailable, NodeRequirementKeys};
 use super::window::{HORIZON, Schedule, WindowEntry};
 
 const ZONES: [Tz; 5] = [
@@ -94,6 +94,7 @@ fn effective(schedule: Schedule, k: u32) -> Effective {
         age_threshold: AgeThreshold::Auto,
         min_rotation_chances: k,
         ready_timeout: Duration::minutes(15),
+        max_unavailable: MaxUnavailable::ONE,
         cooldown_after: Duration::minutes(10),
         failure_pause: Duration::minutes(10),
         retry_backoff: Duration::minutes(30),
