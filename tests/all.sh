@@ -76,7 +76,7 @@ echo "simulation sweeps: $(( $(date +%s) - sim_start ))s"
 
 # ---- Full-stack tier ------------------------------------------------------------------------
 # `noderotation run` against the real Karpenter v1.14.1 (KWOK provider), kube-scheduler,
-# kube-controller-manager and KWOK, with real Deployments and PDBs: five scenarios (tests/fullstack.rs),
+# kube-controller-manager and KWOK, with real Deployments and PDBs: six scenarios (tests/fullstack.rs),
 # figures in docs/validation.md. Scenario 4 waits out Karpenter's forced expiry (expireAfter 15m),
 # so the step takes ~16 min with cached binaries, +~5 min when the Go build cache is cold (it shares
 # the apiserver tier's k8s build). Measured fully cold (fresh clone; no target/, cargo registry, Go
@@ -94,7 +94,7 @@ if [ "${NODEROTATION_FULL_STACK:-1}" != 0 ]; then
   eval "$(tests/k8s-harness/start.sh --full-stack)"
   export NODEROTATION_FULL_STACK_START_SECONDS="$HARNESS_START_SECONDS"
   trap 'tests/k8s-harness/stop.sh || true' EXIT
-  NODEROTATION_FULL_STACK_REQUIRED=1 cargo test --locked --test fullstack -- --test-threads=5 --nocapture
+  NODEROTATION_FULL_STACK_REQUIRED=1 cargo test --locked --test fullstack -- --test-threads=6 --nocapture
   tests/k8s-harness/stop.sh
   trap - EXIT
   echo "full-stack tier: build ${NODEROTATION_FULL_STACK_BUILD_SECONDS}s," \

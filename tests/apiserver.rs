@@ -873,7 +873,7 @@ impl Rotation {
     }
 }
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 fn completed(metrics: &str, pool: &str, outcome: &str) -> Option<f64> {
     metrics
@@ -981,6 +981,77 @@ async fn rotation_full_surge_completes_once_and_counts_one_success() -> TestResu
     );
     let ctl = fx.controller("full-a")?;
     full_surge(&fx, actor, &ctl).await
+}
+
+/// `maxUnavailable: 3` (docs/decisions/parallel-rotations.md): three claims of one pool are
+/// rotated at once, each in its own slot (`active-rotation`, `.1`, `.2`) with its own placeholder
+/// and surge claim, against the real API server's preconditions; all three complete once, and the
+/// pool is left clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_three_at_once_in_one_pool_all_complete() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let mut spec = surge("2m");
+    spec["maxUnavailable"] = json!(3);
+    let fx = Rotation::new(&env, "rot-three", spec).await?;
+    let others: Vec<String> = (2..=3).map(|i| format!("{}-c{i}", fx.pool)).collect();
+    for claim in &others {
+        let node = format!("{claim}-node");
+        ready_claim_and_node(&fx.admin, claim, &node, &fx.pool).await?;
+        running_pod(&fx.admin, "default", &format!("{claim}-app"), &node, "500m").await?;
+    }
+    // A provisioning delay long enough that all three are in flight before the first surge.
+    let actor = actor::Actor::start(
+        fx.admin.clone(),
+        &fx.pool,
+        actor::Mode::Ready,
+        Duration::from_secs(8),
+        Duration::from_secs(3),
+    );
+    let ctl = fx.controller("three-a")?;
+    let result = async {
+        let slots = ["active-rotation", "active-rotation.1", "active-rotation.2"];
+        let anchored =
+            eventually("three slots anchored at once", Duration::from_secs(60), || async {
+                let ann = fx.annotations("NodePool", &fx.pool).await.ok()??;
+                let names: BTreeSet<String> =
+                    slots.iter().filter_map(|k| ann.get(&format!("{ANN}{k}")).cloned()).collect();
+                (names.len() == 3).then_some(names)
+            })
+            .await?;
+        let mut want: BTreeSet<String> = others.iter().cloned().collect();
+        want.insert(fx.candidate.clone());
+        assert_eq!(anchored, want, "each claim in one slot");
+        let ann = fx.annotations("NodePool", &fx.pool).await?.unwrap_or_default();
+        assert!(!ann.contains_key(&format!("{ANN}active-rotation.3")), "never a fourth: {ann:?}");
+        eventually("three successes", Duration::from_secs(120), || async {
+            let m = ctl.metrics().await.ok()?;
+            (completed(&m, &fx.pool, "success") == Some(3.0)).then_some(())
+        })
+        .await?;
+        for claim in want.iter() {
+            assert!(dyn_api(&fx.admin, "NodeClaim").get_opt(claim).await?.is_none(), "{claim}");
+        }
+        assert_eq!(actor.surge_claims().len(), 3, "one surge claim per rotation");
+        eventually("every slot released", Duration::from_secs(30), || async {
+            let ann = fx.annotations("NodePool", &fx.pool).await.ok()??;
+            let left = slots.iter().any(|k| ann.contains_key(&format!("{ANN}{k}")));
+            let stamped = ["last-rotation-at", "last-rotation-at.1", "last-rotation-at.2"]
+                .iter()
+                .all(|k| ann.contains_key(&format!("{ANN}{k}")));
+            (!left && stamped).then_some(())
+        })
+        .await?;
+        fx.assert_clean().await?;
+        Ok::<(), Error>(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("controller log:\n{}", ctl.log_text());
+    }
+    actor.stop().await;
+    fx.cleanup().await;
+    result
 }
 
 // ---- (f) in-cluster: the image, under the RBAC an install creates -----------------------------

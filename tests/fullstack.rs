@@ -964,6 +964,130 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
     done(&world, result)
 }
 
+// ---- 6. two rotations at once (maxUnavailable: 2) ----------------------------------------------
+
+/// `maxUnavailable: 2` against the real Karpenter: the two nodes of a workload are rotated at
+/// once, each in its own slot with its own placeholder and surge node, both before their
+/// deadline, with the PDB respected and no pod waiting for a node to boot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_6_two_rotations_at_once_each_with_its_own_surge_node() -> TestResult {
+    let stack = full_stack!();
+    let _one = ONE_CONTROLLER.lock().await;
+    let t0 = Instant::now();
+    let e = expire_after();
+    let world = World::new(&stack, "fs6-parallel", pool(&e, TGP, "Never")).await?;
+    let result = async {
+        let nodes = world.deploy(APP, 2 * REPLICAS, APP_CPU, |_| {}).await?;
+        assert_eq!(nodes.len(), 2, "the workload fills exactly two nodes: {nodes:?}");
+        let mut olds = Vec::new();
+        for node in &nodes {
+            olds.push(world.claim_of_node(node).await?);
+        }
+        let old_names: Vec<String> = olds.iter().map(|c| c.name_any()).collect();
+        let deadline = olds.iter().filter_map(|c| c.created()).min().ok_or("no creation time")?
+            + go_duration(&e);
+        let tracker = PendingTracker::start(&world, APP).await?;
+        let claims = ClaimWatch::start(&world);
+        world.apply_policy(json!({
+            "ageThreshold": "1m", "minRotationChances": 1,
+            "maintenanceWindows": always_open(),
+            "surge": {"readyTimeout": READY_TIMEOUT, "cooldownAfter": "10m", "retryBackoff": "10m",
+                      "maxUnavailable": 2}
+        }))?;
+        let ctl = world.controller()?;
+        let slots = [format!("{ANN}active-rotation"), format!("{ANN}active-rotation.1")];
+        let started = now();
+        let mut max_in_flight = 0;
+        let mut both_at_once = None;
+        let timeout = go_duration(&e).to_std()?;
+        loop {
+            let ann = world.pool_annotations().await;
+            let anchored: BTreeSet<&String> = slots.iter().filter_map(|k| ann.get(k)).collect();
+            max_in_flight = max_in_flight.max(anchored.len());
+            if anchored.len() == 2 && both_at_once.is_none() {
+                both_at_once = Some(anchored.into_iter().cloned().collect::<BTreeSet<_>>());
+            }
+            assert!(!ann.contains_key(&format!("{ANN}active-rotation.2")), "a third slot: {ann:?}");
+            let live = world.claims().await?;
+            let gone = old_names.iter().all(|c| !live.contains_key(c));
+            if gone && slots.iter().all(|k| !ann.contains_key(k)) {
+                break;
+            }
+            if t0.elapsed() > timeout + Duration::from_secs(300) {
+                return Err(format!("the two rotations did not finish: pool {ann:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        world.wait_running(APP, 2 * REPLICAS as usize, Duration::from_secs(120)).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (pending, tracked) = tracker.finish().await;
+        let seen = claims.stop().await;
+        let metrics = ctl.metrics().await.unwrap_or_default();
+        let want: BTreeSet<String> = old_names.iter().cloned().collect();
+        assert_eq!(both_at_once.as_ref(), Some(&want), "both old claims in flight at once");
+        let mut margins = Vec::new();
+        for c in &old_names {
+            let old_seen = seen.get(c).ok_or("old claim never seen")?;
+            assert!(
+                old_seen.states.contains(&"draining".to_string()),
+                "{c}: {:?}",
+                old_seen.states
+            );
+            let gone = old_seen.gone.ok_or("an old claim is not gone")?;
+            margins.push(secs(gone, deadline));
+        }
+        let margin = margins.iter().copied().fold(f64::INFINITY, f64::min);
+        assert!(margin > 0.0, "a rotation finished {margin:.0}s after the deadline");
+        let new_claims = created_since(&seen, started, &[]);
+        assert!(new_claims.len() >= 2, "one surge node per rotation: {new_claims:?}");
+        assert!(
+            pending.longest_pending_seconds < registration_delay_secs(),
+            "a workload pod was Pending {:.1}s, as long as a node takes to register",
+            pending.longest_pending_seconds
+        );
+        assert_eq!(
+            metric(
+                &metrics,
+                "noderotation_completed_total",
+                &[("nodepool", &world.name), ("outcome", "success")]
+            ),
+            Some(2.0)
+        );
+        let mut figures = BTreeMap::new();
+        figures
+            .insert("max_in_flight (rotations of the pool at once)".into(), json!(max_in_flight));
+        figures.insert("claims_launched_during_rotations".into(), json!(new_claims.len()));
+        figures.insert("deadline_margin_s (deadline - last old claim gone)".into(), json!(margin));
+        let observations = vec![format!(
+            "Both old claims {old_names:?} were anchored at once (slots 0 and 1); placeholders \
+             {:?}; claims launched: {new_claims:?}; longest Pending {:.3}s.",
+            tracked.placeholders, pending.longest_pending_seconds
+        )];
+        let result = report::ScenarioResult {
+            scenario: "6".into(),
+            run_id: stack.run_id.clone(),
+            finished_at: now().to_rfc3339(),
+            wall_seconds: t0.elapsed().as_secs_f64(),
+            settings: settings(&[
+                ("expireAfter", &e),
+                ("terminationGracePeriod", TGP),
+                ("ageThreshold", "1m"),
+                ("maxUnavailable", "2"),
+                ("readyTimeout", READY_TIMEOUT),
+                ("registration delay", &registration_delay()),
+            ]),
+            pending: Some(pending),
+            figures,
+            observations,
+        };
+        eprintln!("scenario 6: {result:#?}");
+        report::record(&stack, &result);
+        Ok::<(), Error>(())
+    }
+    .await;
+    done(&world, result)
+}
+
 /// The node our controller froze as the surge target of `claim` (`surge-for` on a node other
 /// than the candidate's).
 async fn surge_host(world: &World, claim: &str) -> Result<String, Error> {

@@ -2246,3 +2246,126 @@ fn a_rollback_on_a_stale_view_deletes_the_placeholder_recorded_since() {
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "rolled back");
     assert!(fx.placeholder("c1").is_none(), "the placeholder the claim records is deleted");
 }
+
+/// The annotation of slot `slot` (`.slot` suffix) of a per-rotation pool key.
+fn slot_ann(fx: &Fx, key: Key, slot: usize) -> Option<String> {
+    let pool = fx.world.pool(POOL)?;
+    pool.metadata
+        .annotations
+        .as_ref()?
+        .get(&noderotation::reconcile::slots::slot_key(key, slot))
+        .cloned()
+}
+
+fn set_slot_ann(fx: &Fx, key: Key, slot: usize, value: &str) {
+    fx.set_pool(|p| {
+        let ann = p.metadata.annotations.get_or_insert_with(Default::default);
+        ann.insert(noderotation::reconcile::slots::slot_key(key, slot), value.to_string());
+    });
+}
+
+fn three_lanes() -> Fx {
+    Fx::with(policy_yaml(", maxUnavailable: 3", None), pool_yaml(""))
+}
+
+#[test]
+fn three_rotations_of_one_pool_run_at_once_each_in_its_own_slot() {
+    let mut fx = three_lanes();
+    for (i, c) in ["c1", "c2", "c3", "c4"].iter().enumerate() {
+        // Older first: c1 has the earliest deadline.
+        fx.claim(c, Duration::days(10) - Duration::minutes(i as i64));
+    }
+    for _ in 0..4 {
+        fx.pass();
+    }
+    let anchors: Vec<Option<String>> =
+        (0..4).map(|s| slot_ann(&fx, Key::ActiveRotation, s)).collect();
+    assert_eq!(
+        anchors,
+        [Some("c1".to_string()), Some("c2".to_string()), Some("c3".to_string()), None],
+        "earliest deadline first, one slot each, never more than maxUnavailable"
+    );
+    assert_eq!(fx.claim_ann("c4", Key::State), None, "the fourth waits for a slot");
+    for c in ["c1", "c2", "c3"] {
+        assert_eq!(fx.claim_ann(c, Key::State).as_deref(), Some("pending"));
+        assert!(fx.placeholder(c).is_some(), "{c} has its own placeholder");
+    }
+    assert_eq!(fx.events("RotationStarted"), 3);
+
+    fx.advance(Duration::minutes(3));
+    for (c, s) in [("c1", "s1"), ("c2", "s2"), ("c3", "s3")] {
+        fx.provision_surge(c, s);
+    }
+    fx.pass();
+    for (slot, (c, s)) in [("c1", "s1"), ("c2", "s2"), ("c3", "s3")].into_iter().enumerate() {
+        assert_eq!(fx.claim_ann(c, Key::State).as_deref(), Some("draining"));
+        assert!(fx.deleting(c));
+        assert_eq!(slot_ann(&fx, Key::ActiveRotationState, slot).as_deref(), Some("draining"));
+        assert_eq!(slot_ann(&fx, Key::SurgeHost, slot), Some(format!("node-{s}")));
+        assert_eq!(fx.node_ann(&format!("node-{s}"), Key::SurgeFor).as_deref(), Some(c));
+    }
+    for c in ["c1", "c2", "c3"] {
+        fx.finalize(c);
+    }
+    fx.pass();
+    assert_eq!(fx.announced("emit:success"), 3);
+    assert_eq!(fx.ctl.telemetry().completed_count(POOL, Outcome::Success), 3);
+    for slot in 0..3 {
+        assert!(slot_ann(&fx, Key::ActiveRotation, slot).is_none());
+        assert!(slot_ann(&fx, Key::LastRotationAt, slot).is_some(), "slot {slot} cooldown anchor");
+    }
+    // Each slot waits its own cooldownAfter (10m) after its completion.
+    fx.pass();
+    assert!(fx.claim_ann("c4", Key::State).is_none(), "every slot is cooling down");
+    fx.advance(Duration::minutes(11));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c4", Key::State).as_deref(), Some("pending"));
+    assert_eq!(fx.ctl.telemetry().completed_count(POOL, Outcome::Success), 3);
+}
+
+#[test]
+fn a_claim_another_slot_rotates_is_never_anchored_twice_on_a_stale_view() {
+    let mut fx = three_lanes();
+    fx.claim("c1", Duration::days(10));
+    let hook = fx.intercept();
+    // The fresh pool already rotates c1 in slot 1; the cache shows neither the anchor nor a state.
+    set_slot_ann(&fx, Key::ActiveRotation, 1, "c1");
+    fx.client.flush_cache();
+    hook.stale_cache(|view| {
+        if let Some(p) = view.pools.get_mut(POOL) {
+            let mut p = (**p).clone();
+            p.metadata.annotations = None;
+            view.pools.insert(POOL.to_string(), std::sync::Arc::new(p));
+        }
+    });
+    fx.stale_pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation), None, "slot 0 did not take c1 as well");
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 1).as_deref(), Some("c1"));
+    assert_eq!(fx.events("RotationStarted"), 0);
+}
+
+#[test]
+fn a_start_on_a_stale_view_never_exceeds_max_unavailable() {
+    let mut fx = three_lanes();
+    for c in ["c1", "c2", "c3", "c4"] {
+        fx.claim(c, Duration::days(10));
+    }
+    let hook = fx.intercept();
+    // Three rotations are in flight (slots 1-3, as a larger maxUnavailable left them); the cache
+    // has not seen them.
+    for (slot, c) in [(1, "c2"), (2, "c3"), (3, "c4")] {
+        set_slot_ann(&fx, Key::ActiveRotation, slot, c);
+    }
+    fx.client.flush_cache();
+    hook.stale_cache(|view| {
+        if let Some(p) = view.pools.get_mut(POOL) {
+            let mut p = (**p).clone();
+            p.metadata.annotations = None;
+            view.pools.insert(POOL.to_string(), std::sync::Arc::new(p));
+        }
+    });
+    fx.stale_pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation), None, "no fourth rotation");
+    assert!(fx.claim_ann("c1", Key::State).is_none(), "c1, free, waits for a slot");
+    assert_eq!(fx.events("RotationStarted"), 0);
+}

@@ -634,9 +634,10 @@ impl Controller {
     }
 }
 
-/// `lanes(np)`: `spec.surge.maxUnavailable` resolved against the pool's nodes.
-fn lanes(_settings: &Effective, _nodes: usize) -> usize {
-    1
+/// `lanes(np)`: `spec.surge.maxUnavailable` resolved against the pool's nodes
+/// ([`Snapshot::pool_nodes`]: each in-flight rotation's replacement not counted twice).
+pub fn lanes(settings: &Effective, nodes: usize) -> usize {
+    settings.max_unavailable.resolve(nodes)
 }
 
 /// Per-pool gauges after a pass (§4.2).

@@ -576,7 +576,7 @@ impl Snapshot {
         let tgp = self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten());
         let slot = settings.t_rot_est(tgp) + settings.cooldown_after;
         let ordered: Vec<DateTime<Utc>> = queue.iter().filter_map(|(_, i)| dues[*i]).collect();
-        let effective = lookahead::effective_dues(&ordered, &policy.open, slot);
+        let effective = lookahead::effective_dues_lanes(&ordered, &policy.open, slot, self.lanes);
         for ((_, i), due) in queue.iter().zip(effective) {
             dues[*i] = Some(due);
         }

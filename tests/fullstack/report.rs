@@ -42,17 +42,18 @@ impl RunInfo {
     }
 }
 
-pub const SCENARIOS: [(&str, &str); 5] = [
+pub const SCENARIOS: [(&str, &str); 6] = [
     ("1", "Surge rotation, provisioned path"),
     ("2", "Surge rotation, absorbed path"),
     ("3", "Forceful fallback"),
     ("4", "Karpenter alone (no noderotation)"),
     ("5", "Consolidation pressure during a rotation"),
+    ("6", "Two rotations at once (maxUnavailable: 2)"),
 ];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScenarioResult {
-    /// "1" .. "5"
+    /// "1" .. "6"
     pub scenario: String,
     pub run_id: String,
     /// RFC3339, when the scenario finished.
@@ -331,6 +332,17 @@ pub fn render(run: &RunInfo, all: &BTreeMap<String, ScenarioResult>) -> String {
         format!(
             "scenario 5: consolidation possible for {} s, DisruptionBlocked on the surge node",
             num("5", "pressure_held").map(f1).unwrap_or("?".into())
+        ),
+    );
+    row(
+        &mut d,
+        "maxUnavailable 2 rotates two nodes of a pool at once, each onto its own surge node",
+        num("6", "max_in_flight").map(|n| n >= 2.0),
+        format!(
+            "scenario 6: {} rotations in flight at once, {} claims launched, {} s to spare",
+            num("6", "max_in_flight").map(|n| format!("{n:.0}")).unwrap_or("?".into()),
+            num("6", "claims_launched").map(|n| format!("{n:.0}")).unwrap_or("?".into()),
+            num("6", "deadline_margin").map(f1).unwrap_or("?".into())
         ),
     );
     let launched: Vec<(String, f64)> = ["1", "5"]
