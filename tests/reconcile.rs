@@ -2369,3 +2369,36 @@ fn a_start_on_a_stale_view_never_exceeds_max_unavailable() {
     assert!(fx.claim_ann("c1", Key::State).is_none(), "c1, free, waits for a slot");
     assert_eq!(fx.events("RotationStarted"), 0);
 }
+
+#[test]
+fn headroom_counts_the_surges_other_slots_still_wait_for() {
+    // Three nodes in use of a limit of five: room for two surges at once, not three.
+    let mut fx =
+        Fx::with(policy_yaml(", maxUnavailable: 3", None), pool_yaml("  limits: {nodes: \"5\"}"));
+    for c in ["c1", "c2", "c3"] {
+        fx.claim(c, Duration::days(10));
+    }
+    fx.world
+        .update_pool(POOL, |p| {
+            p.status =
+                serde_json::from_value(serde_json::json!({"resources": {"nodes": "3"}})).ok();
+        })
+        .expect("pool");
+    for _ in 0..3 {
+        fx.pass();
+    }
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 1).as_deref(), Some("c2"));
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 2), None, "a third surge would exceed the limit");
+    assert_eq!(fx.events("InsufficientHeadroom"), 1);
+    // c1's surge node exists: Karpenter counts it, and c3 still does not fit.
+    fx.provision_surge("c1", "s1");
+    fx.world
+        .update_pool(POOL, |p| {
+            p.status =
+                serde_json::from_value(serde_json::json!({"resources": {"nodes": "4"}})).ok();
+        })
+        .expect("pool");
+    fx.pass();
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 2), None);
+}

@@ -366,22 +366,34 @@ impl Snapshot {
             .filter_map(move |n| self.claim(n).filter(|c| c.node_pool() == Some(pool)))
     }
 
-    /// The claims of the pool's other rotations whose surge is still to come: pending, and
-    /// their placeholder not on a node yet, so `status.resources` does not count it (§3.3
-    /// headroom with several rotations in flight). Empty with one slot.
-    fn surges_waiting<'a>(
-        &'a self,
-        except: Option<&'a str>,
-    ) -> impl Iterator<Item = &'a NodeClaim> {
-        self.anchored_claims().filter(move |c| {
-            let name = c.metadata.name.as_deref().unwrap_or("");
-            let pending = crate::engine::claim_state(annotation(&c.metadata, Key::State))
-                == crate::engine::ClaimState::Pending;
-            let placed = self
-                .placeholder_for(name)
-                .is_some_and(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
-            Some(name) != except && pending && !placed
-        })
+    /// The claims of the pool's other rotations whose surge is still to come: a surge rotation
+    /// (no `rotation-mode`) whose slot has no `surge-host` yet and whose placeholder is not on a
+    /// node, so `status.resources` does not count it (§3.3 headroom with several rotations in
+    /// flight). Empty with one slot.
+    fn surges_waiting<'a>(&'a self, except: Option<&'a str>) -> Vec<&'a NodeClaim> {
+        let Some(meta) = self.pool.as_ref().map(|p| &p.metadata) else { return Vec::new() };
+        let has = |key: Key, slot: usize| {
+            meta.annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(&super::slots::slot_key(key, slot)))
+        };
+        let pool = self.pool_name();
+        super::slots::anchors(meta)
+            .into_iter()
+            .filter(|(slot, name)| {
+                Some(*name) != except
+                    && !has(Key::RotationMode, *slot)
+                    && !has(Key::SurgeHost, *slot)
+            })
+            .filter_map(|(_, name)| self.claim(name).filter(|c| c.node_pool() == Some(pool)))
+            .filter(|c| {
+                let name = c.metadata.name.as_deref().unwrap_or("");
+                let placed = self
+                    .placeholder_for(name)
+                    .is_some_and(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
+                !placed
+            })
+            .collect()
     }
 
     /// Claims of this pool, by label.
@@ -870,15 +882,15 @@ impl Facts for Snapshot {
                 let claim = args.get(1).and_then(|a| self.claim_of(a));
                 match (&self.pool, claim) {
                     (Some(pool), Some(c)) => {
-                        let want = self.surges_waiting(c.metadata.name.as_deref()).fold(
-                            placeholder::footprint(c),
-                            |mut sum, other| {
+                        let want = self
+                            .surges_waiting(c.metadata.name.as_deref())
+                            .into_iter()
+                            .fold(placeholder::footprint(c), |mut sum, other| {
                                 for (resource, amount) in placeholder::footprint(other) {
                                     *sum.entry(resource).or_insert(0) += amount;
                                 }
                                 sum
-                            },
-                        );
+                            });
                         Value::Bool(placeholder::surge_headroom(pool, &want).is_ok())
                     }
                     _ => Value::Nil,
