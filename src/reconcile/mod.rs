@@ -322,11 +322,15 @@ impl Controller {
         let slots = snap.pool.as_ref().map_or(vec![0], |p| slots::to_run(&p.metadata, snap.lanes));
         let mut snap = snap;
         let mut requeue: Option<Duration> = None;
-        for slot in slots {
+        let last = slots.len().saturating_sub(1);
+        for (i, slot) in slots.into_iter().enumerate() {
             if let Some(p) = snap.pool.as_mut() {
                 slots::swap_meta(&mut p.metadata, slot);
             }
-            snap.select_candidates();
+            // Only a start reads `pick`: the free slot runs last, after the earlier runs' writes.
+            if i == last {
+                snap.select_candidates();
+            }
             let mut host = PassHost::for_slot(snap, &mut self.ctx, slot);
             let pass = engine.run(&mut host);
             snap = host.snap;

@@ -697,8 +697,10 @@ impl World {
             nodes
                 .iter()
                 .filter(|(name, (pool, free))| ok(name, *pool) && fits(free, req))
-                .max_by_key(|(name, (_, free))| {
-                    (free.get("cpu").copied().unwrap_or(0), std::cmp::Reverse((*name).clone()))
+                // The most free CPU, then the first name: compared in place, not cloned.
+                .max_by(|(a, (_, fa)), (b, (_, fb))| {
+                    let cpu = |f: &Resources| f.get("cpu").copied().unwrap_or(0);
+                    cpu(fa).cmp(&cpu(fb)).then_with(|| b.cmp(a))
                 })
                 .map(|(name, _)| name.clone())
         };
