@@ -634,8 +634,9 @@ impl Controller {
     }
 }
 
-/// `lanes(np)`: `spec.surge.maxUnavailable` resolved against the pool's nodes.
-fn lanes(_settings: &Effective, _nodes: usize) -> usize {
+/// `lanes(np)`: `spec.surge.maxUnavailable` resolved against the pool's nodes. The simulation's
+/// invariants and figures read it too, so the number of lanes is decided here only.
+pub fn lanes(_settings: &Effective, _nodes: usize) -> usize {
     1
 }
 
