@@ -194,11 +194,7 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
             continue;
         }
         if let Some(limit) = calm_until {
-            let anchored = world
-                .snap
-                .pools
-                .values()
-                .any(|p| actors::annotation(&p.metadata, actors::ACTIVE_ROTATION).is_some());
+            let anchored = world.snap.pools.values().any(|p| !actors::anchors(p).is_empty());
             if t > limit || (!anchored && t > limit - CALM_LIMIT + Duration::minutes(2)) {
                 // Quiescence: faults off, every pool released, timers past.
                 let snap = Arc::clone(&world.snap);
