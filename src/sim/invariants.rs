@@ -1247,3 +1247,103 @@ impl Checker {
 fn fmt(d: Duration) -> String {
     crate::policy::duration::format_human(d)
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::karpenter::{NodeClaim, NodeClaimStatus};
+
+    fn meta(name: &str, pairs: &[(String, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            annotations: Some(pairs.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()),
+            ..Default::default()
+        }
+    }
+
+    /// A pool whose slots anchor the given claims.
+    fn pool(name: &str, slots: &[(usize, &str)]) -> NodePool {
+        let keys: Vec<(String, &str)> = slots
+            .iter()
+            .map(|(slot, c)| (crate::reconcile::slots::slot_key(Key::ActiveRotation, *slot), *c))
+            .collect();
+        NodePool { metadata: meta(name, &keys), ..Default::default() }
+    }
+
+    /// Two slots of `api` in flight: c1 (on node n1) surged onto s1, c2 (on n2) onto s2; the
+    /// old node n1 carries nothing, n2 keeps a stale `surge-for` of its own claim.
+    fn two_slots() -> CacheView {
+        let mut view = CacheView::default();
+        view.pools.insert("api".into(), Arc::new(pool("api", &[(0, "c1"), (1, "c2")])));
+        for (claim, node) in [("c1", "n1"), ("c2", "n2")] {
+            let status = NodeClaimStatus { node_name: Some(node.into()), ..Default::default() };
+            let c = NodeClaim {
+                metadata: meta(claim, &[]),
+                status: Some(status),
+                ..Default::default()
+            };
+            view.claims.insert(claim.into(), Arc::new(c));
+        }
+        for (node, surge_for) in
+            [("n1", None), ("n2", Some("c2")), ("s1", Some("c1")), ("s2", Some("c2"))]
+        {
+            let pairs: Vec<(String, &str)> =
+                surge_for.map(|c| (SURGE_FOR.to_string(), c)).into_iter().collect();
+            view.nodes.insert(
+                node.into(),
+                Arc::new(Node { metadata: meta(node, &pairs), ..Default::default() }),
+            );
+        }
+        view
+    }
+
+    #[test]
+    fn two_rotations_in_two_lanes_hold() {
+        let view = two_slots();
+        let np = &view.pools["api"];
+        let before = pool("api", &[(0, "c1")]);
+        assert_eq!(lane_breach("api", Some(&before), np, 2), None);
+        assert_eq!(surge_breach(&view, "api", np, || 2), None, "the old node is not a surge node");
+        assert!(shared_claims(&view).is_empty());
+    }
+
+    #[test]
+    fn a_claim_in_two_slots_is_one_rotation_too_many() {
+        let mut view = two_slots();
+        view.pools.insert("api".into(), Arc::new(pool("api", &[(0, "c1"), (2, "c1"), (1, "c3")])));
+        view.pools.insert("web".into(), Arc::new(pool("web", &[(1, "c3")])));
+        let shared = shared_claims(&view);
+        assert_eq!(
+            shared,
+            vec![
+                ("c1".to_string(), vec!["api slot 0".to_string(), "api slot 2".to_string()]),
+                ("c3".to_string(), vec!["api slot 1".to_string(), "web slot 1".to_string()]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_start_past_the_lanes_breaks_i12_and_extra_surge_nodes_break_i13() {
+        let view = two_slots();
+        let np = &view.pools["api"];
+        let before = pool("api", &[(0, "c1")]);
+        let detail = lane_breach("api", Some(&before), np, 1).expect("the second start is over N");
+        assert!(detail.contains("started c2 with 2 rotations in flight"), "{detail}");
+        // Rotations started under a larger N may finish: no start, no breach.
+        assert_eq!(lane_breach("api", Some(np), np, 1), None);
+        let replaced = pool("api", &[(0, "c1"), (1, "c4")]);
+        assert!(lane_breach("api", Some(np), &replaced, 1).is_some(), "a slot re-anchored");
+        // One rotation in flight with two surge nodes, in one lane.
+        let mut one = two_slots();
+        one.pools.insert("api".into(), Arc::new(pool("api", &[(0, "c1")])));
+        let extra =
+            Node { metadata: meta("s3", &[(SURGE_FOR.to_string(), "c1")]), ..Default::default() };
+        one.nodes.insert("s3".into(), Arc::new(extra));
+        let detail = surge_breach(&one, "api", &one.pools["api"], || 1).expect("two surge nodes");
+        assert!(detail.contains("2 surge nodes (s1, s3)"), "{detail}");
+        assert_eq!(surge_breach(&one, "api", &one.pools["api"], || 2), None);
+    }
+}
