@@ -552,7 +552,14 @@ impl Checker {
                 && is == Some("pending")
                 && let Some(pool) = self.claim_pool.get(claim)
             {
-                let slot = prev.pools.get(pool).and_then(|np| slot_of(np, claim)).unwrap_or(0);
+                // The slot that anchors the retry (after the step), else the one that did.
+                let after =
+                    d.pools.iter().find(|(p, _, _)| p == pool).and_then(|(_, _, b)| b.clone());
+                let slot = after
+                    .as_deref()
+                    .and_then(|np| slot_of(np, claim))
+                    .or_else(|| prev.pools.get(pool).and_then(|np| slot_of(np, claim)))
+                    .unwrap_or(0);
                 started.push((pool.clone(), slot, claim.clone(), "retried (failed -> pending)"));
             }
         }
