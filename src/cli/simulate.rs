@@ -60,6 +60,7 @@ pub struct SimulateArgs {
 pub fn figures_json(f: &Figures) -> serde_json::Value {
     let mut v = serde_json::json!({
         "rotations_started": f.attempts,
+        "max_in_flight": f.max_in_flight,
         "outcomes": f.outcomes,
         "surge_paths": f.paths,
         "replacements": f.replacements,
@@ -278,7 +279,7 @@ pub fn simulate(args: &SimulateArgs) -> anyhow::Result<i32> {
         println!("report: {}", path.display());
     }
     if ours.violations.is_empty() {
-        println!("invariants I1-I11: all hold");
+        println!("invariants {}: all hold", crate::sim::invariants::ALL);
     } else {
         let mut out = String::new();
         print_violation(&mut out, args, &ours, true);

@@ -639,7 +639,8 @@ impl Controller {
 }
 
 /// `lanes(np)`: `spec.surge.maxUnavailable` resolved against the pool's nodes
-/// ([`Snapshot::pool_nodes`]: each in-flight rotation's replacement not counted twice).
+/// ([`Snapshot::pool_nodes`]: each in-flight rotation's replacement not counted twice). The
+/// simulation's invariants and figures read it too, so the number of lanes is decided here only.
 pub fn lanes(settings: &Effective, nodes: usize) -> usize {
     settings.max_unavailable.resolve(nodes)
 }

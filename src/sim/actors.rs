@@ -26,16 +26,17 @@ use super::world::{
     REGISTRATION_TTL, REPAIR_AFTER, TERMINATION_FINALIZER, TERMINATION_TIMESTAMP, World,
     ZONE_LABEL, add, fits, pod_requests, run_on, sub,
 };
-use crate::cluster::{ObjectKind, ObjectRef};
+use crate::cluster::{CacheView, ObjectKind, ObjectRef};
+use crate::engine::Key;
 use crate::karpenter::NODEPOOL_LABEL;
 use crate::placeholder::required_node_terms;
 use crate::policy::duration::format_human;
 use crate::policy::resolve::to_time;
+use crate::reconcile::slots::slot_key;
 
 pub const FREEZE_ANNOTATION: &str = "noderotation.io/freeze";
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 pub const SURGE_FOR: &str = "noderotation.io/surge-for";
-pub const ACTIVE_ROTATION: &str = "noderotation.io/active-rotation";
 pub const CLAIM_STATE: &str = "noderotation.io/state";
 pub const STARTED_AT: &str = "noderotation.io/started-at";
 pub const OWNED_MARKER: &str = "noderotation.io/do-not-disrupt-owned";
@@ -47,6 +48,28 @@ pub const KUBELET: &str = "kubelet";
 pub const SCHEDULER: &str = "scheduler";
 pub const OPERATOR: &str = "operator";
 pub const FAULTS: &str = "faults";
+
+/// Every rotation in flight in a pool: each anchored slot and the claim it names, by slot.
+pub fn anchors(np: &crate::karpenter::NodePool) -> BTreeMap<usize, &str> {
+    crate::reconcile::slots::anchors(&np.metadata)
+}
+
+/// The first anchored claim of a pool (lowest slot) that `live` accepts.
+pub fn first_anchor(
+    np: Option<&crate::karpenter::NodePool>,
+    live: impl Fn(&str) -> bool,
+) -> Option<String> {
+    np.and_then(|p| anchors(p).into_values().find(|a| live(a)).map(str::to_string))
+}
+
+/// A per-rotation annotation of one slot (`rules/annotations.ron`, `per_rotation`).
+pub fn slot_annotation(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: crate::engine::Key,
+    slot: usize,
+) -> Option<&str> {
+    annotation(meta, &crate::reconcile::slots::slot_key(key, slot))
+}
 
 pub fn annotation<'a>(
     meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -862,14 +885,12 @@ impl World {
             NodePick::Newest => live.last().map(|x| x.1.clone()),
             NodePick::Random => self.rng.pick(&live).map(|x| x.1.clone()),
             NodePick::Anchored => {
-                let anchored = self
-                    .snap
-                    .pools
-                    .get(self.pool_name(pool))
-                    .and_then(|p| annotation(&p.metadata, ACTIVE_ROTATION).map(str::to_string));
-                anchored
-                    .filter(|a| self.claims.get(a).is_some_and(|c| c.deleting.is_none()))
-                    .or_else(|| live.first().map(|x| x.1.clone()))
+                // The rotation in flight (the lowest slot's, with several).
+                let np = self.snap.pools.get(self.pool_name(pool));
+                first_anchor(np.map(|p| p.as_ref()), |a| {
+                    self.claims.get(a).is_some_and(|c| c.deleting.is_none())
+                })
+                .or_else(|| live.first().map(|x| x.1.clone()))
             }
         }
     }
@@ -946,11 +967,12 @@ impl World {
             }
             ActionKind::RemoveAnchor | ActionKind::ReplaceNodePool | ActionKind::DeleteNodePool => {
                 let Some(pool) = pool else { return };
-                let anchor = self
-                    .snap
-                    .pools
-                    .get(&pool_name)
-                    .and_then(|p| annotation(&p.metadata, ACTIVE_ROTATION).map(str::to_string));
+                // The rotation in flight (the lowest slot's, with several) and its slot.
+                let anchored = self.snap.pools.get(&pool_name).and_then(|p| {
+                    anchors(p).into_iter().next().map(|(slot, a)| (slot, a.to_string()))
+                });
+                let anchor = anchored.as_ref().map(|(_, a)| a.clone());
+                let key = slot_key(Key::ActiveRotation, anchored.map_or(0, |(slot, _)| slot));
                 // Mid-rotation: wait for one (every 10s, for up to a day).
                 if anchor.is_none() && now - step.at < Duration::days(1) {
                     self.at(now + Duration::seconds(10), Ev::Operator(i));
@@ -963,7 +985,7 @@ impl World {
                     ActionKind::RemoveAnchor => {
                         self.cluster.update_pool(&pool_name, |p| {
                             if let Some(a) = p.metadata.annotations.as_mut() {
-                                a.remove(ACTIVE_ROTATION);
+                                a.remove(&key);
                             }
                         });
                         self.note(format!("removed the anchor ({anchor:?}) of pool {pool_name}"));
@@ -1000,12 +1022,10 @@ impl World {
             }
             ActionKind::ImpersonatePlaceholder => {
                 let Some(pool) = pool else { return };
-                let anchor = self
-                    .snap
-                    .pools
-                    .get(&pool_name)
-                    .and_then(|p| annotation(&p.metadata, ACTIVE_ROTATION).map(str::to_string))
-                    .filter(|a| self.claims.get(a).is_some_and(|c| c.deleting.is_none()));
+                let anchor =
+                    first_anchor(self.snap.pools.get(&pool_name).map(|p| p.as_ref()), |a| {
+                        self.claims.get(a).is_some_and(|c| c.deleting.is_none())
+                    });
                 let Some(claim) = anchor else {
                     if now - step.at < Duration::days(1) {
                         self.at(now + Duration::seconds(10), Ev::Operator(i));
@@ -1145,15 +1165,22 @@ impl World {
         }
     }
 
-    /// After a controller pass on `pool`: world faults aimed at the rotation in flight.
+    /// After a controller pass on `pool`: world faults aimed at the rotations in flight (each
+    /// slot's, in slot order).
     pub fn inject_around(&mut self, pool: usize, ready_timeout: Option<Duration>) {
         if self.faults.is_none() {
             return;
         }
-        let now = self.now();
         let snap = Arc::clone(&self.snap);
         let Some(np) = snap.pools.get(self.pool_name(pool)) else { return };
-        let Some(anchor) = annotation(&np.metadata, ACTIVE_ROTATION) else { return };
+        for anchor in anchors(np).into_values() {
+            self.inject_at(&snap, anchor, ready_timeout);
+        }
+    }
+
+    /// World faults aimed at the rotation of `anchor`.
+    fn inject_at(&mut self, snap: &CacheView, anchor: &str, ready_timeout: Option<Duration>) {
+        let now = self.now();
         let Some(cand) = snap.claims.get(anchor) else { return };
         if cand.metadata.deletion_timestamp.is_some() {
             return;

@@ -585,9 +585,11 @@ impl Driver {
         let name = self.pools[pool].clone();
         if let Some(r) = self.rates.clone()
             && self.stalled.is_none()
-            && self.handles[self.leader].cache().pools.get(&name).is_some_and(|p| {
-                super::actors::annotation(&p.metadata, super::actors::ACTIVE_ROTATION).is_some()
-            })
+            && self.handles[self.leader]
+                .cache()
+                .pools
+                .get(&name)
+                .is_some_and(|p| !super::actors::anchors(p).is_empty())
             && self.rng.chance(r.stalled_pass)
         {
             return self.stalled_pass(now, pool);

@@ -79,6 +79,18 @@ pub fn pool_facts(pool: &NodePool) -> PoolFacts {
     }
 }
 
+/// The rotations `pool` may have in flight under `settings` (`lanes(np)`), as the controller
+/// decides it ([`crate::reconcile::lanes`]), over the pool's claims in `view` that are not being
+/// deleted.
+pub fn lanes(settings: &Effective, view: &CacheView, pool: &str) -> usize {
+    let nodes = view
+        .claims
+        .values()
+        .filter(|c| c.node_pool() == Some(pool) && c.metadata.deletion_timestamp.is_none())
+        .count();
+    crate::reconcile::lanes(settings, nodes)
+}
+
 /// A layer-1 fatal finding for the pool under `settings` at `now`.
 pub fn fatal(settings: &Effective, pool: &NodePool, now: DateTime<Utc>) -> bool {
     feasibility::assess(settings, &pool_facts(pool), now).has_fatal()
@@ -91,9 +103,9 @@ pub fn lead_time(settings: &Effective, pool: &NodePool, now: DateTime<Utc>) -> O
     Some(derive::lead_time(settings.min_rotation_chances, p, settings.t_rot(tgp)))
 }
 
-/// The claims of `pool` (in the store at `now`) that one rotation at a time cannot reach within
-/// their chances from `now` ([`crate::policy::lookahead::reachable`]): a fleet whose deadlines
-/// start out crowded. Invariant 8 does not hold the controller to them.
+/// The claims of `pool` (in the store at `now`) that its lanes cannot reach within their chances
+/// from `now` ([`crate::policy::lookahead::reachable_lanes`], with the lanes the controller uses): a fleet whose deadlines start out crowded. Invariant 8
+/// does not hold the controller to them.
 pub fn unreachable_at_start(
     settings: &Effective,
     view: &CacheView,
@@ -101,7 +113,7 @@ pub fn unreachable_at_start(
     now: DateTime<Utc>,
 ) -> Vec<String> {
     use crate::policy::derive::{ClaimFacts, RotationOrder};
-    use crate::policy::lookahead::{self, OpenTime};
+    use crate::policy::lookahead::OpenTime;
     let Some(period) = settings.schedule.period(now) else { return Vec::new() };
     let open = OpenTime::of(&settings.schedule, now);
     let name = pool.metadata.name.as_deref().unwrap_or("");
@@ -125,7 +137,8 @@ pub fn unreachable_at_start(
     let dues: Vec<DateTime<Utc>> = queue.iter().map(|(_, due)| *due).collect();
     let tgp = pool.termination_grace_period().ok().flatten();
     let slot = settings.t_rot_est(tgp) + settings.cooldown_after;
-    lookahead::reachable(now, &dues, &open, slot)
+    let lanes = lanes(settings, view, name);
+    crate::policy::lookahead::reachable_lanes(now, &dues, &open, slot, lanes)
         .into_iter()
         .zip(&queue)
         .filter(|(reached, _)| !reached)

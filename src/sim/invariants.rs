@@ -1,16 +1,17 @@
-//! The simulation's invariants (I1–I11), each a named check over one step:
+//! The simulation's invariants (I1–I14), each a named check over one step:
 //! the store before and after it, what the controller announced during it, and what the world
 //! knows (which pods run where, which claims ever existed). Safety checks run after every step;
 //! the quiescence and liveness checks run where their premise holds (no faults, or the calm
-//! phase after the faults are switched off).
+//! phase after the faults are switched off). A pool may have several rotations in flight, one per
+//! slot (`reconcile::slots`): every check that reads an anchor reads every slot's.
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 
 use super::actors::{
-    ACTIVE_ROTATION, CLAIM_STATE, CORDONED_MARKER, DO_NOT_DISRUPT, FREEZE_ANNOTATION, OWNED_MARKER,
-    STARTED_AT, SURGE_FOR, annotation, placeholder_node,
+    CLAIM_STATE, CORDONED_MARKER, DO_NOT_DISRUPT, FREEZE_ANNOTATION, OWNED_MARKER, STARTED_AT,
+    SURGE_FOR, anchors, annotation, placeholder_node, slot_annotation,
 };
 use super::gov::{self, Gov, Governed};
 use super::observe::{Diff, unschedulable};
@@ -18,10 +19,12 @@ use super::scenario::Compiled;
 use super::trace::Entry;
 use super::world::{BUFFER, World};
 use crate::cluster::CacheView;
+use crate::engine::Key;
 use crate::karpenter::NodePool;
 use crate::policy::chances;
 use crate::policy::settings::AgeThreshold;
 
+/// Each anchor (of every slot) names a claim of its own pool.
 pub const I1: &str = "I1 one-anchor-per-pool";
 pub const I2: &str = "I2 start-gates";
 pub const I3: &str = "I3 delete-only-the-anchored-candidate";
@@ -38,12 +41,21 @@ pub const I10: &str = "I10 placeholder-identity";
 /// Not in the guide's list: the cost bound of §4.4, a failed surge bills one node for
 /// at most readyTimeout: the rollback reaps a surge claim that never turned Ready.
 pub const I11: &str = "I11 failed-surge-cost";
+/// Not in the guide's list: a pool starts a rotation only while fewer than `lanes(np)`
+/// (`spec.surge.maxUnavailable`) are in flight. Rotations started under a larger N may finish,
+/// so only a start is held to it.
+pub const I12: &str = "I12 lanes-in-flight";
+/// Not in the guide's list: a pool's rotations hold at most `lanes(np)` surge nodes at once
+/// (nodes whose `surge-for` names one of its anchors, the old node excepted), or as many as
+/// rotations are in flight when more were started under a larger N.
+pub const I13: &str = "I13 surge-nodes-per-lane";
+/// Not in the guide's list: no claim is in two rotations: no two slots, of one pool or of
+/// two, anchor the same claim at one instant.
+pub const I14: &str = "I14 one-rotation-per-claim";
+/// The invariants the simulation checks, for the summary line.
+pub const ALL: &str = "I1-I14";
 
-const LAST_ROTATION_AT: &str = "noderotation.io/last-rotation-at";
 const LAST_FAILURE_AT: &str = "noderotation.io/last-failure-at";
-const ROTATION_STATE: &str = "noderotation.io/active-rotation-state";
-const ROTATION_MODE: &str = "noderotation.io/rotation-mode";
-const SURGE_PATH: &str = "noderotation.io/surge-path";
 const RETRY_COUNT: &str = "noderotation.io/retry-count";
 const SURGE_CLAIM: &str = "noderotation.io/surge-claim";
 
@@ -70,6 +82,9 @@ enum Answers {
     /// Not a clean controller step.
     Nothing,
 }
+
+/// I8: the claim a slot anchors, since when, and the bound its rotation is held to.
+type Since = (String, DateTime<Utc>, Option<Duration>);
 
 /// A broken invariant.
 #[derive(Debug, Clone)]
@@ -129,7 +144,8 @@ pub struct Checker {
     reached_draining: BTreeSet<String>,
     transitions: BTreeMap<(String, &'static str), u64>,
     announced: BTreeMap<(String, &'static str, &'static str), u64>,
-    anchor_since: BTreeMap<String, (String, DateTime<Utc>, Option<Duration>)>,
+    /// I8: per (pool, slot), the anchored claim, since when, and its bound.
+    anchor_since: BTreeMap<(String, usize), Since>,
     flagged: BTreeSet<(String, String)>,
     /// I7: what the store holds without the anchor that references it, keyed by detail, since
     /// when.
@@ -152,8 +168,83 @@ fn parse_time(s: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
 }
 
-fn anchor_of(np: &NodePool) -> Option<&str> {
-    annotation(&np.metadata, ACTIVE_ROTATION)
+/// The claims a pool's slots anchor (none without the pool).
+fn anchored(np: Option<&Arc<NodePool>>) -> BTreeSet<String> {
+    np.map(|p| anchors(p).into_values().map(str::to_string).collect()).unwrap_or_default()
+}
+
+/// The first anchor of a pool (lowest slot) that is not `except`.
+fn first_other(np: Option<&Arc<NodePool>>, except: &str) -> Option<String> {
+    np.and_then(|p| anchors(p).into_values().find(|a| *a != except).map(str::to_string))
+}
+
+/// The slot of a pool that anchors `claim`.
+fn slot_of(np: &NodePool, claim: &str) -> Option<usize> {
+    anchors(np).into_iter().find(|(_, a)| *a == claim).map(|(slot, _)| slot)
+}
+
+/// I12 for one pool across a step: a rotation started (a slot's anchor appeared or changed)
+/// while the pool, the start included, holds more than `lanes` anchors.
+fn lane_breach(pool: &str, a: Option<&NodePool>, b: &NodePool, lanes: usize) -> Option<String> {
+    let before = a.map(anchors).unwrap_or_default();
+    let after = anchors(b);
+    let started: Vec<&str> =
+        after.iter().filter(|(slot, c)| before.get(slot) != Some(*c)).map(|(_, c)| *c).collect();
+    (!started.is_empty() && after.len() > lanes).then(|| {
+        format!(
+            "pool {pool} started {} with {} rotations in flight ({}), over its {lanes} lane(s)",
+            started.join(", "),
+            after.len(),
+            after.values().copied().collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
+/// I13 for one pool: the surge nodes of its rotations (nodes whose `surge-for` names one of its
+/// anchors, other than that claim's own node) when there are more than `lanes` of them and
+/// more than rotations in flight.
+fn surge_breach(
+    view: &CacheView,
+    pool: &str,
+    np: &NodePool,
+    lanes: impl FnOnce() -> usize,
+) -> Option<String> {
+    let rotations = anchors(np);
+    let old_node =
+        |claim: &str| view.claims.get(claim).and_then(|c| c.status.as_ref()?.node_name.clone());
+    let surge: Vec<&str> = view
+        .nodes
+        .iter()
+        .filter(|(name, n)| {
+            annotation(&n.metadata, SURGE_FOR).is_some_and(|s| {
+                rotations.values().any(|a| *a == s) && old_node(s).as_deref() != Some(name.as_str())
+            })
+        })
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if surge.len() <= rotations.len() {
+        return None;
+    }
+    let lanes = lanes();
+    (surge.len() > lanes).then(|| {
+        format!(
+            "pool {pool} holds {} surge nodes ({}) for {} rotation(s) in {lanes} lane(s)",
+            surge.len(),
+            surge.join(", "),
+            rotations.len()
+        )
+    })
+}
+
+/// I14: every claim two slots anchor at once, with the (pool, slot)s naming it.
+fn shared_claims(view: &CacheView) -> Vec<(String, Vec<String>)> {
+    let mut by_claim: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (pool, np) in &view.pools {
+        for (slot, claim) in anchors(np) {
+            by_claim.entry(claim).or_default().push(format!("{pool} slot {slot}"));
+        }
+    }
+    by_claim.into_iter().filter(|(_, v)| v.len() > 1).map(|(c, v)| (c.to_string(), v)).collect()
 }
 
 fn state_of(c: &crate::karpenter::NodeClaim) -> Option<&str> {
@@ -230,6 +321,7 @@ impl Checker {
             }
         }
         self.anchors(post, now);
+        self.lanes(d, post, now);
         self.surge_paths(d, now);
         if step.controller {
             for (_, a, b) in &d.placeholders {
@@ -282,32 +374,67 @@ impl Checker {
         }
     }
 
-    /// I1: the anchor names a claim of its own pool.
+    /// I1: every anchor names a claim of its own pool; I14: no claim is anchored twice.
     fn anchors(&mut self, post: &CacheView, now: DateTime<Utc>) {
         let mut bad = Vec::new();
-        let mut named: BTreeMap<&str, &str> = BTreeMap::new();
         for (pool, np) in &post.pools {
-            let Some(a) = anchor_of(np) else { continue };
-            match self.claim_pool.get(a) {
-                Some(p) if p == pool => {}
-                Some(p) => bad.push((
-                    format!("pool {pool} is anchored on {a}, a claim of pool {p}"),
-                    a.to_string(),
-                )),
-                None => bad.push((
-                    format!("pool {pool} is anchored on {a}, which never was a claim"),
-                    a.to_string(),
-                )),
-            }
-            if let Some(other) = named.insert(a, pool) {
-                bad.push((
-                    format!("claim {a} is anchored by pools {other} and {pool}"),
-                    a.to_string(),
-                ));
+            for a in anchors(np).into_values() {
+                match self.claim_pool.get(a) {
+                    Some(p) if p == pool => {}
+                    Some(p) => bad.push((
+                        format!("pool {pool} is anchored on {a}, a claim of pool {p}"),
+                        a.to_string(),
+                    )),
+                    None => bad.push((
+                        format!("pool {pool} is anchored on {a}, which never was a claim"),
+                        a.to_string(),
+                    )),
+                }
             }
         }
         for (detail, claim) in bad {
             self.fail(I1, now, detail, vec![claim]);
+        }
+        for (claim, holders) in shared_claims(post) {
+            let detail = format!("claim {claim} is anchored by {}", holders.join(" and "));
+            if self.flagged.insert((I14.to_string(), detail.clone())) {
+                self.fail(I14, now, detail, vec![claim]);
+            }
+        }
+    }
+
+    /// I12 at every start and I13 after every change of a pool: the lanes of the pool's
+    /// governing policy at that instant bound its rotations and their surge nodes.
+    fn lanes(&mut self, d: &Diff, post: &CacheView, now: DateTime<Utc>) {
+        let mut bad = Vec::new();
+        for (pool, a, b) in &d.pools {
+            // One rotation fits every pool's lanes (at least one).
+            let Some(b) = b.as_ref().filter(|b| anchors(b).len() > 1) else { continue };
+            let Some(settings) = self.gov.of(post, b).settings().cloned() else { continue };
+            let lanes = gov::lanes(&settings, post, pool);
+            if let Some(detail) = lane_breach(pool, a.as_deref(), b, lanes) {
+                bad.push((I12, detail, pool.clone()));
+            }
+        }
+        // Surge nodes change on node writes: judged over every pool after any change.
+        if !d.nodes.is_empty() || !d.pools.is_empty() {
+            for (pool, np) in &post.pools {
+                if anchors(np).is_empty() {
+                    continue;
+                }
+                let gov = &mut self.gov;
+                let lanes = || {
+                    gov.of(post, np).settings().map_or(usize::MAX, |s| gov::lanes(s, post, pool))
+                };
+                if let Some(detail) = surge_breach(post, pool, np, lanes)
+                    && self.flagged.insert((I13.to_string(), detail.clone()))
+                {
+                    bad.push((I13, detail, pool.clone()));
+                }
+            }
+        }
+        for (invariant, detail, pool) in bad {
+            self.fail(invariant, now, detail, vec![pool]);
         }
     }
 
@@ -318,16 +445,21 @@ impl Checker {
         for (pool, _, np) in &d.pools {
             let Some(np) = np else { continue };
             let m = &np.metadata;
-            let surge_draining = annotation(m, ROTATION_STATE) == Some("draining")
-                && annotation(m, ROTATION_MODE) != Some("forceful-fallback");
-            let path = annotation(m, SURGE_PATH);
-            if surge_draining && !matches!(path, Some("provisioned" | "absorbed")) {
-                let claim = anchor_of(np).unwrap_or_default().to_string();
-                if self.flagged.insert((I9.to_string(), claim.clone())) {
-                    bad.push((
-                        format!("pool {pool} drains {claim} with surge-path {path:?}"),
-                        claim,
-                    ));
+            for slot in crate::reconcile::slots::used(m) {
+                let surge_draining = slot_annotation(m, Key::ActiveRotationState, slot)
+                    == Some("draining")
+                    && slot_annotation(m, Key::RotationMode, slot) != Some("forceful-fallback");
+                let path = slot_annotation(m, Key::SurgePath, slot);
+                if surge_draining && !matches!(path, Some("provisioned" | "absorbed")) {
+                    let claim = slot_annotation(m, Key::ActiveRotation, slot)
+                        .unwrap_or_default()
+                        .to_string();
+                    if self.flagged.insert((I9.to_string(), claim.clone())) {
+                        bad.push((
+                            format!("pool {pool} drains {claim} with surge-path {path:?}"),
+                            claim,
+                        ));
+                    }
                 }
             }
         }
@@ -336,11 +468,12 @@ impl Checker {
         }
     }
 
-    /// Why a start at `now` in `pool` (judged on the store before the step) breaks a gate.
+    /// Why a start at `now` in `slot` of `pool` (judged on the store before the step) breaks a
+    /// gate (the cooldown is the slot's own).
     fn gate_broken(
         &mut self,
         prev: &CacheView,
-        pool: &str,
+        (pool, slot): (&str, usize),
         now: DateTime<Utc>,
         world: &World,
     ) -> Option<String> {
@@ -377,7 +510,7 @@ impl Checker {
                 }
             }
         }
-        if let Some(t) = annotation(&np.metadata, LAST_ROTATION_AT) {
+        if let Some(t) = slot_annotation(&np.metadata, Key::LastRotationAt, slot) {
             let since = parse_time(t).map_or(Duration::zero(), |t| now - t);
             if since < settings.cooldown_after {
                 return Some(format!(
@@ -403,14 +536,13 @@ impl Checker {
     /// I2: no rotation (or retry) starts while a gate is closed.
     fn starts(&mut self, prev: &CacheView, d: &Diff, step: &StepInfo<'_>, world: &World) {
         let now = step.now;
-        let mut started: Vec<(String, String, &'static str)> = Vec::new();
+        let mut started: Vec<(String, usize, String, &'static str)> = Vec::new();
         for (pool, a, b) in &d.pools {
-            let pa = a.as_deref().and_then(anchor_of);
-            let qa = b.as_deref().and_then(anchor_of);
-            if let Some(y) = qa
-                && pa != qa
-            {
-                started.push((pool.clone(), y.to_string(), "anchored"));
+            let before = a.as_deref().map(anchors).unwrap_or_default();
+            for (slot, y) in b.as_deref().map(anchors).unwrap_or_default() {
+                if before.get(&slot) != Some(&y) {
+                    started.push((pool.clone(), slot, y.to_string(), "anchored"));
+                }
             }
         }
         for (claim, a, b) in &d.claims {
@@ -420,11 +552,19 @@ impl Checker {
                 && is == Some("pending")
                 && let Some(pool) = self.claim_pool.get(claim)
             {
-                started.push((pool.clone(), claim.clone(), "retried (failed -> pending)"));
+                // The slot that anchors the retry (after the step), else the one that did.
+                let after =
+                    d.pools.iter().find(|(p, _, _)| p == pool).and_then(|(_, _, b)| b.clone());
+                let slot = after
+                    .as_deref()
+                    .and_then(|np| slot_of(np, claim))
+                    .or_else(|| prev.pools.get(pool).and_then(|np| slot_of(np, claim)))
+                    .unwrap_or(0);
+                started.push((pool.clone(), slot, claim.clone(), "retried (failed -> pending)"));
             }
         }
-        for (pool, claim, how) in started {
-            if let Some(why) = self.gate_broken(prev, &pool, now, world) {
+        for (pool, slot, claim, how) in started {
+            if let Some(why) = self.gate_broken(prev, (&pool, slot), now, world) {
                 self.fail(
                     I2,
                     now,
@@ -453,8 +593,8 @@ impl Checker {
                 continue;
             }
             let pool = self.claim_pool.get(name).cloned().unwrap_or_default();
-            let anchor_pre = prev.pools.get(&pool).and_then(|p| anchor_of(p).map(str::to_string));
-            let anchor_post = post.pools.get(&pool).and_then(|p| anchor_of(p).map(str::to_string));
+            let anchor_pre = anchored(prev.pools.get(&pool));
+            let anchor_post = anchored(post.pools.get(&pool));
             // An anchor the operator removed a moment ago: a pass that read the pool before the
             // edit still drives that rotation (its writes re-check the claim, not the anchor).
             let unanchored = world
@@ -462,14 +602,20 @@ impl Checker {
                 .get(&pool)
                 .filter(|(_, t)| now - *t <= self.tolerance)
                 .map(|(c, _)| c.clone());
-            if anchor_pre.as_deref() == Some(name.as_str())
-                || anchor_post.as_deref() == Some(name.as_str())
+            if anchor_pre.contains(name)
+                || anchor_post.contains(name)
                 || unanchored.as_deref() == Some(name.as_str())
             {
                 continue;
             }
-            // Not the candidate: only a §3.8 reap may delete it.
-            let Some(cand) = anchor_pre.clone().or(unanchored) else {
+            // Not a candidate: only a §3.8 reap may delete it, for the rotation whose surge it
+            // was (with several in flight), else the pool's first.
+            let surged = world.claims.get(name).and_then(|c| c.surge_for.clone());
+            let cand = surged
+                .filter(|s| anchor_pre.contains(s))
+                .or_else(|| first_other(prev.pools.get(&pool), name))
+                .or(unanchored);
+            let Some(cand) = cand else {
                 self.fail(
                     I3,
                     now,
@@ -573,32 +719,38 @@ impl Checker {
     ) {
         let mut released: BTreeMap<String, String> = BTreeMap::new();
         for (pool, a, b) in &d.pools {
-            let pa = a.as_deref().and_then(anchor_of).map(str::to_string);
-            let qa = b.as_deref().and_then(anchor_of).map(str::to_string);
-            if let Some(b) = b
-                && annotation(&b.metadata, ROTATION_STATE) == Some("draining")
-                && let Some(q) = &qa
-            {
-                self.reached_draining.insert(q.clone());
+            let before = a.as_deref().map(anchors).unwrap_or_default();
+            let after = b.as_deref().map(anchors).unwrap_or_default();
+            if let Some(b) = b {
+                for (slot, q) in &after {
+                    if slot_annotation(&b.metadata, Key::ActiveRotationState, *slot)
+                        == Some("draining")
+                    {
+                        self.reached_draining.insert(q.to_string());
+                    }
+                }
             }
-            let Some(x) = pa else { continue };
-            if qa.as_deref() == Some(x.as_str()) {
-                continue;
-            }
-            released.insert(pool.clone(), x.clone());
-            let last = |p: &Option<Arc<NodePool>>| {
-                p.as_ref()
-                    .and_then(|p| annotation(&p.metadata, LAST_ROTATION_AT).map(str::to_string))
-            };
-            let key = if last(a) != last(b) && last(b).is_some() {
-                Some("success")
-            } else if !post.claims.contains_key(&x) {
-                Some("expired")
-            } else {
-                None
-            };
-            if let Some(k) = key {
-                *self.transitions.entry((pool.clone(), k)).or_insert(0) += 1;
+            for (slot, x) in &before {
+                if after.get(slot) == Some(x) {
+                    continue;
+                }
+                let (slot, x) = (*slot, x.to_string());
+                released.entry(pool.clone()).or_insert_with(|| x.clone());
+                let last = |p: &Option<Arc<NodePool>>| {
+                    p.as_ref().and_then(|p| {
+                        slot_annotation(&p.metadata, Key::LastRotationAt, slot).map(str::to_string)
+                    })
+                };
+                let key = if last(a) != last(b) && last(b).is_some() {
+                    Some("success")
+                } else if !post.claims.contains_key(&x) {
+                    Some("expired")
+                } else {
+                    None
+                };
+                if let Some(k) = key {
+                    *self.transitions.entry((pool.clone(), k)).or_insert(0) += 1;
+                }
             }
         }
         for (claim, a, b) in &d.claims {
@@ -691,12 +843,16 @@ impl Checker {
     /// without the anchor that references it, and a claim left `pending` (or `draining` with no
     /// delete issued) without its pool's anchor, which nothing would ever pick again.
     fn debris_in(&self, post: &CacheView, world: &World) -> Vec<(String, String, Option<String>)> {
-        let anchor = |pool: &str| post.pools.get(pool).and_then(|p| anchor_of(p));
+        // Legitimate when any slot of the pool anchors what it serves.
+        let anchors_of: BTreeMap<&str, BTreeSet<String>> =
+            post.pools.iter().map(|(n, p)| (n.as_str(), anchored(Some(p)))).collect();
+        let none = BTreeSet::new();
+        let anchor = |pool: &str| anchors_of.get(pool).unwrap_or(&none);
         let mut bad = Vec::new();
         for (name, ph) in &post.placeholders {
             let target = annotation(&ph.metadata, SURGE_FOR);
             let pool = target.and_then(|c| self.claim_pool.get(c));
-            let ok = matches!((target, pool), (Some(c), Some(p)) if anchor(p) == Some(c));
+            let ok = matches!((target, pool), (Some(c), Some(p)) if anchor(p).contains(c));
             if !ok {
                 bad.push((
                     format!(
@@ -710,10 +866,10 @@ impl Checker {
         for (name, node) in &post.nodes {
             let pool =
                 node.metadata.labels.as_ref().and_then(|l| l.get(crate::karpenter::NODEPOOL_LABEL));
-            let a = pool.and_then(|p| anchor(p));
+            let a = pool.map_or(&none, |p| anchor(p));
             let surge_for = annotation(&node.metadata, SURGE_FOR);
             if let Some(s) = surge_for
-                && a != Some(s)
+                && !a.contains(s)
             {
                 bad.push((
                     format!("node {name} frozen for {s} (surge-for) without that anchor"),
@@ -730,7 +886,8 @@ impl Checker {
             }
             if annotation(&node.metadata, CORDONED_MARKER) == Some("true") {
                 let claim = world.nodes.get(name).map(|n| n.claim.as_str());
-                if a.is_none() || (a != claim && a != surge_for) {
+                let refers = |c: Option<&str>| c.is_some_and(|c| a.contains(c));
+                if !refers(claim) && !refers(surge_for) {
                     bad.push((
                         format!("node {name} keeps our cordon without an anchor referencing it"),
                         name.clone(),
@@ -744,7 +901,7 @@ impl Checker {
             let stranded =
                 state == Some("pending") || (state == Some("draining") && !c.is_deleting());
             let pool = self.claim_pool.get(name);
-            if stranded && pool.and_then(|p| anchor(p)) != Some(name.as_str()) {
+            if stranded && !pool.is_some_and(|p| anchor(p).contains(name)) {
                 bad.push((
                     format!(
                         "claim {name} is {} without its pool's anchor: never picked again",
@@ -841,10 +998,13 @@ impl Checker {
                 continue;
             }
             let pool = self.claim_pool.get(claim);
-            let forceful =
-                pool.and_then(|p| post.pools.get(p).or_else(|| prev.pools.get(p))).is_some_and(
-                    |np| annotation(&np.metadata, ROTATION_MODE) == Some("forceful-fallback"),
-                );
+            let forceful = pool
+                .and_then(|p| post.pools.get(p).or_else(|| prev.pools.get(p)))
+                .is_some_and(|np| {
+                    let slot = slot_of(np, claim).unwrap_or(0);
+                    slot_annotation(&np.metadata, Key::RotationMode, slot)
+                        == Some("forceful-fallback")
+                });
             if forceful {
                 continue;
             }
@@ -979,50 +1139,54 @@ impl Checker {
     fn gone_anchor(&mut self, prev: &CacheView, post: &CacheView, step: &StepInfo<'_>) {
         let Some(pool) = step.pool else { return };
         let Some(name) = self.plan.pools.get(pool).map(|p| p.name.clone()) else { return };
-        let pa = prev.pools.get(&name).and_then(|p| anchor_of(p).map(str::to_string));
-        let qa = post.pools.get(&name).and_then(|p| anchor_of(p).map(str::to_string));
-        if let Some(x) = pa
-            && !prev.claims.contains_key(&x)
-            && qa.as_deref() == Some(x.as_str())
-        {
-            self.fail(
-                I7,
-                step.now,
-                format!("pool {name} still anchored on {x}, gone before this clean pass"),
-                vec![x],
-            );
+        let after = post.pools.get(&name).map(|p| anchors(p)).unwrap_or_default();
+        let before = prev.pools.get(&name).map(|p| anchors(p)).unwrap_or_default();
+        for (slot, x) in before {
+            if !prev.claims.contains_key(x) && after.get(&slot) == Some(&x) {
+                self.fail(
+                    I7,
+                    step.now,
+                    format!("pool {name} still anchored on {x}, gone before this clean pass"),
+                    vec![x.to_string()],
+                );
+            }
         }
     }
 
     /// I8: every rotation finishes within readyTimeout + tGP + buffer (and slack for requeues).
     fn durations(&mut self, post: &CacheView, world: &World, now: DateTime<Utc>) {
         let mut bad = Vec::new();
+        let live: BTreeSet<(String, usize)> = post
+            .pools
+            .iter()
+            .flat_map(|(pool, np)| anchors(np).into_keys().map(|slot| (pool.clone(), slot)))
+            .collect();
+        self.anchor_since.retain(|k, _| live.contains(k));
         for (pool, np) in &post.pools {
-            let Some(a) = anchor_of(np) else {
-                self.anchor_since.remove(pool);
-                continue;
-            };
-            let known = self.anchor_since.get(pool).is_some_and(|(c, _, _)| c == a);
-            if !known {
-                let bound = self.gov.of(post, np).settings().map(|s| {
-                    let tgp = np.termination_grace_period().ok().flatten();
-                    s.ready_timeout
-                        + tgp.unwrap_or(Duration::hours(1))
-                        + BUFFER
-                        + Duration::minutes(5)
-                });
-                self.anchor_since.insert(pool.clone(), (a.to_string(), now, bound));
-            }
-            let Some((_, since, Some(bound))) = self.anchor_since.get(pool).cloned() else {
-                continue;
-            };
-            let since = self.calm_since.map_or(since, |c| since.max(c));
-            // A drain Karpenter got stuck past tGP + buffer (injected before the calm phase, or
-            // a scenario failure) bounds the rotation from when it ends, not from its start.
-            let since = world.stuck_drains.get(a).map_or(since, |end| since.max(*end));
-            if now - since > bound && self.flagged.insert((pool.clone(), a.to_string())) {
-                let calm = if self.calm_since.is_some() { " after the faults stopped" } else { "" };
-                bad.push((
+            for (slot, a) in anchors(np) {
+                let key = (pool.clone(), slot);
+                let known = self.anchor_since.get(&key).is_some_and(|(c, _, _)| c == a);
+                if !known {
+                    let bound = self.gov.of(post, np).settings().map(|s| {
+                        let tgp = np.termination_grace_period().ok().flatten();
+                        s.ready_timeout
+                            + tgp.unwrap_or(Duration::hours(1))
+                            + BUFFER
+                            + Duration::minutes(5)
+                    });
+                    self.anchor_since.insert(key.clone(), (a.to_string(), now, bound));
+                }
+                let Some((_, since, Some(bound))) = self.anchor_since.get(&key).cloned() else {
+                    continue;
+                };
+                let since = self.calm_since.map_or(since, |c| since.max(c));
+                // A drain Karpenter got stuck past tGP + buffer (injected before the calm phase, or
+                // a scenario failure) bounds the rotation from when it ends, not from its start.
+                let since = world.stuck_drains.get(a).map_or(since, |end| since.max(*end));
+                if now - since > bound && self.flagged.insert((pool.clone(), a.to_string())) {
+                    let calm =
+                        if self.calm_since.is_some() { " after the faults stopped" } else { "" };
+                    bad.push((
                     format!(
                         "rotation of {a} in pool {pool} has not finished {}{calm} (bound readyTimeout + tGP + buffer + 5m = {})",
                         fmt(now - since),
@@ -1030,6 +1194,7 @@ impl Checker {
                     ),
                     a.to_string(),
                 ));
+                }
             }
         }
         for (detail, claim) in bad {
@@ -1057,8 +1222,8 @@ impl Checker {
             let deadline = life.and_then(|l| l.deadline);
             let lead = self.lead.get(&name).copied().flatten();
             // A claim of the starting fleet had its chances when its lead started after the
-            // simulation did and one rotation at a time could reach it, the claims due before
-            // it taking a slot each (the burst lookahead's own model). With ageThreshold
+            // simulation did and the pool's lanes could reach it, the claims due before it
+            // taking a slot each (the burst lookahead's own model). With ageThreshold
             // windows the lead is the claim's own: its K-th last chance opened in the run.
             let windows =
                 settings.age_threshold == AgeThreshold::Windows && settings.schedule.has_gaps();
@@ -1088,4 +1253,104 @@ impl Checker {
 
 fn fmt(d: Duration) -> String {
     crate::policy::duration::format_human(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::karpenter::{NodeClaim, NodeClaimStatus};
+
+    fn meta(name: &str, pairs: &[(String, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            annotations: Some(pairs.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()),
+            ..Default::default()
+        }
+    }
+
+    /// A pool whose slots anchor the given claims.
+    fn pool(name: &str, slots: &[(usize, &str)]) -> NodePool {
+        let keys: Vec<(String, &str)> = slots
+            .iter()
+            .map(|(slot, c)| (crate::reconcile::slots::slot_key(Key::ActiveRotation, *slot), *c))
+            .collect();
+        NodePool { metadata: meta(name, &keys), ..Default::default() }
+    }
+
+    /// Two slots of `api` in flight: c1 (on node n1) surged onto s1, c2 (on n2) onto s2; the
+    /// old node n1 carries nothing, n2 keeps a stale `surge-for` of its own claim.
+    fn two_slots() -> CacheView {
+        let mut view = CacheView::default();
+        view.pools.insert("api".into(), Arc::new(pool("api", &[(0, "c1"), (1, "c2")])));
+        for (claim, node) in [("c1", "n1"), ("c2", "n2")] {
+            let status = NodeClaimStatus { node_name: Some(node.into()), ..Default::default() };
+            let c = NodeClaim {
+                metadata: meta(claim, &[]),
+                status: Some(status),
+                ..Default::default()
+            };
+            view.claims.insert(claim.into(), Arc::new(c));
+        }
+        for (node, surge_for) in
+            [("n1", None), ("n2", Some("c2")), ("s1", Some("c1")), ("s2", Some("c2"))]
+        {
+            let pairs: Vec<(String, &str)> =
+                surge_for.map(|c| (SURGE_FOR.to_string(), c)).into_iter().collect();
+            view.nodes.insert(
+                node.into(),
+                Arc::new(Node { metadata: meta(node, &pairs), ..Default::default() }),
+            );
+        }
+        view
+    }
+
+    #[test]
+    fn two_rotations_in_two_lanes_hold() {
+        let view = two_slots();
+        let np = &view.pools["api"];
+        let before = pool("api", &[(0, "c1")]);
+        assert_eq!(lane_breach("api", Some(&before), np, 2), None);
+        assert_eq!(surge_breach(&view, "api", np, || 2), None, "the old node is not a surge node");
+        assert!(shared_claims(&view).is_empty());
+    }
+
+    #[test]
+    fn a_claim_in_two_slots_is_one_rotation_too_many() {
+        let mut view = two_slots();
+        view.pools.insert("api".into(), Arc::new(pool("api", &[(0, "c1"), (2, "c1"), (1, "c3")])));
+        view.pools.insert("web".into(), Arc::new(pool("web", &[(1, "c3")])));
+        let shared = shared_claims(&view);
+        assert_eq!(
+            shared,
+            vec![
+                ("c1".to_string(), vec!["api slot 0".to_string(), "api slot 2".to_string()]),
+                ("c3".to_string(), vec!["api slot 1".to_string(), "web slot 1".to_string()]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_start_past_the_lanes_breaks_i12_and_extra_surge_nodes_break_i13() {
+        let view = two_slots();
+        let np = &view.pools["api"];
+        let before = pool("api", &[(0, "c1")]);
+        let detail = lane_breach("api", Some(&before), np, 1).expect("the second start is over N");
+        assert!(detail.contains("started c2 with 2 rotations in flight"), "{detail}");
+        // Rotations started under a larger N may finish: no start, no breach.
+        assert_eq!(lane_breach("api", Some(np), np, 1), None);
+        let replaced = pool("api", &[(0, "c1"), (1, "c4")]);
+        assert!(lane_breach("api", Some(np), &replaced, 1).is_some(), "a slot re-anchored");
+        // One rotation in flight with two surge nodes, in one lane.
+        let mut one = two_slots();
+        one.pools.insert("api".into(), Arc::new(pool("api", &[(0, "c1")])));
+        let extra =
+            Node { metadata: meta("s3", &[(SURGE_FOR.to_string(), "c1")]), ..Default::default() };
+        one.nodes.insert("s3".into(), Arc::new(extra));
+        let detail = surge_breach(&one, "api", &one.pools["api"], || 1).expect("two surge nodes");
+        assert!(detail.contains("2 surge nodes (s1, s3)"), "{detail}");
+        assert_eq!(surge_breach(&one, "api", &one.pools["api"], || 2), None);
+    }
 }

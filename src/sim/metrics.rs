@@ -1,25 +1,21 @@
 //! The outcome figures of a run (guide: "Outcome figures the simulation should print"), taken
 //! from what actually happened in the store, not from what the controller says about itself:
-//! a rotation is the life of one `active-rotation` anchor, its outcome is read from the write
-//! that cleared it.
+//! a rotation is the life of one `active-rotation` anchor in one slot of its pool, its outcome is
+//! read from the write that cleared it.
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::actors::{ACTIVE_ROTATION, CLAIM_STATE, annotation};
+use super::actors::{CLAIM_STATE, anchors, annotation, slot_annotation};
 use super::gov::Gov;
 use super::observe::Diff;
 use super::world::World;
 use crate::cluster::CacheView;
+use crate::engine::Key;
 use crate::policy::duration::format_human;
 use crate::policy::settings::AgeThreshold;
-
-const LAST_ROTATION_AT: &str = "noderotation.io/last-rotation-at";
-const ROTATION_STATE: &str = "noderotation.io/active-rotation-state";
-const SURGE_PATH: &str = "noderotation.io/surge-path";
-const ROTATION_MODE: &str = "noderotation.io/rotation-mode";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Outcome {
@@ -48,6 +44,8 @@ impl Outcome {
 #[derive(Debug, Clone)]
 pub struct Rotation {
     pub pool: usize,
+    /// The pool's slot the rotation ran in (0 with one lane).
+    pub slot: usize,
     pub claim: String,
     pub start: DateTime<Utc>,
     pub draining_at: Option<DateTime<Utc>>,
@@ -67,7 +65,8 @@ pub struct Rotation {
 #[derive(Debug, Default)]
 pub struct Recorder {
     pub rotations: Vec<Rotation>,
-    open: BTreeMap<String, usize>,
+    /// The open rotation of each (pool, slot).
+    open: BTreeMap<(String, usize), usize>,
 }
 
 impl Recorder {
@@ -80,72 +79,108 @@ impl Recorder {
         gov: &mut Gov,
     ) {
         for (name, a, b) in &d.pools {
-            let anchor = |p: &Option<Arc<crate::karpenter::NodePool>>| {
-                p.as_ref()
-                    .and_then(|p| annotation(&p.metadata, ACTIVE_ROTATION).map(str::to_string))
+            let slots = |p: &Option<Arc<crate::karpenter::NodePool>>| {
+                p.as_deref()
+                    .map(|p| {
+                        anchors(p).into_iter().map(|(s, c)| (s, c.to_string())).collect::<BTreeMap<
+                            usize,
+                            String,
+                        >>(
+                        )
+                    })
+                    .unwrap_or_default()
             };
-            let (pa, qa) = (anchor(a), anchor(b));
+            let (before, after) = (slots(a), slots(b));
             let Some(pool) = world.pool_index(name) else { continue };
-            if pa != qa {
-                if let (Some(x), Some(i)) = (&pa, self.open.remove(name)) {
-                    let last = |p: &Option<Arc<crate::karpenter::NodePool>>| {
-                        p.as_ref().and_then(|p| {
-                            annotation(&p.metadata, LAST_ROTATION_AT).map(str::to_string)
-                        })
-                    };
-                    let stamped = last(a) != last(b) && last(b).is_some();
-                    let state =
-                        post.claims.get(x).and_then(|c| annotation(&c.metadata, CLAIM_STATE));
-                    let outcome = if stamped {
-                        Outcome::Success
-                    } else {
-                        match state {
-                            Some("failed") => Outcome::Failure,
-                            Some("expired") => Outcome::Expired,
-                            _ if !post.claims.contains_key(x) => Outcome::Expired,
-                            _ => Outcome::Aborted,
-                        }
-                    };
-                    if let Some(r) = self.rotations.get_mut(i) {
-                        r.outcome = outcome;
-                        r.end = Some(now);
+            let mut touched: Vec<usize> = before.keys().chain(after.keys()).copied().collect();
+            touched.sort_unstable();
+            touched.dedup();
+            for slot in touched {
+                let (pa, qa) = (before.get(&slot), after.get(&slot));
+                self.slot(name, pool, slot, (pa, qa), (a, b), post, now, world, gov);
+            }
+        }
+    }
+
+    /// One slot of a pool across a step: the rotation it ends, the one it starts, and what the
+    /// open one reached.
+    #[allow(clippy::too_many_arguments)]
+    fn slot(
+        &mut self,
+        name: &str,
+        pool: usize,
+        slot: usize,
+        (pa, qa): (Option<&String>, Option<&String>),
+        (a, b): (
+            &Option<Arc<crate::karpenter::NodePool>>,
+            &Option<Arc<crate::karpenter::NodePool>>,
+        ),
+        post: &CacheView,
+        now: DateTime<Utc>,
+        world: &World,
+        gov: &mut Gov,
+    ) {
+        let key = (name.to_string(), slot);
+        if pa != qa {
+            if let (Some(x), Some(i)) = (pa, self.open.remove(&key)) {
+                let last = |p: &Option<Arc<crate::karpenter::NodePool>>| {
+                    p.as_ref().and_then(|p| {
+                        slot_annotation(&p.metadata, Key::LastRotationAt, slot).map(str::to_string)
+                    })
+                };
+                let stamped = last(a) != last(b) && last(b).is_some();
+                let state = post.claims.get(x).and_then(|c| annotation(&c.metadata, CLAIM_STATE));
+                let outcome = if stamped {
+                    Outcome::Success
+                } else {
+                    match state {
+                        Some("failed") => Outcome::Failure,
+                        Some("expired") => Outcome::Expired,
+                        _ if !post.claims.contains_key(x) => Outcome::Expired,
+                        _ => Outcome::Aborted,
                     }
-                }
-                if let (Some(y), Some(np)) = (&qa, b) {
-                    let in_window =
-                        gov.of(post, np).settings().is_some_and(|s| s.schedule.in_window(now));
-                    let life = world.metrics.lifetimes.get(y);
-                    let deadline = life.and_then(|l| l.deadline);
-                    self.open.insert(name.clone(), self.rotations.len());
-                    self.rotations.push(Rotation {
-                        pool,
-                        claim: y.clone(),
-                        start: now,
-                        draining_at: None,
-                        end: None,
-                        outcome: Outcome::Open,
-                        path: None,
-                        forceful: false,
-                        created: life.map(|l| l.created),
-                        deadline,
-                        in_window,
-                    });
+                };
+                if let Some(r) = self.rotations.get_mut(i) {
+                    r.outcome = outcome;
+                    r.end = Some(now);
                 }
             }
-            if let (Some(i), Some(np)) = (self.open.get(name), b)
-                && let Some(r) = self.rotations.get_mut(*i)
+            if let (Some(y), Some(np)) = (qa, b) {
+                let in_window =
+                    gov.of(post, np).settings().is_some_and(|s| s.schedule.in_window(now));
+                let life = world.metrics.lifetimes.get(y);
+                let deadline = life.and_then(|l| l.deadline);
+                self.open.insert(key.clone(), self.rotations.len());
+                self.rotations.push(Rotation {
+                    pool,
+                    slot,
+                    claim: y.clone(),
+                    start: now,
+                    draining_at: None,
+                    end: None,
+                    outcome: Outcome::Open,
+                    path: None,
+                    forceful: false,
+                    created: life.map(|l| l.created),
+                    deadline,
+                    in_window,
+                });
+            }
+        }
+        if let (Some(i), Some(np)) = (self.open.get(&key), b)
+            && let Some(r) = self.rotations.get_mut(*i)
+        {
+            let m = &np.metadata;
+            if r.draining_at.is_none()
+                && slot_annotation(m, Key::ActiveRotationState, slot) == Some("draining")
             {
-                if r.draining_at.is_none()
-                    && annotation(&np.metadata, ROTATION_STATE) == Some("draining")
-                {
-                    r.draining_at = Some(now);
-                }
-                if let Some(p) = annotation(&np.metadata, SURGE_PATH) {
-                    r.path = Some(p.to_string());
-                }
-                if annotation(&np.metadata, ROTATION_MODE) == Some("forceful-fallback") {
-                    r.forceful = true;
-                }
+                r.draining_at = Some(now);
+            }
+            if let Some(p) = slot_annotation(m, Key::SurgePath, slot) {
+                r.path = Some(p.to_string());
+            }
+            if slot_annotation(m, Key::RotationMode, slot) == Some("forceful-fallback") {
+                r.forceful = true;
             }
         }
     }
@@ -159,6 +194,9 @@ pub struct Figures {
     /// Successful surge rotations by path.
     pub paths: BTreeMap<&'static str, u64>,
     pub attempts: u64,
+    /// The most rotations in flight at once (of the pool; of the whole cluster in the run's
+    /// figures).
+    pub max_in_flight: u64,
     /// Old nodes replaced: successful rotations, forceful fallbacks, forced expiries.
     pub replacements: u64,
     pub replacements_in_window: u64,
@@ -265,6 +303,7 @@ impl Figures {
             }
             f.min_margin = Some(f.min_margin.map_or(Duration::zero(), |x| x.min(Duration::zero())));
         }
+        f.max_in_flight = max_in_flight(rotations.iter().filter(|r| mine(r.pool)));
         let in_scope = |v: &Vec<f64>| -> f64 {
             v.iter().enumerate().filter(|(p, _)| mine(*p)).map(|(_, x)| x).sum()
         };
@@ -287,6 +326,25 @@ impl Figures {
     pub fn writes_per_rotation(&self) -> Option<f64> {
         (self.attempts > 0).then(|| self.writes as f64 / self.attempts as f64)
     }
+}
+
+/// The most of `rotations` in flight at one instant (one that ends at the instant another starts
+/// does not overlap it).
+fn max_in_flight<'a>(rotations: impl Iterator<Item = &'a Rotation>) -> u64 {
+    let mut edges: Vec<(DateTime<Utc>, i64)> = Vec::new();
+    for r in rotations {
+        edges.push((r.start, 1));
+        if let Some(end) = r.end {
+            edges.push((end, -1));
+        }
+    }
+    edges.sort();
+    let (mut now, mut most) = (0i64, 0i64);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    most as u64
 }
 
 fn path_name(p: &str) -> &'static str {
@@ -314,6 +372,18 @@ pub fn rows(ours: &Figures, alone: Option<&Figures>) -> Vec<(String, String, Str
         let n = ours.paths.get(key).copied().unwrap_or(0);
         if n > 0 || key == "provisioned" || key == "absorbed" {
             out.push((format!("  surge path {key}"), n.to_string(), dash()));
+        }
+    }
+    // Several rotations of one pool at once only: with one lane the table stays as it was.
+    let several = if ours.per_pool.is_empty() {
+        ours.max_in_flight > 1
+    } else {
+        ours.per_pool.values().any(|f| f.max_in_flight > 1)
+    };
+    if several {
+        out.push(("rotations in flight at most".into(), ours.max_in_flight.to_string(), dash()));
+        for (pool, f) in &ours.per_pool {
+            out.push((format!("  in pool {pool}"), f.max_in_flight.to_string(), dash()));
         }
     }
     out.push((

@@ -1,7 +1,7 @@
 //! The deterministic simulation behind `noderotation simulate`: the real controller, on a
 //! [`MemoryCluster`] and a virtual clock, against actors that play Karpenter, the kubelet and
 //! scheduler, and an operator. One seed gives one exact history; with `--faults` the same seed
-//! also decides every crash, conflict, lag and misbehaving node, and the invariants I1–I11 are
+//! also decides every crash, conflict, lag and misbehaving node, and the invariants I1–I14 are
 //! checked after every step.
 //!
 //! - [`scenario`]: the fleet file; [`world`] and [`actors`]: the cluster model;
@@ -194,11 +194,7 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
             continue;
         }
         if let Some(limit) = calm_until {
-            let anchored = world
-                .snap
-                .pools
-                .values()
-                .any(|p| actors::annotation(&p.metadata, actors::ACTIVE_ROTATION).is_some());
+            let anchored = world.snap.pools.values().any(|p| !actors::anchors(p).is_empty());
             if t > limit || (!anchored && t > limit - CALM_LIMIT + Duration::minutes(2)) {
                 // Quiescence: faults off, every pool released, timers past.
                 let snap = Arc::clone(&world.snap);

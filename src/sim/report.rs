@@ -1,7 +1,9 @@
 //! `simulate --report out.html`: one self-contained page (inline CSS and SVG, no scripts, no
 //! fonts or images to fetch). Per pool a timeline: window occurrences shaded, one row per node
 //! slot with each claim's life, every rotation as a bar coloured by its outcome, deadlines
-//! ticked and forced expiries marked; then the summary table next to Karpenter alone.
+//! ticked and forced expiries marked; below them one row per rotation slot of the pool (its
+//! lanes), so rotations in flight at once show side by side; then the summary table next to
+//! Karpenter alone.
 //!
 //! Structure that tests rely on: one `<svg class="timeline" data-pool="..">` per pool, one
 //! element with class `rotation` per rotation attempt, and summary rows carrying
@@ -70,6 +72,10 @@ svg text { font: 10px sans-serif; fill: #444; }
 .deadline { stroke: #111; stroke-width: 1; }
 .deadline.replaced { stroke: #aaa; }
 .expiry { fill: #d62728; }
+.lane-label { fill: #777; }
+.slot.success { fill: #2e9d4e; } .slot.forceful { fill: #7b4fc9; }
+.slot.failure { fill: #e08a00; } .slot.expired { fill: #d62728; }
+.slot.aborted { fill: #888; } .slot.open { fill: #4a90d9; }
 .legend span { display: inline-block; margin-right: 14px; }
 .sw { display: inline-block; width: 12px; height: 10px; margin-right: 4px; vertical-align: middle; }
 "#;
@@ -133,7 +139,7 @@ pub fn html(plan: &Compiled, ours: &RunResult, alone: Option<&Figures>) -> Strin
          <span><i class=\"sw\" style=\"background:#d62728\"></i>expired / forced expiry &#9660;</span>\
          <span><i class=\"sw\" style=\"background:#4a90d9\"></i>in flight</span>\
          <span><i class=\"sw\" style=\"background:#111;width:2px\"></i>deadline (grey: of a node already replaced)</span>\
-         <span><i class=\"sw\" style=\"background:#c8c8c8;height:2px\"></i>a node's life (one row per slot)</span></p>"
+         <span><i class=\"sw\" style=\"background:#c8c8c8;height:2px\"></i>a node's life (one row per node slot); below, one row per rotation slot (lane)</span></p>"
     );
     for (i, pool) in plan.pools.iter().enumerate() {
         timeline(&mut s, i, &pool.name, ours);
@@ -152,8 +158,11 @@ fn timeline(s: &mut String, pool: usize, name: &str, r: &RunResult) {
     let lanes = lifetimes.iter().map(|l| l.lane + 1).max().unwrap_or(1);
     let lane_of: BTreeMap<&str, usize> =
         lifetimes.iter().map(|l| (l.name.as_str(), l.lane)).collect();
-    let height = TOP + lanes as f64 * LANE + 6.0;
     let rotations: Vec<_> = r.rotations.iter().filter(|x| x.pool == pool).collect();
+    // The rotation slots, below the node rows after a gap of one row.
+    let slots = rotations.iter().map(|x| x.slot + 1).max().unwrap_or(1);
+    let slot_top = TOP + (lanes + 1) as f64 * LANE;
+    let height = slot_top + slots as f64 * LANE + 6.0;
     let expiries: Vec<_> = r.forced_expiries.iter().filter(|e| e.1 == pool).collect();
     let _ = writeln!(
         s,
@@ -259,6 +268,28 @@ fn timeline(s: &mut String, pool: usize, name: &str, r: &RunResult) {
             rot.end.map_or(String::new(), |e| format!(" to {}", ts(e))),
             rot.path.as_ref().map_or(String::new(), |p| format!(", surge {p}")),
             margin
+        );
+    }
+    for slot in 0..slots {
+        let yy = slot_top + slot as f64 * LANE + LANE - 1.0;
+        let _ = writeln!(
+            s,
+            "<text class=\"lane-label\" x=\"{:.2}\" y=\"{yy:.2}\" font-size=\"7\">slot {slot}</text>",
+            WIDTH - 30.0
+        );
+    }
+    for rot in &rotations {
+        let (a, b) = (x(rot.start), x(rot.end.unwrap_or(r.end)));
+        let _ = writeln!(
+            s,
+            "<rect class=\"slot {}\" data-slot=\"{}\" x=\"{a:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\"><title>slot {}: {}</title></rect>",
+            class_of(rot.outcome, rot.forceful),
+            rot.slot,
+            slot_top + rot.slot as f64 * LANE + 0.5,
+            (b - a).max(2.0),
+            LANE - 1.0,
+            rot.slot,
+            esc(&rot.claim)
         );
     }
     for (t, _, claim) in &expiries {
