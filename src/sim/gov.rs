@@ -104,8 +104,9 @@ pub fn lead_time(settings: &Effective, pool: &NodePool, now: DateTime<Utc>) -> O
 }
 
 /// The claims of `pool` (in the store at `now`) that its lanes cannot reach within their chances
-/// from `now` ([`crate::policy::lookahead::reachable_lanes`], with the lanes the controller uses): a fleet whose deadlines start out crowded. Invariant 8
-/// does not hold the controller to them.
+/// from `now` ([`crate::policy::lookahead::reachable_lanes`], with the lanes the controller
+/// uses): a fleet whose deadlines start out crowded. Invariant 8 does not hold the controller to
+/// them.
 pub fn unreachable_at_start(
     settings: &Effective,
     view: &CacheView,
