@@ -407,12 +407,11 @@ impl Controller {
         let mut report = SweepReport::default();
         let mut subjects: Vec<(Handler, SweepSubject, Option<NodePool>, usize)> = Vec::new();
         for (name, p) in &cache.pools {
-            // Slot 0 always, and every other slot that holds a key (its own orphan mirror).
-            let mut used = slots::used(&p.metadata);
-            if used.first() != Some(&0) {
-                used.insert(0, 0);
-            }
-            for slot in used {
+            // Slot 0 always; another slot only where its mirror is set, the one key the pool's
+            // sweep rows act on (a pool with many slots holds many keys).
+            let mirrored = slots::by_slot(&p.metadata, Key::ActiveRotationState);
+            let visit = std::iter::once(0).chain(mirrored.into_keys().filter(|s| *s != 0));
+            for slot in visit {
                 let mut pool = p.as_ref().clone();
                 slots::swap_meta(&mut pool.metadata, slot);
                 subjects.push((

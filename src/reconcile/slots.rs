@@ -8,6 +8,7 @@
 //! its own inverse; for slot 0 it is the identity, so a pool with one slot is read and written
 //! exactly as before slots existed.
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -55,16 +56,23 @@ fn swapped(full: &str, slot: usize) -> Option<String> {
     }
 }
 
-/// Swaps slot `slot`'s per-rotation annotations with the plain keys (its own inverse).
+/// Swaps slot `slot`'s per-rotation annotations with the plain keys (its own inverse). Touches
+/// only the two keys of each per-rotation key: a pool with many slots holds many annotations.
 pub fn swap_meta(meta: &mut ObjectMeta, slot: usize) {
     if slot == 0 {
         return;
     }
     let Some(ann) = meta.annotations.as_mut() else { return };
-    let moved: Vec<(String, String)> =
-        ann.iter().filter_map(|(k, v)| swapped(k, slot).map(|to| (to, v.clone()))).collect();
-    ann.retain(|k, _| swapped(k, slot).is_none());
-    ann.extend(moved);
+    for key in PER_ROTATION_KEYS {
+        let plain = ann.remove(key.full());
+        let slotted = ann.remove(&slot_key(*key, slot));
+        if let Some(v) = slotted {
+            ann.insert(key.full().to_string(), v);
+        }
+        if let Some(v) = plain {
+            ann.insert(slot_key(*key, slot), v);
+        }
+    }
 }
 
 /// A patch written through slot `slot`'s lens, as the API server must receive it.
@@ -82,10 +90,20 @@ pub fn swap_patch(patch: &Patch, slot: usize) -> Patch {
 
 /// Every anchored slot of a pool and the claim it names, by slot.
 pub fn anchors(meta: &ObjectMeta) -> BTreeMap<usize, &str> {
+    by_slot(meta, Key::ActiveRotation)
+}
+
+/// The non-empty values of a per-rotation `key`, by slot. Slot 0's key and the suffixed ones
+/// (`key.N` sorts between `key.` and `key/`) are read without scanning the other annotations.
+pub fn by_slot(meta: &ObjectMeta, key: Key) -> BTreeMap<usize, &str> {
     let Some(ann) = meta.annotations.as_ref() else { return BTreeMap::new() };
-    ann.iter()
+    let base = key.full();
+    let (from, to) = (format!("{base}."), format!("{base}/"));
+    ann.get_key_value(base)
+        .into_iter()
+        .chain(ann.range::<str, _>((Bound::Included(from.as_str()), Bound::Excluded(to.as_str()))))
         .filter_map(|(k, v)| match parse(k) {
-            Some((Key::ActiveRotation, slot)) if !v.is_empty() => Some((slot, v.as_str())),
+            Some((k, slot)) if k == key && !v.is_empty() => Some((slot, v.as_str())),
             _ => None,
         })
         .collect()

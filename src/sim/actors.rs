@@ -719,7 +719,8 @@ impl World {
                     req: &Resources| {
             nodes
                 .iter()
-                .filter(|(name, (pool, free))| ok(name, *pool) && fits(free, req))
+                // The cheap resource check first: most nodes of a big pool are full.
+                .filter(|(name, (pool, free))| fits(free, req) && ok(name, *pool))
                 // The most free CPU, then the first name: compared in place, not cloned.
                 .max_by(|(a, (_, fa)), (b, (_, fb))| {
                     let cpu = |f: &Resources| f.get("cpu").copied().unwrap_or(0);
