@@ -16,7 +16,6 @@ use crate::clock::Clock;
 use crate::cluster::{ApiError, CacheView, Cluster};
 use crate::engine::{Engine, EngineError, Handler, Key};
 use crate::karpenter::NodePool;
-use crate::placeholder;
 use crate::policy::crd::RotationPolicy;
 use crate::policy::feasibility;
 use crate::policy::invalid::InvalidPolicy;
@@ -291,7 +290,7 @@ impl Controller {
         let mut snap = Snapshot::new(now, cache, index, namespace, Some(pool), governance, None);
         if let (Some(policy), Some(pool)) = (snap.policy().cloned(), snap.pool.clone()) {
             let nodes = snap.pool_nodes();
-            let short = pool.limits_without_room_for(&placeholder::node_worth(snap.pool_claims()));
+            let short = pool.limits_without_room_for(&snap.node_worth());
             let assessment = self.assessment(&pool, &policy, nodes, short, now);
             snap.fatal = assessment.has_fatal();
             snap.assessment = Some(assessment);

@@ -92,6 +92,9 @@ struct PoolClaims {
     claims: Vec<Arc<NodeClaim>>,
     /// Parallel to `claims`, computed on the first pass over the pool in this cache version.
     derived: OnceLock<Vec<Derived>>,
+    /// [`placeholder::node_worth`] of `claims` (their `status.allocatable`, which no pass
+    /// writes), computed once per cache version.
+    worth: OnceLock<placeholder::Resources>,
 }
 
 /// What a pass reads of a claim apart from its annotations: a pass's own writes change only
@@ -169,7 +172,7 @@ impl ClaimIndex {
                     Some(p) => p.claims.push(Arc::clone(c)),
                     None => {
                         let claims = vec![Arc::clone(c)];
-                        map.insert(pool.clone(), PoolClaims { claims, derived: OnceLock::new() });
+                        map.insert(pool.clone(), PoolClaims { claims, ..Default::default() });
                     }
                 }
             }
@@ -191,6 +194,17 @@ impl ClaimIndex {
                 (&p.claims, derived)
             }
             None => (&[], &[]),
+        }
+    }
+
+    /// One node's worth of the pool's resources ([`placeholder::node_worth`] of its claims).
+    fn pool_worth(&self, cache: &CacheView, pool: &str) -> placeholder::Resources {
+        match self.by_pool(cache).get(pool) {
+            Some(p) => p
+                .worth
+                .get_or_init(|| placeholder::node_worth(p.claims.iter().map(|c| c.as_ref())))
+                .clone(),
+            None => placeholder::node_worth(std::iter::empty()),
         }
     }
 
@@ -394,6 +408,11 @@ impl Snapshot {
                 !placed
             })
             .collect()
+    }
+
+    /// One node's worth of this pool's resources ([`placeholder::node_worth`]), per cache version.
+    pub fn node_worth(&self) -> placeholder::Resources {
+        self.index.pool_worth(&self.cache, self.pool_name())
     }
 
     /// Claims of this pool, by label.

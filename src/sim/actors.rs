@@ -830,20 +830,20 @@ impl World {
         req: &Resources,
     ) -> Option<String> {
         let snap = Arc::clone(&self.snap);
+        // The placeholders by the node they run on, in the cache's order (one pass over them,
+        // not one per node).
+        let mut on_node: BTreeMap<&str, Vec<Arc<Pod>>> = BTreeMap::new();
+        for ph in snap.placeholders.values() {
+            if let Some(node) = placeholder_node(ph) {
+                on_node.entry(node).or_default().push(Arc::clone(ph));
+            }
+        }
         let mut choice: Option<(usize, String, Vec<Arc<Pod>>)> = None;
         for (name, (p, free)) in nodes.iter() {
             if *p != pool {
                 continue;
             }
-            let victims: Vec<Arc<Pod>> = snap
-                .placeholders
-                .values()
-                .filter(|ph| placeholder_node(ph) == Some(name.as_str()))
-                .cloned()
-                .collect();
-            if victims.is_empty() {
-                continue;
-            }
+            let Some(victims) = on_node.get(name.as_str()).cloned() else { continue };
             let mut freed = free.clone();
             for v in &victims {
                 add(&mut freed, &pod_requests(v));
