@@ -671,16 +671,24 @@ impl World {
     fn usable_nodes(&mut self) -> BTreeMap<String, (usize, Resources)> {
         let mut out = BTreeMap::new();
         let snap = Arc::clone(&self.snap);
+        // The three maps are keyed by node name: walked side by side instead of looked up.
+        let mut cached = snap.nodes.iter().peekable();
+        let mut bound = self.node_pods.iter().peekable();
         for (name, n) in &self.nodes {
             if !n.ready || n.disrupted {
                 continue;
             }
-            let Some(node) = snap.nodes.get(name) else { continue };
+            while cached.next_if(|(k, _)| k.as_str() < name.as_str()).is_some() {}
+            let Some(node) = cached.peek().filter(|(k, _)| *k == name).map(|(_, v)| *v) else {
+                continue;
+            };
             if node_unschedulable(node) || node.metadata.deletion_timestamp.is_some() {
                 continue;
             }
             let mut free = self.plan.pools[n.pool].allocatable.clone();
-            for key in self.node_pods.get(name).into_iter().flatten() {
+            while bound.next_if(|(k, _)| k.as_str() < name.as_str()).is_some() {}
+            let pods = bound.peek().filter(|(k, _)| *k == name).map(|(_, v)| *v);
+            for key in pods.into_iter().flatten() {
                 if let Some(p) = self.pods.get(key) {
                     sub(&mut free, &p.requests);
                 }
