@@ -569,7 +569,7 @@ fn failed_claim_inside_backoff_releases_the_anchor_keeping_the_later_pause() {
     toy.store.pool.insert(Key::LastFailureAt, "2026-11-28T02:25:00Z".into());
     toy.view.pool.insert(Key::LastFailureAt, "2026-11-28T02:25:00Z".into());
     let (fired, requeue) = toy.run();
-    ends_with(&fired, &["dispatch_failed", "failed_release"]);
+    ends_with(&fired, &["dispatch_failed", "failed_release_check", "failed_release"]);
     assert_eq!(requeue, Duration::minutes(1));
     assert!(!toy.store.pool.contains_key(&Key::ActiveRotation));
     assert_eq!(toy.store.pool[&Key::LastFailureAt], "2026-11-28T02:25:00Z");

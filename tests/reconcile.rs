@@ -2402,3 +2402,29 @@ fn headroom_counts_the_surges_other_slots_still_wait_for() {
     fx.pass();
     assert_eq!(slot_ann(&fx, Key::ActiveRotation, 2), None);
 }
+
+#[test]
+fn a_release_judged_on_a_stale_failed_view_keeps_the_retry_that_owns_the_anchor() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    let hook = fx.intercept();
+    // Fresh: c1 was retried and is pending (anchored, frozen, placeholder). The cache still
+    // shows the failed attempt before it, and a freeze closes the start gates meanwhile, so the
+    // cached view leads to `failed_release`.
+    fx.set_pool_ann(Key::Freeze, Some("2026-11-28T05:00:00Z"));
+    fx.client.flush_cache();
+    hook.stale_cache(|view| {
+        if let Some(c) = view.claims.get("c1") {
+            let mut c = (**c).clone();
+            let ann = c.metadata.annotations.get_or_insert_with(Default::default);
+            ann.insert(Key::State.full().into(), "failed".into());
+            ann.insert(Key::FailedAt.full().into(), "2026-11-28T02:59:00Z".into());
+            ann.remove(Key::StartedAt.full());
+            view.claims.insert("c1".into(), std::sync::Arc::new(c));
+        }
+    });
+    fx.stale_pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "the anchor stays");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(fx.placeholder("c1").is_some());
+}

@@ -695,16 +695,20 @@ impl Snapshot {
     /// while the placeholder is bound, [`Snapshot::induced_claim`] (none when that claim is not
     /// visible: a bound placeholder means the surge host registered, so a claim found otherwise
     /// would be somebody else's); else the pool's one fresh claim that is not Ready
-    /// ([`placeholder::not_ready_surge_claim`]). May name an absorbing host: the reap guard keeps
-    /// those.
+    /// ([`placeholder::not_ready_surge_claim`]), only while no other slot of the pool waits for
+    /// its own surge. May name an absorbing host: the reap guard keeps those.
     pub fn surge_claim_to_reap(&self, claim: &str, started_at: DateTime<Utc>) -> Option<String> {
         if let Some(recorded) = annotation(&self.claim(claim)?.metadata, Key::SurgeClaim) {
             return Some(recorded.to_string());
         }
         let induced = if self.placeholder_host(claim).is_some() {
             self.induced_claim(claim)
-        } else {
+        } else if self.surges_waiting(Some(claim)).is_empty() {
             placeholder::not_ready_surge_claim(self.pool_claims(), self.pool_name(), started_at)
+        } else {
+            // Another slot's surge is still to come: a fresh claim that is not Ready may be
+            // its surge, and a claim that cannot be attributed is never reaped.
+            None
         };
         induced.and_then(|c| c.metadata.name.clone())
     }

@@ -46,8 +46,9 @@ pub const I11: &str = "I11 failed-surge-cost";
 /// so only a start is held to it.
 pub const I12: &str = "I12 lanes-in-flight";
 /// Not in the guide's list: a pool's rotations hold at most `lanes(np)` surge nodes at once
-/// (nodes whose `surge-for` names one of its anchors, the old node excepted), or as many as
-/// rotations are in flight when more were started under a larger N.
+/// (nodes whose `surge-for` names one of its anchors, the old node and a former host whose
+/// placeholder moved to the slot's recorded `surge-host` excepted), or as many as rotations
+/// are in flight when more were started under a larger N.
 pub const I13: &str = "I13 surge-nodes-per-lane";
 /// Not in the guide's list: no claim is in two rotations: no two slots, of one pool or of
 /// two, anchor the same claim at one instant.
@@ -210,6 +211,12 @@ fn surge_breach(
     lanes: impl FnOnce() -> usize,
 ) -> Option<String> {
     let rotations = anchors(np);
+    let hosts = crate::reconcile::slots::by_slot(&np.metadata, crate::engine::Key::SurgeHost);
+    // The host a rotation recorded: a former host (its placeholder preempted and re-created on
+    // another node) keeps its freeze until the rotation ends and is not counted again.
+    let recorded = |claim: &str| {
+        rotations.iter().find(|(_, a)| **a == claim).and_then(|(slot, _)| hosts.get(slot)).copied()
+    };
     let old_node =
         |claim: &str| view.claims.get(claim).and_then(|c| c.status.as_ref()?.node_name.clone());
     let surge: Vec<&str> = view
@@ -217,7 +224,9 @@ fn surge_breach(
         .iter()
         .filter(|(name, n)| {
             annotation(&n.metadata, SURGE_FOR).is_some_and(|s| {
-                rotations.values().any(|a| *a == s) && old_node(s).as_deref() != Some(name.as_str())
+                rotations.values().any(|a| *a == s)
+                    && old_node(s).as_deref() != Some(name.as_str())
+                    && recorded(s).is_none_or(|host| host == name.as_str())
             })
         })
         .map(|(name, _)| name.as_str())
