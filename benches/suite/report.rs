@@ -304,6 +304,7 @@ impl Report {
             );
         }
         md.push('\n');
+        md.push_str(BIG_POOLS);
         self.sections.push(md);
     }
 
@@ -431,3 +432,6 @@ impl Report {
         self.sections.push(md);
     }
 }
+
+/// Part 4's pointer to the big-pool figures (minutes per run, so not part of the suite).
+const BIG_POOLS: &str = "Big pools (240 and 1,000 nodes with parallel rotations, `maxUnavailable` as `plan` advises): figures, wall times and the commands that reproduce them are in [big-pools.md](big-pools.md).\n\n";
