@@ -619,9 +619,16 @@ impl Checker {
             }
             // Not a candidate: only a §3.8 reap may delete it, for the rotation whose surge it
             // was (with several in flight), else the pool's first.
+            // The rotation that recorded the claim as its surge claim reaped it; else the one
+            // Karpenter launched it for (the scheduler may bind another rotation's placeholder
+            // there, and that rotation records it then).
+            let recorded = prev.claims.iter().find_map(|(c, obj)| {
+                (annotation(&obj.metadata, SURGE_CLAIM) == Some(name.as_str())).then(|| c.clone())
+            });
             let surged = world.claims.get(name).and_then(|c| c.surge_for.clone());
-            let cand = surged
+            let cand = recorded
                 .filter(|s| anchor_pre.contains(s))
+                .or(surged.filter(|s| anchor_pre.contains(s)))
                 .or_else(|| first_other(prev.pools.get(&pool), name))
                 .or(unanchored);
             let Some(cand) = cand else {
@@ -1036,9 +1043,9 @@ impl Checker {
 
     /// I11: the readyTimeout rollback of an attempt (pending -> failed with the retry count
     /// raised) leaves no surge claim the world launched for its placeholder that is not Ready,
-    /// unless §3.8 could not attribute it (another fresh claim of the pool not Ready, or
-    /// `surge-claim` naming another host), its node holds pods, or it is too new for the
-    /// controller's cache.
+    /// unless §3.8 could not attribute it (another fresh claim of the pool not Ready, another
+    /// slot of the pool still waiting for its surge, or `surge-claim` naming another host), its
+    /// node holds pods, or it is too new for the controller's cache.
     fn surge_cost(
         &mut self,
         prev: &CacheView,
@@ -1109,6 +1116,20 @@ impl Checker {
                 })
                 .count();
             let not_ready_fresh = live + gone + just_ready;
+            // Another slot of the pool still waited for its own surge (pending, placeholder not
+            // bound): a fresh claim that is not Ready cannot be attributed (§3.8), so none is
+            // reaped.
+            let pool_name = self.plan.pools.get(pool).map(|p| p.name.as_str()).unwrap_or("");
+            let others_waiting = prev.pools.get(pool_name).is_some_and(|np| {
+                anchors(np).values().any(|other| {
+                    *other != claim.as_str()
+                        && prev.claims.get(*other).is_some_and(|c| state_of(c) == Some("pending"))
+                        && !prev.placeholders.values().any(|p| {
+                            annotation(&p.metadata, SURGE_FOR) == Some(*other)
+                                && placeholder_node(p).is_some()
+                        })
+                })
+            });
             for (s, sc) in &world.claims {
                 let launched = sc.phase >= Phase::Launched && sc.phase < Phase::Ready;
                 if sc.surge_for.as_deref() != Some(claim.as_str())
@@ -1120,6 +1141,7 @@ impl Checker {
                 let billed = post.claims.get(s).is_some_and(|c| !c.is_deleting());
                 let excused = now - sc.created <= self.tolerance
                     || not_ready_fresh > 1
+                    || (recorded.is_none() && others_waiting)
                     || recorded.is_some_and(|r| r != s)
                     || prev.claims.get(s).is_some_and(|c| c.is_deleting())
                     || world
