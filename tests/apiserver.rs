@@ -914,6 +914,22 @@ impl Operator for kubelet::PodContainer {
     }
 }
 
+/// Ends a rotation test whatever its outcome: the controller's log on failure, the actor
+/// stopped, the policy removed.
+async fn finish(
+    fx: &Rotation,
+    actor: actor::Actor,
+    ctl: &impl Operator,
+    result: TestResult,
+) -> TestResult {
+    if result.is_err() {
+        eprintln!("controller log:\n{}", ctl.log_text());
+    }
+    actor.stop().await;
+    fx.cleanup().await;
+    result
+}
+
 /// One full surge rotation of `fx`'s candidate by `ctl`, checked step by step: pending with the
 /// candidate frozen, cordoned and one placeholder and no delete; draining; completed once, the
 /// pool clean, one surge claim, one success in `/metrics` from the leader. The actor is stopped
@@ -959,12 +975,7 @@ async fn full_surge(fx: &Rotation, actor: actor::Actor, ctl: &impl Operator) -> 
         Ok::<(), Error>(())
     }
     .await;
-    if result.is_err() {
-        eprintln!("controller log:\n{}", ctl.log_text());
-    }
-    actor.stop().await;
-    fx.cleanup().await;
-    result
+    finish(fx, actor, ctl, result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1046,12 +1057,7 @@ async fn rotation_three_at_once_in_one_pool_all_complete() -> TestResult {
         Ok::<(), Error>(())
     }
     .await;
-    if result.is_err() {
-        eprintln!("controller log:\n{}", ctl.log_text());
-    }
-    actor.stop().await;
-    fx.cleanup().await;
-    result
+    finish(&fx, actor, &ctl, result).await
 }
 
 // ---- (f) in-cluster: the image, under the RBAC an install creates -----------------------------
@@ -1504,12 +1510,7 @@ async fn rotation_ready_timeout_rolls_back_and_reaps_the_surge_claim() -> TestRe
         Ok::<(), Error>(())
     }
     .await;
-    if result.is_err() {
-        eprintln!("controller log:\n{}", ctl.log_text());
-    }
-    actor.stop().await;
-    fx.cleanup().await;
-    result
+    finish(&fx, actor, &ctl, result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1542,12 +1543,7 @@ async fn rotation_force_expiry_while_pending_records_expired() -> TestResult {
         Ok::<(), Error>(())
     }
     .await;
-    if result.is_err() {
-        eprintln!("controller log:\n{}", ctl.log_text());
-    }
-    actor.stop().await;
-    fx.cleanup().await;
-    result
+    finish(&fx, actor, &ctl, result).await
 }
 
 /// SIGKILL of `noderotation run` at `state`, then a new process: the rotation completes and

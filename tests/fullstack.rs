@@ -70,6 +70,27 @@ fn pool(expire_after: &str, tgp: &str, consolidate_after: &str) -> PoolSpec {
     }
 }
 
+/// G2: no workload pod was Pending as long as a node takes to register.
+fn assert_no_pod_waited_for_a_node(pending: &stack::PendingFigures) {
+    assert!(
+        pending.longest_pending_seconds < registration_delay_secs(),
+        "a workload pod was Pending {:.1}s, as long as a node takes to register",
+        pending.longest_pending_seconds
+    );
+}
+
+/// The controller's `/metrics` count `want` successful rotations of the world's pool.
+fn assert_successes(metrics: &str, world: &World, want: f64) {
+    assert_eq!(
+        metric(
+            metrics,
+            "noderotation_completed_total",
+            &[("nodepool", &world.name), ("outcome", "success")]
+        ),
+        Some(want)
+    );
+}
+
 fn registration_delay_secs() -> f64 {
     go_duration(&registration_delay()).num_seconds() as f64
 }
@@ -357,19 +378,8 @@ async fn scenario_1_surge_rotation_on_the_provisioned_path_finishes_before_the_d
             new_claims.iter().filter_map(|c| seen[c].node.clone()).collect();
         assert!(hosts.is_subset(&surge_nodes), "workload on {hosts:?}, new nodes {surge_nodes:?}");
         // G2: no pod waited for a node to boot.
-        assert!(
-            pending.longest_pending_seconds < registration_delay_secs(),
-            "a workload pod was Pending {:.1}s, as long as a node takes to register",
-            pending.longest_pending_seconds
-        );
-        assert_eq!(
-            metric(
-                &metrics,
-                "noderotation_completed_total",
-                &[("nodepool", &world.name), ("outcome", "success")]
-            ),
-            Some(1.0)
-        );
+        assert_no_pod_waited_for_a_node(&pending);
+        assert_successes(&metrics, &world, 1.0);
 
         let mut observations = launch_observations(&stack, &world, started, &new_claims, 1);
         let placeholder = tracked.placeholders.iter().next().cloned().unwrap_or_default();
@@ -1040,19 +1050,8 @@ async fn scenario_6_two_rotations_at_once_each_with_its_own_surge_node() -> Test
         assert!(margin > 0.0, "a rotation finished {margin:.0}s after the deadline");
         let new_claims = created_since(&seen, started, &[]);
         assert!(new_claims.len() >= 2, "one surge node per rotation: {new_claims:?}");
-        assert!(
-            pending.longest_pending_seconds < registration_delay_secs(),
-            "a workload pod was Pending {:.1}s, as long as a node takes to register",
-            pending.longest_pending_seconds
-        );
-        assert_eq!(
-            metric(
-                &metrics,
-                "noderotation_completed_total",
-                &[("nodepool", &world.name), ("outcome", "success")]
-            ),
-            Some(2.0)
-        );
+        assert_no_pod_waited_for_a_node(&pending);
+        assert_successes(&metrics, &world, 2.0);
         let mut figures = BTreeMap::new();
         figures
             .insert("max_in_flight (rotations of the pool at once)".into(), json!(max_in_flight));

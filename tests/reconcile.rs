@@ -2264,6 +2264,17 @@ fn set_slot_ann(fx: &Fx, key: Key, slot: usize, value: &str) {
     });
 }
 
+/// From now on the controller's cache shows the pool without any annotation.
+fn hide_pool_annotations(hook: &Intercept) {
+    hook.stale_cache(|view| {
+        if let Some(p) = view.pools.get_mut(POOL) {
+            let mut p = (**p).clone();
+            p.metadata.annotations = None;
+            view.pools.insert(POOL.to_string(), std::sync::Arc::new(p));
+        }
+    });
+}
+
 fn three_lanes() -> Fx {
     Fx::with(policy_yaml(", maxUnavailable: 3", None), pool_yaml(""))
 }
@@ -2331,13 +2342,7 @@ fn a_claim_another_slot_rotates_is_never_anchored_twice_on_a_stale_view() {
     // The fresh pool already rotates c1 in slot 1; the cache shows neither the anchor nor a state.
     set_slot_ann(&fx, Key::ActiveRotation, 1, "c1");
     fx.client.flush_cache();
-    hook.stale_cache(|view| {
-        if let Some(p) = view.pools.get_mut(POOL) {
-            let mut p = (**p).clone();
-            p.metadata.annotations = None;
-            view.pools.insert(POOL.to_string(), std::sync::Arc::new(p));
-        }
-    });
+    hide_pool_annotations(&hook);
     fx.stale_pass();
     assert_eq!(fx.pool_ann(Key::ActiveRotation), None, "slot 0 did not take c1 as well");
     assert_eq!(slot_ann(&fx, Key::ActiveRotation, 1).as_deref(), Some("c1"));
@@ -2357,13 +2362,7 @@ fn a_start_on_a_stale_view_never_exceeds_max_unavailable() {
         set_slot_ann(&fx, Key::ActiveRotation, slot, c);
     }
     fx.client.flush_cache();
-    hook.stale_cache(|view| {
-        if let Some(p) = view.pools.get_mut(POOL) {
-            let mut p = (**p).clone();
-            p.metadata.annotations = None;
-            view.pools.insert(POOL.to_string(), std::sync::Arc::new(p));
-        }
-    });
+    hide_pool_annotations(&hook);
     fx.stale_pass();
     assert_eq!(fx.pool_ann(Key::ActiveRotation), None, "no fourth rotation");
     assert!(fx.claim_ann("c1", Key::State).is_none(), "c1, free, waits for a slot");
