@@ -255,13 +255,24 @@ pub fn fits(free: &Resources, want: &Resources) -> bool {
 
 pub fn add(acc: &mut Resources, r: &Resources) {
     for (k, v) in r {
-        *acc.entry(k.clone()).or_insert(0) += v;
+        // The key is cloned only when it is new (not on every pod).
+        match acc.get_mut(k) {
+            Some(x) => *x += v,
+            None => {
+                acc.insert(k.clone(), *v);
+            }
+        }
     }
 }
 
 pub fn sub(acc: &mut Resources, r: &Resources) {
     for (k, v) in r {
-        *acc.entry(k.clone()).or_insert(0) -= v;
+        match acc.get_mut(k) {
+            Some(x) => *x -= v,
+            None => {
+                acc.insert(k.clone(), -*v);
+            }
+        }
     }
 }
 
