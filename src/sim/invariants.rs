@@ -625,9 +625,31 @@ impl Checker {
             let recorded = prev.claims.iter().find_map(|(c, obj)| {
                 (annotation(&obj.metadata, SURGE_CLAIM) == Some(name.as_str())).then(|| c.clone())
             });
+            // A reap runs in a rollback: the one rotation of the pool rolled back in this step
+            // (pending -> failed) reaped it.
+            let mut rolled_back = d.claims.iter().filter_map(|(c, a, b)| {
+                let (a, b) = (a.as_ref()?, b.as_ref()?);
+                (self.claim_pool.get(c) == Some(&pool)
+                    && state_of(a) == Some("pending")
+                    && state_of(b) == Some("failed"))
+                .then(|| c.clone())
+            });
+            let rolled_back = match (rolled_back.next(), rolled_back.next()) {
+                (Some(one), None) => Some(one),
+                _ => None,
+            };
+            let recorded = rolled_back.or(recorded);
+            // ... else the rotation whose placeholder ran on the claim's node (its induced claim).
+            let host = world.claims.get(name).map(|c| c.node.clone()).unwrap_or_default();
+            let hosted = prev.placeholders.values().find_map(|p| {
+                (placeholder_node(p) == Some(host.as_str()))
+                    .then(|| annotation(&p.metadata, SURGE_FOR).map(str::to_string))
+                    .flatten()
+            });
             let surged = world.claims.get(name).and_then(|c| c.surge_for.clone());
             let cand = recorded
                 .filter(|s| anchor_pre.contains(s))
+                .or(hosted.filter(|s| anchor_pre.contains(s)))
                 .or(surged.filter(|s| anchor_pre.contains(s)))
                 .or_else(|| first_other(prev.pools.get(&pool), name))
                 .or(unanchored);
