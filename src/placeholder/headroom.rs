@@ -2,7 +2,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::requests::{Resources, millis_quantity, parse_list};
+use super::requests::{Resources, add_into, millis_quantity, parse_list};
 use crate::karpenter::{self, NodeClaim, NodePool};
 
 /// `nodes` in a pool's `spec.limits` / `status.resources`.
@@ -18,6 +18,16 @@ pub fn footprint(candidate: &NodeClaim) -> Resources {
     let mut out = parse_list(candidate.status.as_ref().map(|s| &s.allocatable));
     *out.entry(NODES_RESOURCE.to_string()).or_insert(0) += 1000;
     out
+}
+
+/// What several surges may add together: the sum of their [`footprint`]s (a start judged with
+/// the other rotations' surges still to come, §3.3 with several rotations in flight).
+pub fn footprints<'a>(candidates: impl IntoIterator<Item = &'a NodeClaim>) -> Resources {
+    let mut total = Resources::new();
+    for c in candidates {
+        add_into(&mut total, &footprint(c));
+    }
+    total
 }
 
 /// One node's worth of the pool's resources: per resource, the largest [`footprint`] among its

@@ -62,7 +62,7 @@ pub use affinity::{
 };
 pub use census::{HOSTNAME_LABEL, MIRROR_POD_ANNOTATION, PodClass, classify, required_node_terms};
 pub use clamp::{Clamp, clamp, clamp_limit, is_container_resource};
-pub use headroom::{NODES_RESOURCE, Shortfall, footprint, node_worth, surge_headroom};
+pub use headroom::{NODES_RESOURCE, Shortfall, footprint, footprints, node_worth, surge_headroom};
 pub use name::{PLACEHOLDER_PREFIX, placeholder_name, surge_for};
 pub use pod::{
     PAUSE_CONTAINER, PLACEHOLDER_UID, Placeholder, PlaceholderInput, PlaceholderRefused,

@@ -437,12 +437,8 @@ impl Controller {
                 pod.metadata.namespace.clone().unwrap_or_else(|| self.ctx.config.namespace.clone());
             subjects.push((Handler::SweepPod, SweepSubject::Pod(ns, name.clone()), None, 0));
         }
-        let marked = |p: &NodePool| {
-            p.metadata.annotations.iter().flatten().any(|(k, _)| {
-                k.strip_prefix(Key::ActiveRotationState.full())
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
-            })
-        };
+        let marked =
+            |p: &NodePool| !slots::by_slot(&p.metadata, Key::ActiveRotationState).is_empty();
         let pools_only = subjects.iter().all(|s| s.0 == Handler::SweepPool);
         if pools_only && !cache.pools.values().any(|p| marked(p)) {
             return report;

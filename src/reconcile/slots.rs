@@ -88,13 +88,22 @@ pub fn swap_patch(patch: &Patch, slot: usize) -> Patch {
     }
 }
 
-/// Every anchored slot of a pool and the claim it names, by slot.
+/// Every anchored slot of a pool and the claim it names (an empty anchor names none), by slot.
 pub fn anchors(meta: &ObjectMeta) -> BTreeMap<usize, &str> {
-    by_slot(meta, Key::ActiveRotation)
+    let mut out = by_slot(meta, Key::ActiveRotation);
+    out.retain(|_, v| !v.is_empty());
+    out
 }
 
-/// The non-empty values of a per-rotation `key`, by slot. Slot 0's key and the suffixed ones
-/// (`key.N` sorts between `key.` and `key/`) are read without scanning the other annotations.
+/// A per-rotation time annotation of `slot` (RFC 3339); `None` when absent or unreadable.
+pub fn time_at(meta: &ObjectMeta, key: Key, slot: usize) -> Option<DateTime<Utc>> {
+    let raw = meta.annotations.as_ref()?.get(&slot_key(key, slot))?;
+    DateTime::parse_from_rfc3339(raw).ok().map(|t| t.with_timezone(&Utc))
+}
+
+/// The values of a per-rotation `key` present in each slot (empty ones included), by slot.
+/// Slot 0's key and the suffixed ones (`key.N` sorts between `key.` and `key/`) are read
+/// without scanning the other annotations.
 pub fn by_slot(meta: &ObjectMeta, key: Key) -> BTreeMap<usize, &str> {
     let Some(ann) = meta.annotations.as_ref() else { return BTreeMap::new() };
     let base = key.full();
@@ -103,7 +112,7 @@ pub fn by_slot(meta: &ObjectMeta, key: Key) -> BTreeMap<usize, &str> {
         .into_iter()
         .chain(ann.range::<str, _>((Bound::Included(from.as_str()), Bound::Excluded(to.as_str()))))
         .filter_map(|(k, v)| match parse(k) {
-            Some((k, slot)) if k == key && !v.is_empty() => Some((slot, v.as_str())),
+            Some((k, slot)) if k == key => Some((slot, v.as_str())),
             _ => None,
         })
         .collect()
@@ -117,10 +126,7 @@ pub fn to_run(meta: &ObjectMeta, lanes: usize) -> Vec<usize> {
     let anchored = anchors(meta);
     let mut out: Vec<usize> = anchored.keys().copied().collect();
     if anchored.len() < lanes.max(1) {
-        let last = |slot: usize| -> Option<DateTime<Utc>> {
-            let raw = meta.annotations.as_ref()?.get(&slot_key(Key::LastRotationAt, slot))?;
-            DateTime::parse_from_rfc3339(raw).ok().map(|t| t.with_timezone(&Utc))
-        };
+        let last = |slot: usize| time_at(meta, Key::LastRotationAt, slot);
         let free =
             (0..lanes.max(1)).filter(|s| !anchored.contains_key(s)).min_by_key(|s| (last(*s), *s));
         out.extend(free);

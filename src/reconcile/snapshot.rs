@@ -436,13 +436,7 @@ impl Snapshot {
             else {
                 continue;
             };
-            let drained = || {
-                let raw = meta?
-                    .annotations
-                    .as_ref()?
-                    .get(&super::slots::slot_key(Key::DrainingAt, *slot))?;
-                DateTime::parse_from_rfc3339(raw).ok().map(|t| t.with_timezone(&Utc))
-            };
+            let drained = || super::slots::time_at(meta?, Key::DrainingAt, *slot);
             if let Some(t) = time_annotation(&cand.metadata, Key::StartedAt).or_else(drained) {
                 starts.push(t);
             }
@@ -905,15 +899,8 @@ impl Facts for Snapshot {
                 let claim = args.get(1).and_then(|a| self.claim_of(a));
                 match (&self.pool, claim) {
                     (Some(pool), Some(c)) => {
-                        let want = self
-                            .surges_waiting(c.metadata.name.as_deref())
-                            .into_iter()
-                            .fold(placeholder::footprint(c), |mut sum, other| {
-                                for (resource, amount) in placeholder::footprint(other) {
-                                    *sum.entry(resource).or_insert(0) += amount;
-                                }
-                                sum
-                            });
+                        let others = self.surges_waiting(c.metadata.name.as_deref());
+                        let want = placeholder::footprints(std::iter::once(c).chain(others));
                         Value::Bool(placeholder::surge_headroom(pool, &want).is_ok())
                     }
                     _ => Value::Nil,

@@ -211,7 +211,8 @@ fn surge_breach(
     lanes: impl FnOnce() -> usize,
 ) -> Option<String> {
     let rotations = anchors(np);
-    let hosts = crate::reconcile::slots::by_slot(&np.metadata, crate::engine::Key::SurgeHost);
+    let mut hosts = crate::reconcile::slots::by_slot(&np.metadata, crate::engine::Key::SurgeHost);
+    hosts.retain(|_, h| !h.is_empty());
     // The host a rotation recorded: a former host (its placeholder preempted and re-created on
     // another node) keeps its freeze until the rotation ends and is not counted again.
     let recorded = |claim: &str| {
