@@ -433,3 +433,150 @@ fn orphans_are_repaired_within_a_tick_and_look_alikes_are_never_surge() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// A pool in two zones, windows around the clock, a shortage from the start (`zones` as given,
+/// `registrationTimeout` as given).
+fn zone_pool(shortage_zones: &str, registration_timeout: &str) -> Arc<Compiled> {
+    let s = Scenario::from_yaml(&zone_yaml(shortage_zones, registration_timeout)).unwrap();
+    Arc::new(s.compile().unwrap_or_else(|e| panic!("{e:#}")))
+}
+
+fn zone_yaml(shortage_zones: &str, registration_timeout: &str) -> String {
+    format!(
+        r#"
+name: zone-shortage
+start: 2026-06-01T00:00:00Z
+weeks: 1
+pools:
+  - name: p
+    labels: {{rotation: all}}
+    nodes: 6
+    zones: [zone-a, zone-b]
+    expireAfter: 1d
+    terminationGracePeriod: 10m
+    limits: {{nodes: "20"}}
+    age: {{min: 6h, max: 18h}}
+policies:
+  - apiVersion: noderotation.io/v1alpha1
+    kind: RotationPolicy
+    metadata: {{name: all}}
+    spec:
+      nodePoolSelector: {{matchLabels: {{rotation: all}}}}
+      minRotationChances: 2
+      maintenanceWindows:
+        - {{timezone: UTC, days: [Mon, Tue, Wed, Thu, Fri, Sat, Sun], start: "00:00", end: "00:00"}}
+      surge: {{readyTimeout: 20m, cooldownAfter: 1m, failurePause: 5m, retryBackoff: 5m}}
+shortages:
+  - {{pool: p, from: 0s, for: 7d, zones: [{shortage_zones}]}}
+delays:
+  provisioning: {{min: 20s, max: 60s}}
+  registration: {{min: 10s, max: 30s}}
+  ready: {{min: 5s, max: 20s}}
+  drain: {{min: 30s, max: 4m}}
+  registrationTimeout: {registration_timeout}
+expect: {{liveness: false}}
+"#
+    )
+}
+
+/// Runs the binary's `simulate --trace` on scenario text; its standard output.
+fn simulate_trace(name: &str, yaml: &str, weeks: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("noderotation-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("scenario.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_noderotation"))
+        .args(["simulate", "--weeks", weeks, "--trace", "--scenario"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A shortage of one zone holds only the rotations whose placeholder is pinned to it (the old
+/// node's zone): the other zone's nodes are replaced, which a shortage of the whole pool stops.
+#[test]
+fn a_zone_shortage_holds_only_the_rotations_pinned_to_that_zone() {
+    let span = Duration::hours(18);
+    let outcomes = |plan: Arc<Compiled>| {
+        let r = run(plan, &opts(1, span, false, embedded()), &mut |_| {});
+        assert!(r.violations.is_empty(), "{}", explain(&r));
+        let f = r.figures;
+        (f.outcomes.get("success").copied().unwrap_or(0), f.outcomes.get("failure").copied())
+    };
+    let (ok, failed) = outcomes(zone_pool("zone-a", "15m"));
+    assert!(ok >= 3 && failed.unwrap_or(0) > 0, "zone-a short: {ok} succeeded, {failed:?} failed");
+    let (ok, failed) = outcomes(zone_pool("zone-a, zone-b", "15m"));
+    assert!(ok == 0 && failed.unwrap_or(0) > 0, "both short: {ok} succeeded, {failed:?} failed");
+}
+
+/// `delays.registrationTimeout`: Karpenter deletes a claim that never registers after it.
+#[test]
+fn the_registration_timeout_is_a_scenario_value() {
+    let text = simulate_trace("registration", &zone_yaml("zone-a, zone-b", "4m"), "0.1");
+    assert!(text.contains("not registered after 4m"), "{text}");
+    assert!(!text.contains("not registered after 15m"), "{text}");
+}
+
+/// Scenario values that cannot work are refused with what to write.
+#[test]
+fn scenario_values_that_cannot_work_say_what_to_fix() {
+    let base = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("deploy/examples/scenarios/capacity-shortage.yaml"),
+    )
+    .unwrap();
+    let refused = |from: &str, to: &str| {
+        assert!(base.contains(from), "{from}");
+        let s = Scenario::from_yaml(&base.replace(from, to)).unwrap();
+        format!("{:#}", s.compile().err().unwrap_or_else(|| panic!("accepted: {to}")))
+    };
+    let e = refused("    for: 30h\n", "    for: 30h\n    zones: [mars-1a]\n");
+    assert!(e.contains("mars-1a") && e.contains("ap-northeast-1a"), "{e}");
+    let e = refused("  drain:", "  registrationTimeout: 0s\n  drain:");
+    assert!(e.contains("delays.registrationTimeout"), "{e}");
+    let e = refused(
+        "shortages:",
+        "script:\n  - {at: 1h, action: cordon, pool: gpu, node: {name: \"\"}}\nshortages:",
+    );
+    assert!(e.contains("node.name"), "{e}");
+    let bad = base.replace(
+        "shortages:",
+        "script:\n  - {at: 1h, action: cordon, pool: gpu, node: eldest}\nshortages:",
+    );
+    let e = format!("{:#}", Scenario::from_yaml(&bad).expect_err("eldest accepted"));
+    assert!(e.contains("eldest") && e.contains("{name: <NodeClaim>}"), "{e}");
+}
+
+/// `node: {name: ...}` acts on that NodeClaim; a name the pool does not have does nothing and
+/// says so.
+#[test]
+fn a_script_step_picks_a_node_by_name() {
+    let base = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("deploy/examples/scenarios/capacity-shortage.yaml"),
+    )
+    .unwrap();
+    let script = "script:\n  - {at: 1h, action: deleteClaim, pool: gpu, node: {name: gpu-00013}}\n  - {at: 2h, action: cordon, pool: gpu, node: {name: gpu-99999}}\n  - {at: 3h, action: cordon, pool: gpu, node: newest}\nshortages:";
+    let text = simulate_trace("pick", &base.replace("shortages:", script), "0.02");
+    assert!(text.contains("kubectl delete nodeclaim gpu-00013"), "{text}");
+    assert!(text.contains("nodeclaim gpu-99999 is not a Ready claim of pool gpu"), "{text}");
+    assert!(text.contains("cordoned "), "{text}");
+}
+
+/// During a shortage of one zone Karpenter launches the evicted workload (which admits every
+/// zone) in another: with Karpenter alone, every forced expiry's pods run again within the
+/// provisioning, registration and Ready delays.
+#[test]
+fn karpenter_launches_in_an_open_zone_during_a_zone_shortage() {
+    let plan = zone_pool("zone-a", "15m");
+    let alone = Options { controller: false, ..opts(1, Duration::days(2), false, embedded()) };
+    let r = run(plan, &alone, &mut |_| {});
+    let f = &r.figures;
+    assert!(f.forced_expiries >= 6, "{f:?}");
+    // 6 workload pods per node, each Pending for at most about 2m40s (the delays' maxima).
+    let bound = f.forced_expiries as f64 * 6.0 * 200.0;
+    assert!(f.pending_pod_seconds < bound, "{} pending-pod-seconds: {f:?}", f.pending_pod_seconds);
+}

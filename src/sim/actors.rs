@@ -6,7 +6,9 @@
 //!   keep `replicas`; forced expiry at `creation + expireAfter`; on any claim deletion taints and
 //!   drains the node (workload pods evicted and recreated Pending by their ReplicaSet) for a drain
 //!   delay cut off at tGP, then deletes the Node and removes the `karpenter.sh/termination`
-//!   finalizer; deletes claims that never register (15m) and nodes that stay NotReady (30m).
+//!   finalizer; deletes claims that never register (`delays.registrationTimeout`, 15m) and nodes
+//!   that stay NotReady (30m); a shortage of some zones sends a pod that admits another zone
+//!   there.
 //! - **kubelet/scheduler**: nodes turn Ready after registration; Pending pods bind to Ready,
 //!   uncordoned, untainted nodes of their pool with free capacity (requests against allocatable),
 //!   Running at once; workload pods preempt placeholders (negative priority), placeholders
@@ -22,9 +24,9 @@ use kube::ResourceExt;
 
 use super::scenario::{ActionKind, NodePick, Resources};
 use super::world::{
-    ARCH_LABEL, BUFFER, CAPACITY_TYPE_LABEL, DISRUPTED_TAINT, Ev, Injected, PodKey,
-    REGISTRATION_TTL, REPAIR_AFTER, TERMINATION_FINALIZER, TERMINATION_TIMESTAMP, World,
-    ZONE_LABEL, add, fits, pod_requests, run_on, sub,
+    ARCH_LABEL, BUFFER, CAPACITY_TYPE_LABEL, DISRUPTED_TAINT, Ev, Injected, PodKey, REPAIR_AFTER,
+    TERMINATION_FINALIZER, TERMINATION_TIMESTAMP, World, ZONE_LABEL, add, fits, pod_requests,
+    run_on, sub,
 };
 use crate::cluster::{CacheView, ObjectKind, ObjectRef};
 use crate::engine::Key;
@@ -193,7 +195,7 @@ impl World {
                 if stale {
                     self.note(format!(
                         "{name}: not registered after {}",
-                        format_human(REGISTRATION_TTL)
+                        format_human(self.plan.registration_timeout)
                     ));
                     self.delete_claim(&name);
                 }
@@ -471,9 +473,9 @@ impl World {
         self.delete_claim(&claim);
     }
 
-    fn in_shortage(&self, pool: usize, now: DateTime<Utc>) -> bool {
+    fn in_shortage(&self, pool: usize, zone: &str, now: DateTime<Utc>) -> bool {
         let name = self.pool_name(pool);
-        self.plan.shortages.iter().any(|(p, from, until)| p == name && *from <= now && now < *until)
+        self.plan.shortages.iter().any(|s| s.covers(name, zone, now))
     }
 
     /// Zones of the pool a pending pod could land in.
@@ -601,6 +603,11 @@ impl World {
                     self.note(format!("{}: larger than any node of pool {}", key.1, p.name));
                     continue;
                 }
+                // Karpenter launches where an offering is available when the pod admits it
+                // (short zones are cached as unavailable); the list is unchanged without one.
+                let open: Vec<String> =
+                    zones.iter().filter(|z| !self.in_shortage(pool, z, now)).cloned().collect();
+                let zones = if open.is_empty() || open.len() == zones.len() { zones } else { open };
                 let zone = self.rng.pick(&zones).cloned().unwrap_or_default();
                 let mut free = node_free.clone();
                 sub(&mut free, &req);
@@ -616,7 +623,7 @@ impl World {
                 ));
                 break;
             }
-            let shortage = self.in_shortage(pool, now);
+            let shortage = self.in_shortage(pool, &zone, now);
             let never_launch = self.rng.chance(plan.failures.provisioning_never_completes)
                 | self.fault(|r| r.provisioning_never_completes)
                 | shortage;
@@ -641,7 +648,7 @@ impl World {
                 self.at(now + d, Ev::Launch(name.clone()));
                 self.note(format!("{name}: created for {count} pods"));
             }
-            self.at(now + REGISTRATION_TTL, Ev::RegistrationTtl(name));
+            self.at(now + plan.registration_timeout, Ev::RegistrationTtl(name));
         }
         self.update_pool_status(pool);
     }
@@ -879,7 +886,7 @@ impl World {
 
     // -- operator ------------------------------------------------------------------------------
 
-    fn pick_claim(&mut self, pool: usize, pick: NodePick) -> Option<String> {
+    fn pick_claim(&mut self, pool: usize, pick: &NodePick) -> Option<String> {
         let mut live: Vec<(DateTime<Utc>, String)> = self
             .claims
             .iter()
@@ -901,6 +908,7 @@ impl World {
                 })
                 .or_else(|| live.first().map(|x| x.1.clone()))
             }
+            NodePick::Name(name) => live.iter().any(|x| x.1 == *name).then(|| name.clone()),
         }
     }
 
@@ -940,8 +948,14 @@ impl World {
             }
             ActionKind::Cordon | ActionKind::DoNotDisrupt | ActionKind::DeleteClaim => {
                 let Some(pool) = pool else { return };
-                let Some(claim) = self.pick_claim(pool, step.node) else {
-                    self.note("no node to act on");
+                let Some(claim) = self.pick_claim(pool, &step.node) else {
+                    let why = match &step.node {
+                        NodePick::Name(n) => format!(
+                            "nodeclaim {n} is not a Ready claim of pool {pool_name}: nothing done"
+                        ),
+                        _ => "no node to act on".to_string(),
+                    };
+                    self.note(why);
                     return;
                 };
                 let node = self.claims.get(&claim).map(|c| c.node.clone()).unwrap_or_default();

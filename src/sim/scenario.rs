@@ -212,6 +212,14 @@ pub struct Delays {
     pub ready: DurRange,
     /// Claim deleted -> drained and finalized (cut off at tGP).
     pub drain: DurRange,
+    /// Karpenter deletes a claim whose Node has not registered this long after the claim was
+    /// created (its registration liveness timeout, 15m in Karpenter v1).
+    #[serde(default = "default_registration_timeout")]
+    pub registration_timeout: String,
+}
+
+fn default_registration_timeout() -> String {
+    "15m".into()
 }
 
 impl Default for Delays {
@@ -221,6 +229,7 @@ impl Default for Delays {
             registration: DurRange::Range { min: "20s".into(), max: "40s".into() },
             ready: DurRange::Range { min: "10s".into(), max: "30s".into() },
             drain: DurRange::Range { min: "1m".into(), max: "6m".into() },
+            registration_timeout: default_registration_timeout(),
         }
     }
 }
@@ -246,6 +255,12 @@ pub struct Shortage {
     pub from: String,
     #[serde(rename = "for")]
     pub duration: String,
+    /// The zones out of capacity (an instance type short in some zones); empty: every zone of
+    /// the pool. Karpenter launches a pod that admits another zone there, and a pod that admits
+    /// only short zones (a placeholder pinned to its old node's zone) waits, as in a shortage
+    /// of the whole pool.
+    #[serde(default)]
+    pub zones: Vec<String>,
 }
 
 /// One operator action at `at` (offset from the start).
@@ -256,7 +271,8 @@ pub struct ScriptStep {
     pub action: ActionKind,
     #[serde(default)]
     pub pool: Option<String>,
-    /// Which node of the pool (cordon, doNotDisrupt, deleteClaim).
+    /// Which node of the pool (cordon, doNotDisrupt, deleteClaim): `oldest` (the default),
+    /// `newest`, `random`, `anchored`, or `{name: <NodeClaim>}`.
     #[serde(default)]
     pub node: Option<NodePick>,
     /// freeze: how long.
@@ -304,8 +320,8 @@ pub enum ActionKind {
     ImpersonatePlaceholder,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(try_from = "NodePickText", into = "NodePickText")]
 pub enum NodePick {
     /// The claim with the earliest creation time.
     #[default]
@@ -315,6 +331,51 @@ pub enum NodePick {
     Random,
     /// The node of the pool's anchored claim (else the oldest).
     Anchored,
+    /// The NodeClaim of that name, when the step runs (`kubectl ... nodeclaim/<name>`): a
+    /// starting claim is `<pool>-<5 digits>` counted from 0 (`api-00007`). A name the pool does
+    /// not have then, or whose claim is not Ready, does nothing and says so in the trace.
+    Name(String),
+}
+
+/// How a scenario file writes a [`NodePick`]: a word, or `{name: <NodeClaim>}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+enum NodePickText {
+    Word(String),
+    Named { name: String },
+}
+
+impl TryFrom<NodePickText> for NodePick {
+    type Error = String;
+
+    fn try_from(text: NodePickText) -> Result<Self, Self::Error> {
+        match text {
+            NodePickText::Named { name } => Ok(NodePick::Name(name)),
+            NodePickText::Word(w) => match w.as_str() {
+                "oldest" => Ok(NodePick::Oldest),
+                "newest" => Ok(NodePick::Newest),
+                "random" => Ok(NodePick::Random),
+                "anchored" => Ok(NodePick::Anchored),
+                _ => Err(format!(
+                    "node: {w:?} is not a pick; write oldest, newest, random, anchored or \
+                     {{name: <NodeClaim>}}"
+                )),
+            },
+        }
+    }
+}
+
+impl From<NodePick> for NodePickText {
+    fn from(pick: NodePick) -> Self {
+        let word = |w: &str| NodePickText::Word(w.to_string());
+        match pick {
+            NodePick::Oldest => word("oldest"),
+            NodePick::Newest => word("newest"),
+            NodePick::Random => word("random"),
+            NodePick::Anchored => word("anchored"),
+            NodePick::Name(name) => NodePickText::Named { name },
+        }
+    }
 }
 
 /// Fault rates for `--faults`. Per controller write for crashes and API errors, per pass for
@@ -433,7 +494,9 @@ pub struct Compiled {
     pub ready: (Duration, Duration),
     pub drain: (Duration, Duration),
     pub failures: Failures,
-    pub shortages: Vec<(String, DateTime<Utc>, DateTime<Utc>)>,
+    pub shortages: Vec<ShortagePlan>,
+    /// Karpenter's registration timeout (`delays.registrationTimeout`).
+    pub registration_timeout: Duration,
     pub script: Vec<Step>,
     pub faults: FaultPlan,
     pub expect: Expect,
@@ -477,6 +540,26 @@ impl PoolPlan {
             Some(r) => u32::try_from(r.max(0)).unwrap_or(0),
             None => self.nodes + self.spare_nodes,
         }
+    }
+}
+
+/// A shortage, compiled.
+#[derive(Debug, Clone)]
+pub struct ShortagePlan {
+    pub pool: String,
+    pub from: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    /// Empty: every zone.
+    pub zones: Vec<String>,
+}
+
+impl ShortagePlan {
+    /// Whether `zone` of `pool` is out of capacity at `now`.
+    pub fn covers(&self, pool: &str, zone: &str, now: DateTime<Utc>) -> bool {
+        self.pool == pool
+            && self.from <= now
+            && now < self.until
+            && (self.zones.is_empty() || self.zones.iter().any(|z| z == zone))
     }
 }
 
@@ -606,11 +689,24 @@ impl Scenario {
         };
         let mut shortages = Vec::new();
         for (i, s) in self.shortages.iter().enumerate() {
-            if !names.contains(&s.pool) {
+            let Some(pool) = self.pools.iter().find(|p| p.name == s.pool) else {
                 bail!("shortages[{i}].pool: no pool {:?}", s.pool);
+            };
+            if let Some(z) = s.zones.iter().find(|z| !pool.zones.contains(z)) {
+                bail!(
+                    "shortages[{i}].zones: {z:?} is not a zone of pool {:?} (its zones: {})",
+                    s.pool,
+                    pool.zones.join(", ")
+                );
             }
             let from = at(&s.from, &format!("shortages[{i}].from"))?;
-            shortages.push((s.pool.clone(), from, from + dur(&s.duration, "shortages.for")?));
+            let until = from + dur(&s.duration, &format!("shortages[{i}].for"))?;
+            shortages.push(ShortagePlan {
+                pool: s.pool.clone(),
+                from,
+                until,
+                zones: s.zones.clone(),
+            });
         }
         let mut script = Vec::new();
         for (i, s) in self.script.iter().enumerate() {
@@ -636,11 +732,14 @@ impl Scenario {
             if s.action == ActionKind::DeletePolicy && s.name.is_none() {
                 bail!("{}: required for deletePolicy", f("name"));
             }
+            if matches!(&s.node, Some(NodePick::Name(n)) if n.is_empty()) {
+                bail!("{}: a NodeClaim name, e.g. {{name: api-00007}}", f("node.name"));
+            }
             script.push(Step {
                 at: when,
                 action: s.action,
                 pool: s.pool.clone(),
-                node: s.node.unwrap_or_default(),
+                node: s.node.clone().unwrap_or_default(),
                 until,
                 policy: s.policy.as_deref().cloned(),
                 name: s.name.clone(),
@@ -650,6 +749,10 @@ impl Scenario {
         let rates = self.faults.clone().unwrap_or_default();
         let cache_lag = dur(&rates.cache_lag, "faults.cacheLag")?;
         let delays = &self.delays;
+        let registration_timeout = dur(&delays.registration_timeout, "delays.registrationTimeout")?;
+        if registration_timeout <= Duration::zero() {
+            bail!("delays.registrationTimeout: must be longer than 0s (Karpenter's default: 15m)");
+        }
         Ok(Compiled {
             name: self.name.clone(),
             description: self.description.clone(),
@@ -663,6 +766,7 @@ impl Scenario {
             drain: delays.drain.compile("delays.drain")?,
             failures: self.failures.clone(),
             shortages,
+            registration_timeout,
             script,
             faults: FaultPlan { rates, cache_lag },
             expect: self.expect.clone(),

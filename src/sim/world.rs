@@ -41,8 +41,6 @@ pub const CAPACITY_TYPE_LABEL: &str = "karpenter.sh/capacity-type";
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
-/// Karpenter deletes a claim whose node has not registered within this.
-pub const REGISTRATION_TTL: Duration = Duration::minutes(15);
 /// Node repair: a node NotReady this long is replaced.
 pub const REPAIR_AFTER: Duration = Duration::minutes(30);
 /// `buffer` of §3.2.
@@ -527,9 +525,9 @@ impl World {
             self.at(step.at, Ev::Operator(i));
         }
         // Shortages end: pending pods may provision again.
-        for (pool, _, until) in plan.shortages.clone() {
-            if let Some(i) = self.pool_index(&pool) {
-                self.at(until, Ev::Provision(i));
+        for s in plan.shortages.clone() {
+            if let Some(i) = self.pool_index(&s.pool) {
+                self.at(s.until, Ev::Provision(i));
             }
         }
         self.notes.clear();
