@@ -80,9 +80,11 @@ sweeps() {
   echo "simulation sweeps: $(( $(date +%s) - sim_start ))s"
 }
 promise() {
-  target/release/noderotation simulate --scenario "deploy/examples/scenarios/$1.yaml" 2>/dev/null |
-    tee /dev/stderr | awk '/^forced expiries/ {f = $3} /^replacements inside windows/ {w = $4 + 0}
-      /^lifetime used/ {l = $6 + 0} END {exit !('"$2"')}' ||
+  local out
+  out=$(target/release/noderotation simulate --scenario "deploy/examples/scenarios/$1.yaml" 2>/dev/null)
+  echo "$out"
+  awk '/^forced expiries/ {f = $3} /^replacements inside windows/ {w = $4 + 0}
+    /^lifetime used/ {l = $6 + 0} END {exit !('"$2"')}' <<<"$out" ||
     { echo "simulation: $1 does not keep its promise ($2)" >&2; exit 1; }
 }
 
