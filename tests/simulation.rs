@@ -10,10 +10,18 @@ use noderotation::engine::Engine;
 use noderotation::sim::scenario::{Compiled, Scenario};
 use noderotation::sim::{Options, RunResult, report, run};
 
+fn scenario_path(file: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/examples/scenarios").join(file)
+}
+
 fn scenario(file: &str) -> Arc<Compiled> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/examples/scenarios").join(file);
-    let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{file}: {e:#}"));
+    let s = Scenario::load(&scenario_path(file)).unwrap_or_else(|e| panic!("{file}: {e:#}"));
     Arc::new(s.compile().unwrap_or_else(|e| panic!("{file}: {e:#}")))
+}
+
+/// An example scenario's text, for tests that edit it.
+fn scenario_text(file: &str) -> String {
+    std::fs::read_to_string(scenario_path(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
 }
 
 fn embedded() -> Arc<Engine> {
@@ -523,11 +531,7 @@ fn the_registration_timeout_is_a_scenario_value() {
 /// Scenario values that cannot work are refused with what to write.
 #[test]
 fn scenario_values_that_cannot_work_say_what_to_fix() {
-    let base = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("deploy/examples/scenarios/capacity-shortage.yaml"),
-    )
-    .unwrap();
+    let base = scenario_text("capacity-shortage.yaml");
     let refused = |from: &str, to: &str| {
         assert!(base.contains(from), "{from}");
         let s = Scenario::from_yaml(&base.replace(from, to)).unwrap();
@@ -554,11 +558,7 @@ fn scenario_values_that_cannot_work_say_what_to_fix() {
 /// says so.
 #[test]
 fn a_script_step_picks_a_node_by_name() {
-    let base = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("deploy/examples/scenarios/capacity-shortage.yaml"),
-    )
-    .unwrap();
+    let base = scenario_text("capacity-shortage.yaml");
     let script = "script:\n  - {at: 1h, action: deleteClaim, pool: gpu, node: {name: gpu-00013}}\n  - {at: 2h, action: cordon, pool: gpu, node: {name: gpu-99999}}\n  - {at: 3h, action: cordon, pool: gpu, node: newest}\nshortages:";
     let text = simulate_trace("pick", &base.replace("shortages:", script), "0.02");
     assert!(text.contains("kubectl delete nodeclaim gpu-00013"), "{text}");
