@@ -90,7 +90,7 @@ promise() {
 
 # ---- Full-stack tier ------------------------------------------------------------------------
 # `noderotation run` against the real Karpenter v1.14.1 (KWOK provider), kube-scheduler,
-# kube-controller-manager and KWOK, with real Deployments and PDBs: six scenarios (tests/fullstack.rs),
+# kube-controller-manager and KWOK, with real Deployments and PDBs: seven scenarios (tests/fullstack.rs),
 # figures in docs/validation.md. Scenario 4 waits out Karpenter's forced expiry (expireAfter 15m),
 # so the step takes ~16 min with cached binaries, +~6 min when the Go build cache is cold (it shares
 # the apiserver tier's k8s build). The scenarios mostly wait on the clock, so the simulation

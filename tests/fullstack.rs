@@ -270,7 +270,7 @@ fn karpenter_said_since(
 
 /// What Karpenter launched while a rotation ran. One claim (the surge node) is what the
 /// controller asks for; a second one is Karpenter provisioning for the pods of the node we
-/// deleted while our placeholder still held the surge node's room in its simulation.
+/// deleted without finding the surge node's room in its simulation.
 fn launch_observations(
     stack: &Stack,
     world: &World,
@@ -288,13 +288,12 @@ fn launch_observations(
         out.push(format!(
             "**Extra claim.** After our delete, Karpenter's provisioner scheduled the pods of the \
              deleting old node (`provisioner.go` `Schedule` adds \
-             `nodes.Deleting().CurrentlyReschedulablePods`, i.e. those a PDB lets go now) against \
-             the existing nodes. There the placeholder still fills the surge node: Karpenter \
-             does not simulate kube-scheduler's preemption of the negative-priority placeholder, \
-             so it launched a node for them too, while kube-scheduler put the evicted pods onto \
-             the surge node by preempting the placeholder. The extra node ends up empty (removed \
-             by emptiness consolidation if the pool consolidates; kept if consolidateAfter is \
-             Never). Karpenter's log: {}",
+             `nodes.Deleting().CurrentlyReschedulablePods`: every pod a PDB does not fully \
+             block) against the existing nodes and found no room for them, so it launched a node \
+             for them too. The room should have been free: the placeholder is deleted before the \
+             old claim (docs/decisions/placeholder-release.md). The extra node ends up empty \
+             (removed by emptiness consolidation if the pool consolidates; kept if \
+             consolidateAfter is Never). Karpenter's log: {}",
             karpenter_said_since(stack, "found provisionable pod(s)", &world.name, Some(since), 8)
                 .into_iter()
                 .chain(karpenter_said_since(
@@ -403,12 +402,13 @@ async fn scenario_1_surge_rotation_on_the_provisioned_path_finishes_before_the_d
             .filter(|l| l.contains(&format!("preemptor=\"{}/", world.name)))
             .collect();
         observations.push(format!(
-            "Placeholder {:?}; the evicted pods reached the surge node by preempting it \
-             (longest Pending {:.3}s). kube-scheduler preempted for {} of them: {}",
+            "Placeholder {:?}, deleted with the old claim's delete; the evicted pods reached \
+             the surge node without waiting for a node (longest Pending {:.3}s). kube-scheduler \
+             preemptions for them: {} {}",
             tracked.placeholders,
             pending.longest_pending_seconds,
             preemptions.len(),
-            preemptions.first().map(|l| l.trim()).unwrap_or("(no preemption logged)")
+            preemptions.first().map(|l| l.trim()).unwrap_or("(none needed)")
         ));
         let surge_wait = tl.surge_wait.as_deref().and_then(go_secs);
         let drain = tl.draining_at.map(|d| secs(d, gone));
@@ -819,7 +819,7 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
         let surge_node = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
         let blocked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let pressure_window = std::sync::Arc::new(std::sync::Mutex::new(None));
-        let placeholder_spec = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let placeholder_spec = std::sync::Arc::new(std::sync::Mutex::new(None::<(String, i64)>));
         let tl = follow_rotation(&world, &old_name, Duration::from_secs(900), |state| {
             let (world, surge_node, blocked, pressure_window, placeholder_spec) = (
                 &world,
@@ -834,18 +834,31 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
                 match state.as_str() {
                     // Hold the drain (PDB allows no eviction) so that the surge pair lives long
                     // enough for Karpenter's consolidation loop.
-                    "pending" => world.set_pdb_max_unavailable(APP, 0)?,
+                    "pending" => {
+                        world.set_pdb_max_unavailable(APP, 0)?;
+                        // The placeholder goes with the old claim's delete: read it now.
+                        let (spec, cpu) = eventually("the placeholder", Duration::from_secs(60), || async {
+                            Some((placeholder_summary(world).await.ok()?, placeholder_cpu_millis(world).await.ok()?))
+                        })
+                        .await?;
+                        *placeholder_spec.lock().unwrap_or_else(|e| e.into_inner()) = Some((spec, cpu));
+                    }
                     "draining" => {
                         let s = surge_host(world, &old_name).await?;
                         *surge_node.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
-                        // Pressure: B now has room for the placeholder, so deleting the surge
-                        // node would be a valid consolidation, were it not do-not-disrupt.
+                        // Pressure: B now has room for what the placeholder reserved, and the
+                        // surge node is empty while the PDB holds the drain (the placeholder
+                        // went with the delete), so deleting the surge node would be a valid
+                        // consolidation, were it not do-not-disrupt.
                         world.scale("other", 1)?;
                         world.wait_running("other", 1, Duration::from_secs(60)).await?;
-                        *placeholder_spec.lock().unwrap_or_else(|e| e.into_inner()) =
-                            placeholder_summary(world).await.ok();
                         let room = free_cpu_millis(world, &b_node).await?;
-                        let placeholder = placeholder_cpu_millis(world).await?;
+                        let placeholder = placeholder_spec
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .as_ref()
+                            .map(|p| p.1)
+                            .ok_or("the placeholder was not seen while pending")?;
                         eprintln!("[{}] B has {room}m free, the placeholder requests {placeholder}m; holding {hold:?}", world.name);
                         assert!(room >= placeholder, "no consolidation opportunity: {room}m < {placeholder}m");
                         // Hold at least `hold`, and until Karpenter has reported the surge node
@@ -944,7 +957,8 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
                 vec![
                     format!(
                         "While the old node's drain was held by its PDB for {:.0}s, node {b_node} had \
-                         room for the placeholder, so deleting the surge node {s} was a valid \
+                         room for what the placeholder reserved and the surge node {s} stood empty \
+                         (the placeholder goes with the delete), so deleting it was a valid \
                          consolidation; Karpenter disrupted neither it nor the old node.",
                         secs(from, to)
                     ),
@@ -961,6 +975,7 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .clone()
+                        .map(|p| p.0)
                         .unwrap_or_else(|| "(not captured)".into())
                 )],
             ]
@@ -1081,6 +1096,107 @@ async fn scenario_6_two_rotations_at_once_each_with_its_own_surge_node() -> Test
         };
         eprintln!("scenario 6: {result:#?}");
         report::record(&stack, &result);
+        Ok::<(), Error>(())
+    }
+    .await;
+    done(&world, result)
+}
+
+// ---- 7. drain held by a PDB at its limit -------------------------------------------------------
+
+/// The old node's drain waits on a PDB at its limit (`minAvailable` = replicas: no eviction is
+/// allowed, yet Karpenter does not count it as fully blocking, so its provisioner schedules the
+/// old node's pods on every pass while the drain waits). The pool never consolidates, so an
+/// extra node would stay. One claim is launched for the rotation, the surge node, and no empty
+/// node is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_7_a_drain_held_by_its_pdb_launches_one_node_and_leaves_no_empty_node()
+-> TestResult {
+    let stack = full_stack!();
+    let _one = ONE_CONTROLLER.lock().await;
+    let t0 = Instant::now();
+    // tGP 10m: the drain is held for `hold` below, well inside it.
+    let world = World::new(&stack, "fs7-held-pdb", pool("20m", "10m", "Never")).await?;
+    // Karpenter's provisioner re-runs for a node under disruption every 10 s: several passes.
+    let hold = Duration::from_secs(45);
+    let mut ctl_slot = None;
+    let result = async {
+        let nodes = world.deploy(APP, REPLICAS, APP_CPU, |_| {}).await?;
+        assert_eq!(nodes.len(), 1, "the workload fills exactly one node: {nodes:?}");
+        let old_node = nodes.into_iter().next().unwrap_or_default();
+        let old_name = world.claim_of_node(&old_node).await?.name_any();
+        // At its limit: disruptionsAllowed 0, but not `maxUnavailable: 0` or `minAvailable:
+        // 100%`, which Karpenter treats as fully blocking and leaves out of its provisioning.
+        world.patch_pdb(APP, json!({"spec": {"maxUnavailable": null, "minAvailable": REPLICAS}}))?;
+        let tracker = PendingTracker::start(&world, APP).await?;
+        let claims = ClaimWatch::start(&world);
+        world.apply_policy(json!({
+            "ageThreshold": "1m", "minRotationChances": 1,
+            "maintenanceWindows": always_open(),
+            "surge": {"readyTimeout": READY_TIMEOUT, "cooldownAfter": "10m", "retryBackoff": "10m"}
+        }))?;
+        ctl_slot = Some(world.controller()?);
+        let held = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let tl = follow_rotation(&world, &old_name, Duration::from_secs(900), |state| {
+            let (world, held) = (&world, held.clone());
+            async move {
+                if state == "draining" {
+                    let from = now();
+                    tokio::time::sleep(hold).await;
+                    *held.lock().unwrap_or_else(|e| e.into_inner()) = Some(secs(from, now()));
+                    world.patch_pdb(
+                        APP,
+                        json!({"spec": {"minAvailable": null, "maxUnavailable": 1}}),
+                    )?;
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        let hosts = world.wait_running(APP, REPLICAS as usize, Duration::from_secs(180)).await?;
+        // Long enough for a late launch to show and for any claim being deleted to go.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let (pending, _) = tracker.finish().await;
+        let seen = claims.stop().await;
+        let held = held.lock().unwrap_or_else(|e| e.into_inner()).ok_or("no drain was held")?;
+        let started = tl.started_at.ok_or("no started-at")?;
+        let launched = created_since(&seen, started, &[]);
+        let live = world.claims().await?;
+        let left: Vec<String> = live
+            .values()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter_map(|c| c.status.as_ref().and_then(|s| s.node_name.clone()))
+            .collect();
+        let empty: Vec<&String> = left.iter().filter(|n| !hosts.contains(*n)).collect();
+        let mut observations = launch_observations(&stack, &world, started, &launched, 1);
+        observations.push(format!(
+            "The drain waited {held:.0}s on the PDB (minAvailable {REPLICAS}); nodes of the pool afterwards: {left:?}, the workload on {hosts:?}."
+        ));
+        let mut figures = BTreeMap::new();
+        figures.insert("drain_held_s".into(), json!(held));
+        figures.insert("claims_launched_during_rotation".into(), json!(launched.len()));
+        figures.insert("empty_nodes_left".into(), json!(empty.len()));
+        let result = report::ScenarioResult {
+            scenario: "7".into(),
+            run_id: stack.run_id.clone(),
+            finished_at: now().to_rfc3339(),
+            wall_seconds: t0.elapsed().as_secs_f64(),
+            settings: settings(&[
+                ("expireAfter", "20m"),
+                ("terminationGracePeriod", "10m"),
+                ("consolidateAfter", "Never"),
+                ("ageThreshold", "1m"),
+                ("PDB while the drain is held", "minAvailable 3"),
+            ]),
+            pending: Some(pending),
+            figures,
+            observations,
+        };
+        eprintln!("scenario 7: {result:#?}");
+        report::record(&stack, &result);
+        assert_eq!(launched.len(), 1, "one claim per rotation, the surge node: {launched:?}");
+        assert!(empty.is_empty(), "empty nodes left behind: {empty:?} (workload on {hosts:?})");
+        assert_no_pod_waited_for_a_node(&result.pending.unwrap_or_default());
         Ok::<(), Error>(())
     }
     .await;

@@ -389,6 +389,7 @@ fn pending_with_ready_surge_moves_to_draining() {
             "freeze",
             "annotate_if",
             "annotate_if",
+            "delete_placeholder",
             "delete_claim"
         ]
     );
@@ -503,6 +504,24 @@ fn draining_without_deletion_reissues_the_delete() {
     ends_with(&fired, &["dispatch_draining", "draining_mirror", "draining_redelete"]);
     assert_eq!(requeue, Duration::seconds(30));
     assert_eq!(toy.verbs(), ["annotate_if", "delete_claim"]);
+}
+
+#[test]
+fn draining_with_our_placeholder_left_behind_deletes_it_before_the_delete() {
+    let mut toy = Toy::anchored(Some("draining"));
+    toy.pred(Pred::HasPlaceholder, Value::Bool(true))
+        .pred(Pred::PlaceholderOwned, Value::Bool(true));
+    let (fired, _) = toy.run();
+    ends_with(
+        &fired,
+        &[
+            "dispatch_draining",
+            "draining_mirror",
+            "draining_release_placeholder",
+            "draining_redelete",
+        ],
+    );
+    assert_eq!(toy.verbs(), ["annotate_if", "delete_placeholder", "delete_claim"]);
 }
 
 #[test]

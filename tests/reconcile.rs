@@ -308,6 +308,56 @@ fn crash_between_the_draining_write_and_the_delete_reissues_the_delete() {
     assert_eq!(fx.announced("emit:success"), 1);
 }
 
+/// Karpenter's provisioner schedules a deleting node's pods without preempting: a placeholder
+/// still filling the surge node when the old claim is deleted makes it launch a second node
+/// (docs/decisions/placeholder-release.md). The placeholder goes first, in the same pass.
+#[test]
+fn the_placeholder_is_deleted_before_the_old_claim_in_the_same_pass() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    let hook = fx.intercept();
+    fx.pass();
+    let writes = hook.writes();
+    let pos = |needle: &str| {
+        writes
+            .iter()
+            .position(|w| w.starts_with(needle))
+            .unwrap_or_else(|| panic!("no {needle} in {writes:#?}"))
+    };
+    let draining = writes
+        .iter()
+        .position(|w| w.starts_with("patch NodeClaim c1") && w.contains("/state=draining"))
+        .unwrap_or_else(|| panic!("no draining write in {writes:#?}"));
+    let placeholder = pos(&format!("delete Pod {NS}/"));
+    let claim = pos("delete NodeClaim c1");
+    assert!(draining < placeholder && placeholder < claim, "{writes:#?}");
+    assert!(fx.placeholder("c1").is_none(), "no placeholder while the old node drains");
+    assert!(fx.deleting("c1"));
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "surge host frozen");
+}
+
+#[test]
+fn crash_before_the_placeholder_delete_releases_it_in_draining_then_deletes_the_claim() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    let hook = fx.intercept();
+    hook.before_write(|w| w.starts_with(&format!("delete Pod {NS}/")), || panic!("crash"));
+    let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fx.pass()));
+    assert!(crashed.is_err());
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+    assert!(fx.placeholder("c1").is_some() && !fx.deleting("c1"));
+    fx.restart();
+    fx.ctl.startup_sweep();
+    fx.pass();
+    assert!(fx.placeholder("c1").is_none(), "draining releases a placeholder left behind");
+    assert!(fx.deleting("c1"), "and re-issues the delete");
+    fx.finalize("c1");
+    fx.pass();
+    assert_eq!(fx.announced("emit:success"), 1);
+}
+
 #[test]
 fn claim_finalized_during_the_rollback_announces_no_failure_and_completes_as_expired() {
     let mut fx = Fx::new();
@@ -984,6 +1034,11 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("force_expiry_early", force_expiry_seen_early_is_expired_once_cleaned_up_and_released),
     ("force_expiry_late", force_expiry_seen_late_completes_as_expired_without_cooldown),
     ("crash_before_delete", crash_between_the_draining_write_and_the_delete_reissues_the_delete),
+    ("placeholder_first", the_placeholder_is_deleted_before_the_old_claim_in_the_same_pass),
+    (
+        "crash_before_placeholder_delete",
+        crash_before_the_placeholder_delete_releases_it_in_draining_then_deletes_the_claim,
+    ),
     (
         "finalized_during_rollback",
         claim_finalized_during_the_rollback_announces_no_failure_and_completes_as_expired,

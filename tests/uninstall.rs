@@ -98,7 +98,8 @@ fn mid_rotation(draining: bool) -> Fx {
         assert_eq!(fx.pool_ann(Key::ActiveRotationState).as_deref(), Some("draining"));
         assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"));
         assert_eq!(fx.node_ann("node-s1", Key::DoNotDisruptOwned).as_deref(), Some("true"));
-        assert!(fx.placeholder("c1").is_some(), "the placeholder stays until completion");
+        // The placeholder went with the old claim's delete (docs/decisions/placeholder-release.md).
+        assert!(fx.placeholder("c1").is_none(), "no placeholder while the old node drains");
     } else {
         // A claim that failed an earlier attempt carries its backoff anchors.
         fx.set_claim_ann("c2", Key::State, Some("failed"));
@@ -181,19 +182,26 @@ fn uninstall_mid_rotation(draining: bool) {
         plan.changes.iter().any(|c| c.object == ObjectRef::cluster(ObjectKind::Node, "node-c1")
             && c.what == What::Uncordon)
     );
-    assert!(plan.changes.iter().any(|c| c.what == What::DeletePod
-        && c.object == ObjectRef::pod(NS, noderotation::placeholder::placeholder_name("c1"))));
+    // A placeholder exists while pending; it went with the delete when draining.
+    assert_eq!(
+        plan.changes.iter().any(|c| c.what == What::DeletePod
+            && c.object == ObjectRef::pod(NS, noderotation::placeholder::placeholder_name("c1"))),
+        !draining
+    );
     assert!(!removed(&plan.changes, ObjectKind::NodePool, POOL, Key::Freeze));
     assert!(!plan.changes.iter().any(|c| c.object.name == "node-u1" || c.object.name == "node-u2"));
     assert!(plan.summary().starts_with("uninstall: would clean"), "{}", plan.summary());
     let lines: Vec<String> = plan.changes.iter().map(ToString::to_string).collect();
+    let placeholder_line = format!("Pod {NS}/noderotation-surge-c1: delete placeholder pod");
     for line in [
         "NodePool pool-a: remove annotation noderotation.io/active-rotation".to_string(),
         "NodePool pool-a: remove annotation noderotation.io/last-rotation-at.1".to_string(),
         "Node node-c1: lift our cordon (spec.unschedulable=false)".to_string(),
         "Node node-c1: remove annotation karpenter.sh/do-not-disrupt".to_string(),
-        format!("Pod {NS}/noderotation-surge-c1: delete placeholder pod"),
-    ] {
+    ]
+    .into_iter()
+    .chain((!draining).then_some(placeholder_line))
+    {
         assert!(lines.contains(&line), "{line} not in {lines:#?}");
     }
 
@@ -202,7 +210,9 @@ fn uninstall_mid_rotation(draining: bool) {
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(report.changes, plan.changes);
     assert_clean(&fx);
-    assert!(report.summary().contains("1 placeholder pod(s) deleted"), "{}", report.summary());
+    let deleted =
+        if draining { "0 placeholder pod(s) deleted" } else { "1 placeholder pod(s) deleted" };
+    assert!(report.summary().contains(deleted), "{}", report.summary());
     assert!(report.summary().contains("1 cordon(s) lifted"), "{}", report.summary());
 
     // A second run changes nothing.

@@ -42,18 +42,19 @@ impl RunInfo {
     }
 }
 
-pub const SCENARIOS: [(&str, &str); 6] = [
+pub const SCENARIOS: [(&str, &str); 7] = [
     ("1", "Surge rotation, provisioned path"),
     ("2", "Surge rotation, absorbed path"),
     ("3", "Forceful fallback"),
     ("4", "Karpenter alone (no noderotation)"),
     ("5", "Consolidation pressure during a rotation"),
     ("6", "Two rotations at once (maxUnavailable: 2)"),
+    ("7", "Drain held by a PDB at its limit, consolidateAfter Never"),
 ];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScenarioResult {
-    /// "1" .. "6"
+    /// "1" .. "7"
     pub scenario: String,
     pub run_id: String,
     /// RFC3339, when the scenario finished.
@@ -242,8 +243,8 @@ pub fn render(run: &RunInfo, all: &BTreeMap<String, ScenarioResult>) -> String {
                 "{}\n",
                 if lower {
                     "Ours is lower on both figures: the evicted pods found the surge node already \
-                     Ready (they wait only for the scheduler to preempt the placeholder), while \
-                     with Karpenter alone they wait for a node to be launched and registered."
+                     Ready and its room free (the placeholder goes with the old claim's delete), \
+                     while with Karpenter alone they wait for a node to be launched and registered."
                 } else {
                     "**Ours is NOT lower on both figures in this run** (the test asserting it \
                      failed); see the scenario sections."
@@ -345,7 +346,21 @@ pub fn render(run: &RunInfo, all: &BTreeMap<String, ScenarioResult>) -> String {
             num("6", "deadline_margin").map(f1).unwrap_or("?".into())
         ),
     );
-    let launched: Vec<(String, f64)> = ["1", "5"]
+    row(
+        &mut d,
+        "A drain held by its PDB launches no second node and leaves no empty node (the placeholder \
+         goes with the delete, docs/decisions/placeholder-release.md)",
+        num("7", "claims_launched")
+            .zip(num("7", "empty_nodes_left"))
+            .map(|(launched, empty)| launched <= 1.0 && empty == 0.0),
+        format!(
+            "scenario 7: drain held {} s, {} claim(s) launched, {} empty node(s) left",
+            num("7", "drain_held").map(f1).unwrap_or("?".into()),
+            num("7", "claims_launched").map(|n| format!("{n:.0}")).unwrap_or("?".into()),
+            num("7", "empty_nodes_left").map(|n| format!("{n:.0}")).unwrap_or("?".into())
+        ),
+    );
+    let launched: Vec<(String, f64)> = ["1", "5", "7"]
         .iter()
         .filter_map(|id| Some((id.to_string(), num(id, "claims_launched")?)))
         .collect();
@@ -379,39 +394,15 @@ pub fn render(run: &RunInfo, all: &BTreeMap<String, ScenarioResult>) -> String {
         );
         let _ = writeln!(
             d,
-            "Seen in scenario(s) {}. What the controller assumes: once the surge node is Ready, \
-             deleting the old NodeClaim makes its pods drain onto that node (the scheduler \
-             preempts the placeholder), and Karpenter launches nothing more. What Karpenter \
-             v1.14.1 does: its provisioner also schedules the pods of NodeClaims being deleted \
-             (`pkg/controllers/provisioning/provisioner.go`, `Schedule`: \
-             `nodes.Deleting().CurrentlyReschedulablePods(...)`, the pods a PDB would let go \
-             now) against the existing nodes, and its simulation does not preempt: the \
-             placeholder (priority -10, preemptionPolicy Never) still fills the surge node, so \
-             it launches a node for those pods too. kube-scheduler meanwhile puts them onto the \
-             surge node by preempting the placeholder; the extra node stays empty.\n",
+            "Seen in scenario(s) {}. Karpenter v1.14.1's provisioner also schedules the pods of \
+             NodeClaims being deleted (`pkg/controllers/provisioning/provisioner.go`, `Schedule`: \
+             `nodes.Deleting().CurrentlyReschedulablePods(...)`: every pod a PDB does not fully \
+             block) against the existing nodes, without simulating preemption. The controller \
+             deletes the placeholder before the old claim so that the surge node's room is free \
+             in that simulation (docs/decisions/placeholder-release.md); an extra claim here \
+             means Karpenter still saw the placeholder, or another pod took the room. Cost: one \
+             extra node per such rotation, kept for good with `consolidateAfter: Never`.\n",
             extra.join(", ")
-        );
-        let _ = writeln!(
-            d,
-            "When: the provisioner must see the old node's pods evictable while the placeholder \
-             still exists. In scenario 1 (PDB allows one eviction at a time, drain starts at \
-             once) the first evicted pod preempts the placeholder within ~50 ms, so Karpenter's \
-             next batch sees the room and launches nothing. In scenario 5 the PDB allowed no \
-             eviction while the drain waited (a PDB at its limit is common: one pod not Ready \
-             is enough); when it allowed evictions again, all three pods became \
-             \"currently reschedulable\" at once and Karpenter launched a node before the first \
-             preemption. Cost: one extra node per such rotation, until emptiness consolidation \
-             removes it (see `extra claim removed after rotation` in scenario 5); in a pool with \
-             `consolidateAfter: Never` (the E2E fixture's default) it stays.\n"
-        );
-        let _ = writeln!(
-            d,
-            "Not worked around in the controller (its rules are not this tier's to change). \
-             Options for the rules: delete the placeholder in the same pass as the old claim \
-             (the room is then free in Karpenter's simulation; the risk is another pending pod \
-             taking it first), or keep it only until the first pod of the old node has been \
-             evicted (the preemption then frees the room before Karpenter's next batch). The \
-             placeholder's spec and Karpenter's log lines are quoted under scenario 5.\n"
         );
     }
 

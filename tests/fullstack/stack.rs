@@ -305,7 +305,12 @@ impl World {
     }
 
     pub fn set_pdb_max_unavailable(&self, app: &str, n: i32) -> Result<(), Error> {
-        let patch = json!({"spec": {"maxUnavailable": n}}).to_string();
+        self.patch_pdb(app, json!({"spec": {"maxUnavailable": n}}))
+    }
+
+    /// A merge patch of the app's PDB (`null` removes a field).
+    pub fn patch_pdb(&self, app: &str, patch: Value) -> Result<(), Error> {
+        let patch = patch.to_string();
         self.kubectl(&["-n", &self.name, "patch", "pdb", app, "--type=merge", "-p", &patch], None)?;
         Ok(())
     }
