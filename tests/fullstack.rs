@@ -58,6 +58,16 @@ fn always_open() -> Value {
             "start": "00:00", "end": "00:00"}])
 }
 
+/// A policy that rotates a claim once it is a minute old, at any time, `max_unavailable` at once.
+fn after_a_minute(max_unavailable: u32) -> Value {
+    json!({
+        "ageThreshold": "1m", "minRotationChances": 1,
+        "maintenanceWindows": always_open(),
+        "surge": {"readyTimeout": READY_TIMEOUT, "cooldownAfter": "10m", "retryBackoff": "10m",
+                  "maxUnavailable": max_unavailable}
+    })
+}
+
 fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
@@ -425,10 +435,6 @@ async fn scenario_1_surge_rotation_on_the_provisioned_path_finishes_before_the_d
             .insert("old_claim_deleted_before_deadline_s".into(), json!(secs(deleted, deadline)));
         figures.insert("claims_launched_during_rotation".into(), json!(new_claims.len()));
         let result = report::ScenarioResult {
-            scenario: "1".into(),
-            run_id: stack.run_id.clone(),
-            finished_at: now().to_rfc3339(),
-            wall_seconds: t0.elapsed().as_secs_f64(),
             settings: settings(&[
                 ("expireAfter", &e),
                 ("terminationGracePeriod", TGP),
@@ -440,6 +446,7 @@ async fn scenario_1_surge_rotation_on_the_provisioned_path_finishes_before_the_d
             pending: Some(pending),
             figures,
             observations,
+            ..finished(&stack, "1", t0)
         };
         eprintln!("scenario 1: {result:#?}");
         let all = report::record(&stack, &result);
@@ -447,6 +454,21 @@ async fn scenario_1_surge_rotation_on_the_provisioned_path_finishes_before_the_d
     }
     .await;
     done(&world, result)
+}
+
+/// Scenario `id`'s record, finished now after starting at `t0`: the caller adds its settings,
+/// figures and observations.
+fn finished(stack: &Stack, id: &str, t0: Instant) -> report::ScenarioResult {
+    report::ScenarioResult {
+        scenario: id.into(),
+        run_id: stack.run_id.clone(),
+        finished_at: now().to_rfc3339(),
+        wall_seconds: t0.elapsed().as_secs_f64(),
+        settings: BTreeMap::new(),
+        pending: None,
+        figures: BTreeMap::new(),
+        observations: Vec::new(),
+    }
 }
 
 /// Once scenarios 1 and 4 have both run: ours must be lower on both figures.
@@ -548,10 +570,6 @@ async fn scenario_4_karpenter_alone_force_expires_at_the_deadline() -> TestResul
             ),
         ];
         let result = report::ScenarioResult {
-            scenario: "4".into(),
-            run_id: stack.run_id.clone(),
-            finished_at: now().to_rfc3339(),
-            wall_seconds: t0.elapsed().as_secs_f64(),
             settings: settings(&[
                 ("expireAfter", &e),
                 ("terminationGracePeriod", TGP),
@@ -560,6 +578,7 @@ async fn scenario_4_karpenter_alone_force_expires_at_the_deadline() -> TestResul
             pending: Some(pending),
             figures,
             observations,
+            ..finished(&stack, "4", t0)
         };
         eprintln!("scenario 4: {result:#?}");
         let all = report::record(&stack, &result);
@@ -592,11 +611,7 @@ async fn scenario_2_spare_capacity_absorbs_the_placeholder_and_no_node_is_create
         world.wait_running("filler", 0, Duration::from_secs(60)).await?;
         let tracker = PendingTracker::start(&world, APP).await?;
         let claims = ClaimWatch::start(&world);
-        world.apply_policy(json!({
-            "ageThreshold": "1m", "minRotationChances": 1,
-            "maintenanceWindows": always_open(),
-            "surge": {"readyTimeout": READY_TIMEOUT, "cooldownAfter": "10m", "retryBackoff": "10m"}
-        }))?;
+        world.apply_policy(after_a_minute(1))?;
         let ctl = world.controller()?;
         let ctl = ctl_slot.insert(ctl);
         let tl = follow_rotation(&world, &old_name, Duration::from_secs(600), |_| async { Ok(()) })
@@ -629,10 +644,6 @@ async fn scenario_2_spare_capacity_absorbs_the_placeholder_and_no_node_is_create
         figures.insert("rotation_s (started -> old claim gone)".into(), json!(secs(started, gone)));
         figures.insert("claims_launched_during_rotation".into(), json!(launched.len()));
         let result = report::ScenarioResult {
-            scenario: "2".into(),
-            run_id: stack.run_id.clone(),
-            finished_at: now().to_rfc3339(),
-            wall_seconds: t0.elapsed().as_secs_f64(),
             settings: settings(&[
                 ("expireAfter", "20m"),
                 ("ageThreshold", "1m"),
@@ -649,6 +660,7 @@ async fn scenario_2_spare_capacity_absorbs_the_placeholder_and_no_node_is_create
                 launch_observations(&stack, &world, started, &launched, 0),
             ]
             .concat(),
+            ..finished(&stack, "2", t0)
         };
         eprintln!("scenario 2: {result:#?}");
         report::record(&stack, &result);
@@ -740,10 +752,6 @@ async fn scenario_3_a_claim_too_close_to_its_deadline_is_deleted_surge_less_resp
         figures.insert("t_rot_s".into(), json!(t_rot.num_seconds()));
         let launches = karpenter_said(&stack, "created nodeclaim", &world.name, 4);
         let result = report::ScenarioResult {
-            scenario: "3".into(),
-            run_id: stack.run_id.clone(),
-            finished_at: now().to_rfc3339(),
-            wall_seconds: t0.elapsed().as_secs_f64(),
             settings: settings(&[
                 ("expireAfter", e),
                 ("terminationGracePeriod", tgp),
@@ -768,6 +776,7 @@ async fn scenario_3_a_claim_too_close_to_its_deadline_is_deleted_surge_less_resp
                     launches.join(" | ")
                 ),
             ],
+            ..finished(&stack, "3", t0)
         };
         eprintln!("scenario 3: {result:#?}");
         report::record(&stack, &result);
@@ -810,11 +819,7 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
         assert_ne!(b_node, old_node);
         let tracker = PendingTracker::start(&world, APP).await?;
         let claims = ClaimWatch::start(&world);
-        world.apply_policy(json!({
-            "ageThreshold": "1m", "minRotationChances": 1,
-            "maintenanceWindows": always_open(),
-            "surge": {"readyTimeout": READY_TIMEOUT, "cooldownAfter": "10m", "retryBackoff": "10m"}
-        }))?;
+        world.apply_policy(after_a_minute(1))?;
         ctl_slot = Some(world.controller()?);
         let surge_node = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
         let blocked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -945,10 +950,6 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
             figures.insert("extra_claim_removed_after_rotation_s".into(), json!(secs(settled, g)));
         }
         let result = report::ScenarioResult {
-            scenario: "5".into(),
-            run_id: stack.run_id.clone(),
-            finished_at: now().to_rfc3339(),
-            wall_seconds: t0.elapsed().as_secs_f64(),
             settings: settings(&[("expireAfter", "20m"), ("consolidationPolicy", "WhenEmptyOrUnderutilized"),
                 ("consolidateAfter", "0s"), ("ageThreshold", "1m")]),
             pending: Some(pending),
@@ -980,6 +981,7 @@ async fn scenario_5_consolidation_pressure_does_not_remove_the_surge_pair() -> T
                 )],
             ]
             .concat(),
+            ..finished(&stack, "5", t0)
         };
         eprintln!("scenario 5: {result:#?}");
         report::record(&stack, &result);
@@ -1013,12 +1015,7 @@ async fn scenario_6_two_rotations_at_once_each_with_its_own_surge_node() -> Test
             + go_duration(&e);
         let tracker = PendingTracker::start(&world, APP).await?;
         let claims = ClaimWatch::start(&world);
-        world.apply_policy(json!({
-            "ageThreshold": "1m", "minRotationChances": 1,
-            "maintenanceWindows": always_open(),
-            "surge": {"readyTimeout": READY_TIMEOUT, "cooldownAfter": "10m", "retryBackoff": "10m",
-                      "maxUnavailable": 2}
-        }))?;
+        world.apply_policy(after_a_minute(2))?;
         let ctl = world.controller()?;
         let slots = [format!("{ANN}active-rotation"), format!("{ANN}active-rotation.1")];
         let started = now();
@@ -1078,10 +1075,6 @@ async fn scenario_6_two_rotations_at_once_each_with_its_own_surge_node() -> Test
             tracked.placeholders, pending.longest_pending_seconds
         )];
         let result = report::ScenarioResult {
-            scenario: "6".into(),
-            run_id: stack.run_id.clone(),
-            finished_at: now().to_rfc3339(),
-            wall_seconds: t0.elapsed().as_secs_f64(),
             settings: settings(&[
                 ("expireAfter", &e),
                 ("terminationGracePeriod", TGP),
@@ -1093,6 +1086,7 @@ async fn scenario_6_two_rotations_at_once_each_with_its_own_surge_node() -> Test
             pending: Some(pending),
             figures,
             observations,
+            ..finished(&stack, "6", t0)
         };
         eprintln!("scenario 6: {result:#?}");
         report::record(&stack, &result);
@@ -1130,11 +1124,7 @@ async fn scenario_7_a_drain_held_by_its_pdb_launches_one_node_and_leaves_no_empt
         world.patch_pdb(APP, json!({"spec": {"maxUnavailable": null, "minAvailable": REPLICAS}}))?;
         let tracker = PendingTracker::start(&world, APP).await?;
         let claims = ClaimWatch::start(&world);
-        world.apply_policy(json!({
-            "ageThreshold": "1m", "minRotationChances": 1,
-            "maintenanceWindows": always_open(),
-            "surge": {"readyTimeout": READY_TIMEOUT, "cooldownAfter": "10m", "retryBackoff": "10m"}
-        }))?;
+        world.apply_policy(after_a_minute(1))?;
         ctl_slot = Some(world.controller()?);
         let held = std::sync::Arc::new(std::sync::Mutex::new(None));
         let tl = follow_rotation(&world, &old_name, Duration::from_secs(900), |state| {
@@ -1177,10 +1167,6 @@ async fn scenario_7_a_drain_held_by_its_pdb_launches_one_node_and_leaves_no_empt
         figures.insert("claims_launched_during_rotation".into(), json!(launched.len()));
         figures.insert("empty_nodes_left".into(), json!(empty.len()));
         let result = report::ScenarioResult {
-            scenario: "7".into(),
-            run_id: stack.run_id.clone(),
-            finished_at: now().to_rfc3339(),
-            wall_seconds: t0.elapsed().as_secs_f64(),
             settings: settings(&[
                 ("expireAfter", "20m"),
                 ("terminationGracePeriod", "10m"),
@@ -1191,6 +1177,7 @@ async fn scenario_7_a_drain_held_by_its_pdb_launches_one_node_and_leaves_no_empt
             pending: Some(pending),
             figures,
             observations,
+            ..finished(&stack, "7", t0)
         };
         eprintln!("scenario 7: {result:#?}");
         report::record(&stack, &result);
