@@ -287,17 +287,23 @@ fn force_expiry_seen_late_completes_as_expired_without_cooldown() {
     assert!(fx.placeholder("c1").is_none());
 }
 
-#[test]
-fn crash_between_the_draining_write_and_the_delete_reissues_the_delete() {
-    let mut fx = Fx::new();
-    started(&mut fx);
+/// The surge-ready pass of a started rotation dies as it is about to make the write whose
+/// description starts with `write`: that write never reaches the API server, and the claim is
+/// left `draining`.
+fn crash_in_the_surge_ready_pass_before(fx: &mut Fx, write: String) {
+    started(fx);
     fx.provision_surge("c1", "s1");
     let hook = fx.intercept();
-    // The process dies as it is about to delete: the delete never reaches the API server.
-    hook.before_write(|w| w.starts_with("delete NodeClaim c1"), || panic!("crash before delete"));
+    hook.before_write(move |w| w.starts_with(&write), || panic!("crash"));
     let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fx.pass()));
     assert!(crashed.is_err());
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+}
+
+#[test]
+fn crash_between_the_draining_write_and_the_delete_reissues_the_delete() {
+    let mut fx = Fx::new();
+    crash_in_the_surge_ready_pass_before(&mut fx, "delete NodeClaim c1".into());
     assert!(!fx.deleting("c1"));
     fx.restart();
     fx.ctl.startup_sweep();
@@ -318,20 +324,10 @@ fn the_placeholder_is_deleted_before_the_old_claim_in_the_same_pass() {
     fx.provision_surge("c1", "s1");
     let hook = fx.intercept();
     fx.pass();
-    let writes = hook.writes();
-    let pos = |needle: &str| {
-        writes
-            .iter()
-            .position(|w| w.starts_with(needle))
-            .unwrap_or_else(|| panic!("no {needle} in {writes:#?}"))
-    };
-    let draining = writes
-        .iter()
-        .position(|w| w.starts_with("patch NodeClaim c1") && w.contains("/state=draining"))
-        .unwrap_or_else(|| panic!("no draining write in {writes:#?}"));
-    let placeholder = pos(&format!("delete Pod {NS}/"));
-    let claim = pos("delete NodeClaim c1");
-    assert!(draining < placeholder && placeholder < claim, "{writes:#?}");
+    let draining = hook.position("patch NodeClaim c1 noderotation.io/state=draining");
+    let placeholder = hook.position(&format!("delete Pod {NS}/"));
+    let claim = hook.position("delete NodeClaim c1");
+    assert!(draining < placeholder && placeholder < claim, "{:#?}", hook.writes());
     assert!(fx.placeholder("c1").is_none(), "no placeholder while the old node drains");
     assert!(fx.deleting("c1"));
     assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "surge host frozen");
@@ -340,13 +336,7 @@ fn the_placeholder_is_deleted_before_the_old_claim_in_the_same_pass() {
 #[test]
 fn crash_before_the_placeholder_delete_releases_it_in_draining_then_deletes_the_claim() {
     let mut fx = Fx::new();
-    started(&mut fx);
-    fx.provision_surge("c1", "s1");
-    let hook = fx.intercept();
-    hook.before_write(|w| w.starts_with(&format!("delete Pod {NS}/")), || panic!("crash"));
-    let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fx.pass()));
-    assert!(crashed.is_err());
-    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+    crash_in_the_surge_ready_pass_before(&mut fx, format!("delete Pod {NS}/"));
     assert!(fx.placeholder("c1").is_some() && !fx.deleting("c1"));
     fx.restart();
     fx.ctl.startup_sweep();
@@ -483,21 +473,15 @@ fn governance_lost_mid_rotation_rolls_back_in_the_normative_order() {
     ));
     fx.pass();
     fx.pass();
-    let writes = hook.writes();
-    let pos = |needle: &str| {
-        writes
-            .iter()
-            .position(|w| w.contains(needle))
-            .unwrap_or_else(|| panic!("no {needle} in {writes:#?}"))
-    };
-    let placeholder = pos("delete Pod");
-    let unfreeze = pos("-noderotation.io/surge-for");
-    let failed = pos("noderotation.io/state=failed -noderotation.io/placeholder-uid");
-    let clear = pos("patch NodePool pool-a -noderotation.io/active-rotation");
-    let event = pos("event GovernanceLost");
+    let placeholder = hook.position("delete Pod");
+    let unfreeze = hook.position("-noderotation.io/surge-for");
+    let failed = hook.position("noderotation.io/state=failed -noderotation.io/placeholder-uid");
+    let clear = hook.position("patch NodePool pool-a -noderotation.io/active-rotation");
+    let event = hook.position("event GovernanceLost");
     assert!(
         placeholder < unfreeze && unfreeze < failed && failed < clear && clear < event,
-        "{writes:#?}"
+        "{:#?}",
+        hook.writes()
     );
     assert_eq!(fx.events("GovernanceLost"), 1);
     assert!(

@@ -77,7 +77,10 @@ fn results_dir(run_id: &str) -> PathBuf {
 }
 
 /// Writes `result`, re-renders the document, and returns every result of the run so far.
+/// Prints `result`, stores it with the run's other results, and re-renders the validation doc;
+/// returns every result of the run so far.
 pub fn record(stack: &Stack, result: &ScenarioResult) -> BTreeMap<String, ScenarioResult> {
+    eprintln!("scenario {}: {result:#?}", result.scenario);
     let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let dir = results_dir(&stack.run_id);
     let _ = std::fs::create_dir_all(&dir);

@@ -407,6 +407,15 @@ impl Intercept {
     pub fn writes(&self) -> Vec<String> {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
+
+    /// Where the first write whose description contains `needle` stands in [`Self::writes`].
+    pub fn position(&self, needle: &str) -> usize {
+        let writes = self.writes();
+        writes
+            .iter()
+            .position(|w| w.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle} in {writes:#?}"))
+    }
 }
 
 impl Cluster for Intercept {
