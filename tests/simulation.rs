@@ -386,6 +386,10 @@ fn json_output_has_per_pool_and_per_seed_figures_that_add_up() {
         assert_eq!(per_pool, ours[key].as_u64().unwrap(), "{key}: pools do not add up");
     }
     assert!(ours["rotations_started"].as_u64().unwrap() > 0);
+    // Longest Pending: the run's is the longest of its pools'.
+    let longest = |v: &serde_json::Value| v["longest_pending_seconds"].as_f64().unwrap();
+    let most = pools.values().map(longest).fold(0.0, f64::max);
+    assert_eq!(longest(ours), most, "longest_pending_seconds: not the most over the pools");
     // Lifetime used: a share of expireAfter, the minimum at most the mean, per pool as well.
     let (mean, min) = (ours["lifetime_used_mean"].as_f64(), ours["lifetime_used_min"].as_f64());
     assert!(
@@ -579,4 +583,86 @@ fn karpenter_launches_in_an_open_zone_during_a_zone_shortage() {
     // 6 workload pods per node, each Pending for at most about 2m40s (the delays' maxima).
     let bound = f.forced_expiries as f64 * 6.0 * 200.0;
     assert!(f.pending_pod_seconds < bound, "{} pending-pod-seconds: {f:?}", f.pending_pod_seconds);
+}
+
+/// Longest Pending: the longest single wait of one workload pod, per pool and the most over the
+/// pools (not a sum). A pod still Pending when the figures are taken counts until then, and its
+/// whole wait counts when it binds after a settle (which moves its `pending_since` up).
+#[test]
+fn longest_pending_is_the_longest_single_wait_and_counts_pods_still_pending() {
+    use noderotation::sim::gov::Gov;
+    use noderotation::sim::metrics::Figures;
+    use noderotation::sim::world::World;
+
+    let plan = scenario("default.yaml");
+    let start = plan.start;
+    let mut world = World::new(Arc::clone(&plan), 1, start + Duration::days(1), false);
+    // The fleet's pods are bound as they are created: nobody waited.
+    assert_eq!(world.metrics.longest_pending_seconds, [0.0, 0.0, 0.0]);
+    let node = |w: &World, pool: usize| {
+        w.nodes.iter().find(|(_, n)| n.pool == pool).map(|(name, _)| name.clone()).unwrap()
+    };
+    let (api, web, batch) = (node(&world, 0), node(&world, 1), node(&world, 2));
+    let at = |s: i64| start + Duration::seconds(s);
+
+    // api: one pod Pending 30s, then bound.
+    let a = world.create_workload_pod(0);
+    // web: two pods, Pending 10s and 40s.
+    let b = world.create_workload_pod(1);
+    world.clock.set(at(10));
+    world.bind_pod(&b, &web, at(10));
+    let c = world.create_workload_pod(1);
+    world.clock.set(at(30));
+    world.bind_pod(&a, &api, at(30));
+    world.clock.set(at(50));
+    world.bind_pod(&c, &web, at(50));
+    // batch: one pod from 100s on, still Pending when the figures are taken at 160s.
+    world.clock.set(at(100));
+    let d = world.create_workload_pod(2);
+    world.clock.set(at(160));
+    world.settle_metrics();
+    assert_eq!(world.metrics.longest_pending_seconds, [30.0, 40.0, 60.0]);
+
+    let f = Figures::collect(&world, &[], 0, 0, &mut Gov::default());
+    assert_eq!(f.longest_pending_seconds, 60.0, "the most over the pools: {f:?}");
+    assert_eq!(f.pending_pod_seconds, 30.0 + 10.0 + 40.0 + 60.0);
+    let per_pool = |name: &str| f.per_pool[name].longest_pending_seconds;
+    assert_eq!((per_pool("api"), per_pool("web"), per_pool("batch")), (30.0, 40.0, 60.0));
+    let json = noderotation::cli::simulate::figures_json(&f);
+    assert_eq!(json["longest_pending_seconds"], 60.0);
+    assert_eq!(json["pools"]["web"]["longest_pending_seconds"], 40.0);
+    let table = noderotation::sim::metrics::table(&f, Some(&f));
+    let row = table.lines().find(|l| l.starts_with("longest Pending (s)")).expect(&table);
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["longest", "Pending", "(s)", "60", "60"]
+    );
+    let rows: Vec<&str> = table.lines().map(|l| l.split("  ").next().unwrap_or("")).collect();
+    let pending = rows.iter().position(|l| *l == "pending-pod-seconds").expect(&table);
+    assert_eq!(rows[pending + 1], "longest Pending (s)", "{table}");
+
+    // Bound after the settle: the whole 100s wait, not the 40s since the settle.
+    world.clock.set(at(200));
+    world.bind_pod(&d, &batch, at(200));
+    assert_eq!(world.metrics.longest_pending_seconds, [30.0, 40.0, 100.0]);
+    assert_eq!(world.metrics.pending_pod_seconds[2], 100.0);
+}
+
+/// `span` runs a scenario for less than a week: the compressed-time fleet of the full-stack fleet
+/// run replaces its nodes within its 24 minutes, and a span that is no duration is refused with
+/// the field's name.
+#[test]
+fn a_scenario_span_shorter_than_a_week_sets_the_run_length() {
+    let plan = scenario("fleet-compressed.yaml");
+    let span = plan.span.expect("fleet-compressed.yaml sets span");
+    assert_eq!(span, Duration::minutes(24));
+    let r = run(Arc::clone(&plan), &opts(1, span, false, embedded()), &mut |_| {});
+    assert!(r.violations.is_empty(), "{}", explain(&r));
+    assert_eq!(r.end - r.start, span);
+    let f = &r.figures;
+    assert_eq!(f.forced_expiries, 0, "{f:?}");
+    assert!(f.replacements >= 2 * 24, "every node replaced about twice: {f:?}");
+    let text = scenario_text("fleet-compressed.yaml").replace("span: 24m", "span: soon");
+    let err = Scenario::from_yaml(&text).and_then(|s| s.compile()).expect_err("a bad span");
+    assert!(format!("{err:#}").contains("span"), "{err:#}");
 }

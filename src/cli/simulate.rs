@@ -71,6 +71,7 @@ pub fn figures_json(f: &Figures) -> serde_json::Value {
         "lifetime_used_mean": f.lifetime_used_mean(),
         "lifetime_used_min": f.lifetime_used_min,
         "pending_pod_seconds": f.pending_pod_seconds,
+        "longest_pending_seconds": f.longest_pending_seconds,
         "overlap_node_hours": f.overlap_node_hours,
     });
     if !f.per_pool.is_empty() {
@@ -126,11 +127,16 @@ fn load(args: &SimulateArgs) -> anyhow::Result<(Arc<Compiled>, Arc<Engine>, Dura
         Some(dir) => Engine::load_dir(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?,
         None => Engine::embedded().clone(),
     };
-    let weeks = args.weeks.unwrap_or(f64::from(plan.weeks));
-    if !(weeks > 0.0 && weeks <= 520.0) {
-        anyhow::bail!("--weeks: between 0 and 520");
-    }
-    let span = Duration::seconds((weeks * 7.0 * 86400.0) as i64);
+    let span = match (args.weeks, plan.span) {
+        (None, Some(span)) => span,
+        (weeks, _) => {
+            let weeks = weeks.unwrap_or(f64::from(plan.weeks));
+            if !(weeks > 0.0 && weeks <= 520.0) {
+                anyhow::bail!("--weeks: between 0 and 520");
+            }
+            Duration::seconds((weeks * 7.0 * 86400.0) as i64)
+        }
+    };
     Ok((Arc::new(plan), Arc::new(engine), span))
 }
 

@@ -213,6 +213,9 @@ pub struct Figures {
     /// windows; the default run's table stays as it was).
     pub show_lifetime: bool,
     pub pending_pod_seconds: f64,
+    /// The longest any one workload pod was Pending (seconds): of the pool, or the most over the
+    /// pools. A pod still Pending when the figures are taken counts until then.
+    pub longest_pending_seconds: f64,
     pub overlap_node_hours: f64,
     /// Controller writes the store applied (Events excluded), and Events.
     pub writes: u64,
@@ -308,6 +311,14 @@ impl Figures {
             v.iter().enumerate().filter(|(p, _)| mine(*p)).map(|(_, x)| x).sum()
         };
         f.pending_pod_seconds = in_scope(&world.metrics.pending_pod_seconds);
+        f.longest_pending_seconds = world
+            .metrics
+            .longest_pending_seconds
+            .iter()
+            .enumerate()
+            .filter(|(p, _)| mine(*p))
+            .map(|(_, x)| *x)
+            .fold(0.0, f64::max);
         f.overlap_node_hours = in_scope(&world.metrics.overlap_node_seconds) / 3600.0;
         f
     }
@@ -414,6 +425,11 @@ pub fn rows(ours: &Figures, alone: Option<&Figures>) -> Vec<(String, String, Str
         "pending-pod-seconds".into(),
         format!("{:.0}", ours.pending_pod_seconds),
         alone_or(&|a| format!("{:.0}", a.pending_pod_seconds)),
+    ));
+    out.push((
+        "longest Pending (s)".into(),
+        format!("{:.0}", ours.longest_pending_seconds),
+        alone_or(&|a| format!("{:.0}", a.longest_pending_seconds)),
     ));
     out.push((
         "overlap node-hours".into(),

@@ -35,6 +35,10 @@ pub struct Scenario {
     /// Simulated span when `--weeks` is not given.
     #[serde(default = "default_weeks")]
     pub weeks: u32,
+    /// Simulated span as a duration (`25m`, `36h`), for runs shorter than a week (a fleet in
+    /// compressed time); replaces `weeks`. `--weeks` overrides both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<String>,
     pub pools: Vec<PoolScenario>,
     #[serde(default)]
     pub policies: Vec<RotationPolicy>,
@@ -487,6 +491,8 @@ pub struct Compiled {
     pub description: String,
     pub start: DateTime<Utc>,
     pub weeks: u32,
+    /// `span`, when the scenario gives one: the run's length instead of `weeks`.
+    pub span: Option<Duration>,
     pub pools: Vec<PoolPlan>,
     pub policies: Vec<RotationPolicy>,
     pub provisioning: (Duration, Duration),
@@ -753,11 +759,22 @@ impl Scenario {
         if registration_timeout <= Duration::zero() {
             bail!("delays.registrationTimeout: must be longer than 0s (Karpenter's default: 15m)");
         }
+        let span = match &self.span {
+            Some(text) => {
+                let d = dur(text, "span")?;
+                if d <= Duration::zero() || d > Duration::weeks(520) {
+                    bail!("span: between 0s and 520 weeks (got {text})");
+                }
+                Some(d)
+            }
+            None => None,
+        };
         Ok(Compiled {
             name: self.name.clone(),
             description: self.description.clone(),
             start: self.start,
             weeks: self.weeks,
+            span,
             pools,
             policies: self.policies.clone(),
             provisioning: delays.provisioning.compile("delays.provisioning")?,

@@ -90,6 +90,10 @@ pub struct PodSim {
     pub requests: Arc<Resources>,
     pub node: Option<String>,
     pub pending_since: Option<DateTime<Utc>>,
+    /// Seconds of the current Pending spell already counted by [`World::settle_metrics`] (which
+    /// moves `pending_since` up to its `now`), so that the longest-Pending figure sees the whole
+    /// spell.
+    pub pending_settled: f64,
     /// `PodScheduled=False/Unschedulable` written.
     pub marked_unschedulable: bool,
 }
@@ -123,6 +127,9 @@ pub struct WorldMetrics {
     /// Forced expiries: (time, pool, claim).
     pub forced_expiries: Vec<(DateTime<Utc>, usize, String)>,
     pub pending_pod_seconds: Vec<f64>,
+    /// The longest any one workload pod was Pending, per pool (seconds; a pod still Pending
+    /// counts up to the last [`World::settle_metrics`]).
+    pub longest_pending_seconds: Vec<f64>,
     /// Node-seconds above the base count, per pool.
     pub overlap_node_seconds: Vec<f64>,
     /// Launched (billed) claims per pool and when that count last changed.
@@ -336,6 +343,7 @@ impl World {
             schedule_queued: false,
             metrics: WorldMetrics {
                 pending_pod_seconds: vec![0.0; pools],
+                longest_pending_seconds: vec![0.0; pools],
                 overlap_node_seconds: vec![0.0; pools],
                 billed: vec![(0, plan.start); pools],
                 ..WorldMetrics::default()
@@ -837,6 +845,7 @@ impl World {
                 requests: Arc::new(p.pod_requests.clone()),
                 node: None,
                 pending_since: Some(now),
+                pending_settled: 0.0,
                 marked_unschedulable: false,
             },
         );
@@ -886,6 +895,7 @@ impl World {
                 requests: Arc::new(p.daemonset.clone()),
                 node: None,
                 pending_since: None,
+                pending_settled: 0.0,
                 marked_unschedulable: false,
             },
         );
@@ -900,6 +910,10 @@ impl World {
             let secs = (now - since).num_milliseconds() as f64 / 1000.0;
             if let Some(acc) = self.metrics.pending_pod_seconds.get_mut(p.pool) {
                 *acc += secs;
+            }
+            let spell = std::mem::take(&mut p.pending_settled) + secs;
+            if let Some(longest) = self.metrics.longest_pending_seconds.get_mut(p.pool) {
+                *longest = longest.max(spell);
             }
         }
         p.marked_unschedulable = false;
@@ -979,7 +993,8 @@ impl World {
         }
     }
 
-    /// Closes the measurements at `now` (pending pods still waiting, overlap so far).
+    /// Closes the measurements at `now` (pending pods still waiting, overlap so far; a pod still
+    /// Pending counts in the longest-Pending figure with its wait so far).
     pub fn settle_metrics(&mut self) {
         let now = self.now();
         for pool in 0..self.plan.pools.len() {
@@ -993,6 +1008,9 @@ impl World {
                 let secs = (now - since).num_milliseconds() as f64 / 1000.0;
                 self.metrics.pending_pod_seconds[p.pool] += secs;
                 p.pending_since = Some(now);
+                p.pending_settled += secs;
+                let longest = &mut self.metrics.longest_pending_seconds[p.pool];
+                *longest = longest.max(p.pending_settled);
             }
         }
     }
