@@ -46,12 +46,15 @@ const APP_CPU: &str = "1200m";
 
 macro_rules! full_stack {
     () => {
-        match stack::stack() {
+        match crate::stack::stack() {
             Some(s) => s,
             None => return Ok(()),
         }
     };
 }
+
+#[path = "fullstack/fleet.rs"]
+mod fleet;
 
 fn always_open() -> Value {
     json!([{"timezone": "UTC", "days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
@@ -1313,5 +1316,9 @@ fn render_validation_doc() {
     match report::rerender_latest() {
         Some(path) => eprintln!("rendered {}", path.display()),
         None => eprintln!("no recorded run under target/tmp/fullstack/results"),
+    }
+    match report::rerender_fleet() {
+        Some(path) => eprintln!("rendered the fleet run into {}", path.display()),
+        None => eprintln!("no recorded fleet run under target/tmp/fullstack/results"),
     }
 }

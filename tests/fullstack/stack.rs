@@ -672,8 +672,12 @@ pub struct ClaimSeen {
     pub deletion: Option<DateTime<Utc>>,
     pub gone: Option<DateTime<Utc>>,
     pub node: Option<String>,
+    /// When the claim was first seen with its node (registered), local time.
+    pub registered: Option<DateTime<Utc>>,
     /// Our `state` annotation values in the order seen.
     pub states: Vec<String>,
+    /// When each of `states` was first seen, local time.
+    pub states_at: Vec<DateTime<Utc>>,
 }
 
 impl ClaimWatch {
@@ -695,7 +699,9 @@ impl ClaimWatch {
                             deletion: None,
                             gone: None,
                             node: None,
+                            registered: None,
                             states: Vec::new(),
+                            states_at: Vec::new(),
                         });
                         if e.deletion.is_none() {
                             e.deletion = c.metadata.deletion_timestamp.as_ref().and_then(|t| {
@@ -707,11 +713,13 @@ impl ClaimWatch {
                         }
                         if let Some(n) = c.status.as_ref().and_then(|s| s.node_name.clone()) {
                             e.node = Some(n);
+                            e.registered.get_or_insert(t);
                         }
                         if let Some(st) = c.annotations().get(&format!("{ANN}state"))
                             && e.states.last() != Some(st)
                         {
                             e.states.push(st.clone());
+                            e.states_at.push(t);
                         }
                     }
                     for (name, e) in m.iter_mut() {
