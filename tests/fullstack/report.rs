@@ -115,15 +115,20 @@ pub fn write_doc(dir: &Path, run: &RunInfo, all: &BTreeMap<String, ScenarioResul
     target
 }
 
-/// Re-renders the newest run under the results directory (the generator: no cluster needed).
-pub fn rerender_latest() -> Option<PathBuf> {
+/// The newest run directory under the results that holds `file`.
+fn newest_run_with(file: &str) -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fullstack").join("results");
     let newest = std::fs::read_dir(&root)
         .ok()?
         .flatten()
-        .filter(|e| e.path().join("run.json").exists())
-        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())?
-        .path();
+        .filter(|e| e.path().join(file).exists())
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())?;
+    Some(newest.path())
+}
+
+/// Re-renders the newest run under the results directory (the generator: no cluster needed).
+pub fn rerender_latest() -> Option<PathBuf> {
+    let newest = newest_run_with("run.json")?;
     let run: RunInfo =
         serde_json::from_str(&std::fs::read_to_string(newest.join("run.json")).ok()?).ok()?;
     Some(write_doc(&newest, &run, &load(&newest)))
@@ -527,13 +532,7 @@ pub fn record_fleet(stack: &Stack, result: &crate::fleet::FleetResult, whole: bo
 /// Re-renders the fleet part of `docs/validation.md` from the newest `fleet.json` (the
 /// simulator's column is recomputed).
 pub fn rerender_fleet() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fullstack").join("results");
-    let newest = std::fs::read_dir(&root)
-        .ok()?
-        .flatten()
-        .filter(|e| e.path().join("fleet.json").exists())
-        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())?
-        .path();
+    let newest = newest_run_with("fleet.json")?;
     let text = std::fs::read_to_string(newest.join("fleet.json")).ok()?;
     let result: crate::fleet::FleetResult = serde_json::from_str(&text).ok()?;
     let block = render_fleet(&result, &simulated(result.span_seconds));
