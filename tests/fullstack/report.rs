@@ -720,10 +720,12 @@ pub fn render_fleet(r: &crate::fleet::FleetResult, sims: &[Value]) -> String {
          - Under noderotation the replacement is Ready before the delete; an evicted pod waits \
          only for the scheduler and the PDB, about a second in the real run and no time in \
          the simulator, which binds at once.\n\n\
-         The tolerance claimed: rotations started, forced expiries, nodes replaced and claims \
-         per rotation within 10 %; pending-pod-seconds, the longest Pending and the overlap \
-         are not predicted within a stated tolerance until the simulator models PDB-paced \
-         drains and Karpenter's provisioning for deleting nodes.\n"
+         The tolerance claimed: forced expiries, nodes replaced and claims launched per \
+         rotation or expiry within 10 %. Rotations started depends on where the span cuts: a \
+         batch that starts just before the end in one run and just after it in the other moves \
+         it by up to `maxUnavailable` per pool. Pending-pod-seconds, the longest Pending and the \
+         overlap are not predicted within a stated tolerance until the simulator models \
+         PDB-paced drains and Karpenter's provisioning for deleting nodes.\n"
     );
     let _ = writeln!(d, "Delays measured in the real run (min / median / max, seconds):\n");
     for (what, o, a) in [
