@@ -40,8 +40,6 @@ pub struct Side {
     pub longest_pending_seconds: f64,
     /// Node-minutes above each pool's starting node count.
     pub overlap_node_minutes: f64,
-    /// Smallest `creationTimestamp + expireAfter - deletionTimestamp` of a replaced claim.
-    pub min_margin_seconds: Option<f64>,
     /// Claim created -> its node registered, for claims created during the run (min, median, max).
     pub registration_seconds: Option<[f64; 3]>,
     /// Claim deleted -> gone (min, median, max).
@@ -157,8 +155,6 @@ fn side(
             if schedule.in_window(at) {
                 s.replacements_in_window += 1;
             }
-            let margin = secs(deleted, created + expire_after);
-            s.min_margin_seconds = Some(s.min_margin_seconds.map_or(margin, |m| m.min(margin)));
         }
         pf.longest_pending_seconds = p.pending.longest_pending_seconds;
         s.forced_expiries += pf.forced_expiries;
@@ -174,7 +170,6 @@ fn side(
     s
 }
 
-/// `NODEROTATION_FLEET_SPAN` (a Go duration) or the scenario's span.
 /// The span, and whether it is the scenario's whole span (`NODEROTATION_FLEET=whole`) or the
 /// shorter version (`NODEROTATION_FLEET_SPAN`, default 6m).
 fn span(scenario_span: Option<chrono::Duration>) -> Result<(chrono::Duration, bool), Error> {

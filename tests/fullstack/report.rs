@@ -517,28 +517,33 @@ fn splice_fleet(doc: &str, block: &str) -> String {
 pub fn record_fleet(stack: &Stack, result: &crate::fleet::FleetResult, whole: bool) {
     let dir = results_dir(&stack.run_id);
     let _ = std::fs::create_dir_all(&dir);
+    // Only a whole run is named fleet.json: the re-render reads the newest of those.
+    let file = if whole { "fleet.json" } else { "fleet-short.json" };
     if let Ok(text) = serde_json::to_string_pretty(result) {
-        let _ = std::fs::write(dir.join("fleet.json"), text);
+        let _ = std::fs::write(dir.join(file), text);
     }
-    let block = render_fleet(result, &simulated(result.span_seconds));
     let target = if whole { checked_in() } else { dir.join("validation-fleet.md") };
-    let doc = std::fs::read_to_string(&target).unwrap_or_default();
-    match std::fs::write(&target, splice_fleet(&doc, &block)) {
+    match write_fleet(&target, result) {
         Ok(()) => eprintln!("fleet figures written to {}", target.display()),
         Err(e) => eprintln!("cannot write {}: {e}", target.display()),
     }
 }
 
-/// Re-renders the fleet part of `docs/validation.md` from the newest `fleet.json` (the
-/// simulator's column is recomputed).
+/// Re-renders the fleet part of `docs/validation.md` from the newest whole run's `fleet.json`
+/// (the simulator's column is recomputed).
 pub fn rerender_fleet() -> Option<PathBuf> {
     let newest = newest_run_with("fleet.json")?;
     let text = std::fs::read_to_string(newest.join("fleet.json")).ok()?;
     let result: crate::fleet::FleetResult = serde_json::from_str(&text).ok()?;
-    let block = render_fleet(&result, &simulated(result.span_seconds));
-    let doc = std::fs::read_to_string(checked_in()).ok()?;
-    std::fs::write(checked_in(), splice_fleet(&doc, &block)).ok()?;
+    write_fleet(&checked_in(), &result).ok()?;
     Some(checked_in())
+}
+
+/// Renders `result` (with the simulator's prediction) into the fleet part of `target`.
+fn write_fleet(target: &Path, result: &crate::fleet::FleetResult) -> std::io::Result<()> {
+    let block = render_fleet(result, &simulated(result.span_seconds));
+    let doc = std::fs::read_to_string(target).unwrap_or_default();
+    std::fs::write(target, splice_fleet(&doc, &block))
 }
 
 /// Claims the fleet scenario starts with (the simulator counts them as created).

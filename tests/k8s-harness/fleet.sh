@@ -12,7 +12,7 @@
 # Builds the full stack first when it is not cached (see README.md, "Full-stack tier").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-cargo test --locked --test fullstack --no-run >/dev/null 2>&1
+cargo test --locked --test fullstack --no-run >/dev/null   # compile before the stack starts
 eval "$(tests/k8s-harness/start.sh --full-stack)"
 trap 'tests/k8s-harness/stop.sh || true' EXIT
 NODEROTATION_FLEET=whole NODEROTATION_FULL_STACK_REQUIRED=1 cargo test --locked --test fullstack -- \
