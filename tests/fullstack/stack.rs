@@ -27,6 +27,9 @@ pub const INSTANCE_TYPE: &str = "c-4x-amd64-linux";
 pub const ZONE: &str = "test-zone-a";
 pub const ANN: &str = "noderotation.io/";
 pub const APP_LABEL: &str = "app.kubernetes.io/name";
+/// How long Karpenter may take to write a registered node's name on its claim after the node
+/// took pods (one lifecycle reconcile, retried on a conflict).
+const CLAIM_REGISTERED: Duration = Duration::from_secs(60);
 
 pub fn now() -> DateTime<Utc> {
     SystemClock.now()
@@ -329,13 +332,22 @@ impl World {
         Ok(api.get_opt(name).await?)
     }
 
-    /// The claim whose node is `node`.
+    /// The claim whose node is `node`, once the claim says so.
+    ///
+    /// Karpenter's registration takes the unregistered taint off the Node and only then writes
+    /// `status.nodeName` on the claim, in a second request. Pods can be scheduled and run on the
+    /// node in between, so a test that found its pods running may look for the claim before the
+    /// claim names the node: wait for it.
     pub async fn claim_of_node(&self, node: &str) -> Result<NodeClaim, Error> {
-        self.claims()
-            .await?
-            .into_values()
-            .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-            .ok_or_else(|| format!("no claim of pool {} for node {node}", self.name).into())
+        let what = format!("the claim of pool {} naming node {node} in status.nodeName", self.name);
+        eventually(&what, CLAIM_REGISTERED, || async {
+            self.claims()
+                .await
+                .ok()?
+                .into_values()
+                .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        })
+        .await
     }
 
     pub async fn node(&self, name: &str) -> Result<Option<Node>, Error> {
