@@ -226,6 +226,11 @@ impl World {
                 self.finalize(&name);
                 KARPENTER
             }
+            Ev::DrainStep(pool) => {
+                self.drain_step_done(pool);
+                self.drain_step(pool);
+                KARPENTER
+            }
             Ev::Provision(pool) => {
                 self.provisioning_done(pool);
                 self.provision(pool);
@@ -328,6 +333,10 @@ impl World {
                     .insert(TERMINATION_TIMESTAMP.into(), at);
             });
         }
+        if p.pdb_max_unavailable.is_some() && !immediate {
+            self.begin_paced_drain(name, pool, &node, tgp);
+            return;
+        }
         let evicted = self.evict_node(&node);
         let mut d = self.draw(plan.drain);
         if let Some(tgp) = tgp {
@@ -355,6 +364,105 @@ impl World {
         self.request_scheduling();
     }
 
+    /// A drain under the workload's PDB: placeholders go at once, workload pods as the budget
+    /// allows ([`World::drain_step`]); the node goes `delays.drain` after its last workload pod,
+    /// or at `terminationGracePeriod` with whatever is left (or when a stuck drain ends).
+    fn begin_paced_drain(&mut self, name: &str, pool: usize, node: &str, tgp: Option<Duration>) {
+        let now = self.now();
+        let stuck_p = self.plan.failures.stuck_drain;
+        let stuck = self.rng.chance(stuck_p) | self.fault(|r| r.stuck_drain);
+        let mut cutoff = tgp;
+        if stuck {
+            let d = tgp.unwrap_or(Duration::hours(1))
+                + BUFFER
+                + self.draw((Duration::minutes(1), Duration::minutes(20)));
+            self.note(format!("{name}: drain stuck (volume detach) for {}", format_human(d)));
+            self.stuck_drains.insert(name.to_string(), now + d);
+            cutoff = Some(d);
+        }
+        if let Some(c) = self.claims.get_mut(name) {
+            c.paced = Some(super::world::PacedDrain { stuck, ending: false });
+        }
+        if let Some(d) = cutoff {
+            self.at(now + d, Ev::DrainDone(name.to_string()));
+        }
+        let placeholders = self.evict_placeholders(node);
+        let before = self.workload_on(node).len();
+        self.drain_step(pool);
+        let left = self.workload_on(node).len();
+        self.note(format!(
+            "{name}: draining {node} under its PDB: evicted {} pods and {placeholders} placeholders, {left} wait for the budget",
+            before - left
+        ));
+        // Karpenter schedules the pods of a node being deleted at once (on room elsewhere, or on
+        // new claims), not only once they are evicted.
+        if left > 0 {
+            self.request_provisioning(pool);
+        }
+        self.request_scheduling();
+    }
+
+    /// The workload pods bound to `node`.
+    fn workload_on(&self, node: &str) -> Vec<PodKey> {
+        self.node_pods
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter(|k| self.pods.get(*k).is_some_and(|p| !p.daemonset))
+            .cloned()
+            .collect()
+    }
+
+    /// Karpenter's eviction queue on the paced drains of `pool`: evicts, oldest drain first,
+    /// as many workload pods as the PDB allows (`maxUnavailable` minus the workload's pods not
+    /// running), and schedules the end of each drain whose node has no workload left. Returns
+    /// the pods evicted.
+    pub fn drain_step(&mut self, pool: usize) -> usize {
+        let Some(max) = self.plan.pools[pool].pdb_max_unavailable else { return 0 };
+        let mut draining: Vec<(DateTime<Utc>, String)> = self
+            .claims
+            .iter()
+            .filter(|(_, c)| c.pool == pool && c.paced.is_some_and(|d| !d.ending))
+            .filter_map(|(n, c)| Some((c.deleting?, n.clone())))
+            .collect();
+        if draining.is_empty() {
+            return 0;
+        }
+        draining.sort();
+        let unavailable = self
+            .pending
+            .iter()
+            .filter(|k| self.pods.get(*k).is_some_and(|p| p.pool == pool && !p.daemonset))
+            .count();
+        let mut allowed = usize::try_from(max).unwrap_or(0).saturating_sub(unavailable);
+        let mut evicted = 0;
+        for (_, name) in draining {
+            let Some(node) = self.claims.get(&name).map(|c| c.node.clone()) else { continue };
+            let pods = self.workload_on(&node);
+            let take = pods.len().min(allowed);
+            for key in &pods[..take] {
+                self.remove_pod(key);
+                self.create_workload_pod(pool);
+                self.metrics.evictions += 1;
+            }
+            allowed -= take;
+            evicted += take;
+            if take == pods.len() {
+                let Some(c) = self.claims.get_mut(&name) else { continue };
+                let Some(paced) = c.paced.as_mut() else { continue };
+                paced.ending = true;
+                if !paced.stuck {
+                    let d = self.draw(self.plan.drain);
+                    self.at(self.now() + d, Ev::DrainDone(name.clone()));
+                }
+            }
+        }
+        if evicted > 0 {
+            self.request_scheduling();
+        }
+        evicted
+    }
+
     /// Evicts the workload (recreated Pending by its ReplicaSet) and placeholders of a node.
     fn evict_node(&mut self, node: &str) -> usize {
         let keys: Vec<PodKey> = self.node_pods.get(node).into_iter().flatten().cloned().collect();
@@ -370,6 +478,12 @@ impl World {
             self.metrics.evictions += 1;
             n += 1;
         }
+        n + self.evict_placeholders(node)
+    }
+
+    /// Evicts the placeholders bound to `node` (no PDB covers them).
+    fn evict_placeholders(&mut self, node: &str) -> usize {
+        let mut n = 0;
         let placeholders: Vec<String> = self
             .snap
             .placeholders
@@ -526,9 +640,12 @@ impl World {
             .filter(|(_, c)| c.pool == pool && c.deleting.is_none())
             .map(|(n, _)| n.clone())
             .collect();
+        // A nomination holds while the claim is in flight; a pod still pending once its claim's
+        // node is Ready (another pod took the room) is provisioned for again.
         let nominated: BTreeSet<PodKey> = live
             .iter()
             .filter_map(|n| self.claims.get(n))
+            .filter(|c| c.phase < super::world::Phase::Ready)
             .flat_map(|c| c.nominated.iter().cloned())
             .collect();
         // (pod, requests, admissible zones)
@@ -584,7 +701,63 @@ impl World {
                 }
             }
         } else {
+            // Claims in flight (not Ready yet): the room their nominated pods leave.
+            let mut inflight: Vec<(String, String, Resources)> = Vec::new();
+            for name in &live {
+                let Some(c) = self.claims.get(name) else { continue };
+                if c.phase == super::world::Phase::Ready {
+                    continue;
+                }
+                let (zone, keys) = (c.zone.clone(), c.nominated.clone());
+                let mut free = node_free.clone();
+                for key in &keys {
+                    if let Some(r) = self.requests_of(key) {
+                        sub(&mut free, &r);
+                    }
+                }
+                inflight.push((name.clone(), zone, free));
+            }
+            // The workload still on nodes being deleted (a drain paced by a PDB): scheduled now,
+            // on room the pool's other nodes have (no preemption), else with the pending pods.
+            let leaving: Vec<PodKey> = self
+                .claims
+                .values()
+                .filter(|c| c.pool == pool && c.paced.is_some())
+                .flat_map(|c| self.workload_on(&c.node))
+                .filter(|k| !nominated.contains(k))
+                .collect();
+            if !leaving.is_empty() {
+                let mut room: Vec<Resources> = self
+                    .usable_nodes()
+                    .into_values()
+                    .filter(|(p, _)| *p == pool)
+                    .map(|(_, free)| free)
+                    .collect();
+                for key in leaving {
+                    let Some(req) = self.pods.get(&key).map(|p| Arc::clone(&p.requests)) else {
+                        continue;
+                    };
+                    if let Some(r) = room.iter_mut().find(|r| fits(r, &req)) {
+                        sub(r, &req);
+                        continue;
+                    }
+                    want.push((key, req, zones_all.clone()));
+                }
+            }
             for (key, req, zones) in want {
+                if let Some((claim, _, free)) =
+                    inflight.iter_mut().find(|f| zones.contains(&f.1) && fits(&f.2, &req))
+                {
+                    sub(free, &req);
+                    let surge_for = self.surge_of(&key);
+                    if let Some(c) = self.claims.get_mut(claim.as_str()) {
+                        c.nominated.insert(key);
+                        if c.surge_for.is_none() {
+                            c.surge_for = surge_for;
+                        }
+                    }
+                    continue;
+                }
                 if let Some(bin) =
                     bins.iter_mut().find(|b| zones.contains(&b.0) && fits(&b.1, &req))
                 {
@@ -631,11 +804,7 @@ impl World {
                 | self.fault(|r| r.node_never_ready);
             let name = self.new_claim(pool, zone, now, never_launch, never_ready);
             let count = pods.len();
-            let surge_for = pods.iter().find_map(|(ns, n)| {
-                let ph =
-                    self.snap.placeholders.get(n).filter(|_| ns == super::world::CONTROLLER_NS)?;
-                annotation(&ph.metadata, SURGE_FOR).map(str::to_string)
-            });
+            let surge_for = pods.iter().find_map(|key| self.surge_of(key));
             if let Some(c) = self.claims.get_mut(&name) {
                 c.nominated = pods.into_iter().collect();
                 c.surge_for = surge_for;
@@ -651,6 +820,25 @@ impl World {
             self.at(now + plan.registration_timeout, Ev::RegistrationTtl(name));
         }
         self.update_pool_status(pool);
+    }
+
+    /// What a pod a claim is nominated for requests (`None` once the pod is gone).
+    fn requests_of(&mut self, key: &PodKey) -> Option<Arc<Resources>> {
+        if let Some(p) = self.pods.get(key) {
+            return Some(Arc::clone(&p.requests));
+        }
+        if key.0 != super::world::CONTROLLER_NS {
+            return None;
+        }
+        let ph = Arc::clone(self.snap.placeholders.get(&key.1)?);
+        Some(self.placeholder_requests(&ph))
+    }
+
+    /// The rotation a placeholder serves (`surge-for`), if `key` is one.
+    fn surge_of(&self, key: &PodKey) -> Option<String> {
+        let ph =
+            self.snap.placeholders.get(&key.1).filter(|_| key.0 == super::world::CONTROLLER_NS)?;
+        annotation(&ph.metadata, SURGE_FOR).map(str::to_string)
     }
 
     /// The first `spec.limits` resource another node would exceed.

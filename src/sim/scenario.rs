@@ -141,6 +141,21 @@ fn default_daemonset() -> BTreeMap<String, String> {
 pub struct Workload {
     pub pods_per_node: u32,
     pub requests: BTreeMap<String, String>,
+    /// A PodDisruptionBudget over the pool's workload. With one, a drain evicts only while the
+    /// budget allows (Karpenter's eviction queue retries the rest) and `delays.drain` is the time
+    /// from the last eviction to the node being gone; without one, a drain evicts everything at
+    /// once and `delays.drain` is its whole length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pdb: Option<Pdb>,
+}
+
+/// `spec` of a PodDisruptionBudget selecting every pod of the workload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Pdb {
+    /// Pods of the workload that may be unavailable (Pending or evicted) at once; 0 holds every
+    /// drain until `terminationGracePeriod`.
+    pub max_unavailable: u32,
 }
 
 impl Default for Workload {
@@ -151,6 +166,7 @@ impl Default for Workload {
                 ("cpu".to_string(), "600m".to_string()),
                 ("memory".to_string(), "2Gi".to_string()),
             ]),
+            pdb: None,
         }
     }
 }
@@ -530,6 +546,8 @@ pub struct PoolPlan {
     pub pods_per_node: u32,
     pub pod_requests: Resources,
     pub pod_requests_raw: BTreeMap<String, String>,
+    /// The workload's PDB `maxUnavailable` (`None`: no PDB).
+    pub pdb_max_unavailable: Option<u32>,
     pub daemonset: Resources,
     pub daemonset_raw: BTreeMap<String, String>,
     pub age_min: Duration,
@@ -668,6 +686,7 @@ impl Scenario {
                 pods_per_node: p.workload.pods_per_node,
                 pod_requests,
                 pod_requests_raw: p.workload.requests.clone(),
+                pdb_max_unavailable: p.workload.pdb.as_ref().map(|b| b.max_unavailable),
                 daemonset,
                 daemonset_raw: p.daemon_set.clone(),
                 age_min: dur(&p.age.min, &f("age.min"))?,

@@ -72,6 +72,18 @@ pub struct ClaimSim {
     pub lane: usize,
     /// Forced expiry deleted it.
     pub expired: bool,
+    /// A drain paced by the workload's PDB is under way.
+    pub paced: Option<PacedDrain>,
+}
+
+/// A drain that evicts only what the workload's PodDisruptionBudget allows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PacedDrain {
+    /// The drain hangs (a volume that does not detach): only the deadline drawn at its start
+    /// ends it, whenever the last pod leaves.
+    pub stuck: bool,
+    /// Every workload pod is gone; the node's end is scheduled.
+    pub ending: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -154,6 +166,9 @@ pub enum Ev {
     Expire(String),
     Terminate(String),
     DrainDone(String),
+    /// Karpenter's eviction queue retries the paced drains of a pool (a pod of its workload
+    /// started running, so its PDB may allow another eviction).
+    DrainStep(usize),
     Provision(usize),
     Schedule,
     /// Emptiness consolidation check of a node.
@@ -197,6 +212,8 @@ pub struct World {
     pub placeholder_requests: BTreeMap<String, Arc<Resources>>,
     /// Pools with a `Provision` event queued.
     provision_queued: BTreeSet<usize>,
+    /// Pools with a `DrainStep` event queued.
+    drain_step_queued: BTreeSet<usize>,
     schedule_queued: bool,
     /// The store after the last step.
     pub snap: Arc<CacheView>,
@@ -340,6 +357,7 @@ impl World {
             pending: BTreeSet::new(),
             placeholder_requests: BTreeMap::new(),
             provision_queued: BTreeSet::new(),
+            drain_step_queued: BTreeSet::new(),
             schedule_queued: false,
             metrics: WorldMetrics {
                 pending_pod_seconds: vec![0.0; pools],
@@ -406,6 +424,21 @@ impl World {
 
     pub fn provisioning_done(&mut self, pool: usize) {
         self.provision_queued.remove(&pool);
+    }
+
+    /// A pod of `pool`'s workload started running: the eviction queue retries the pool's paced
+    /// drains a second later (its retry and the PDB controller's status update).
+    pub fn request_drain_step(&mut self, pool: usize) {
+        if self.plan.pools[pool].pdb_max_unavailable.is_some()
+            && self.drain_step_queued.insert(pool)
+        {
+            let t = self.now() + Duration::seconds(1);
+            self.at(t, Ev::DrainStep(pool));
+        }
+    }
+
+    pub fn drain_step_done(&mut self, pool: usize) {
+        self.drain_step_queued.remove(&pool);
     }
 
     pub fn request_scheduling(&mut self) {
@@ -621,6 +654,7 @@ impl World {
                 surge_for: None,
                 lane,
                 expired: false,
+                paced: None,
             },
         );
         self.metrics.lifetimes.insert(
@@ -917,7 +951,11 @@ impl World {
             }
         }
         p.marked_unschedulable = false;
+        let (pool, workload) = (p.pool, !p.daemonset);
         self.pending.remove(key);
+        if workload {
+            self.request_drain_step(pool);
+        }
         self.node_pods.entry(node.to_string()).or_default().insert(key.clone());
         for c in self.claims.values_mut() {
             c.nominated.remove(key);
