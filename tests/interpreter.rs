@@ -178,9 +178,10 @@ impl Facts for Toy {
                 _ => Value::Nil,
             },
             Pred::EffectiveBackoff => Value::Duration(Duration::minutes(30)),
-            Pred::HasPlaceholder | Pred::SurgeReady | Pred::SurgeUnschedulable => {
-                Value::Bool(false)
-            }
+            Pred::HasPlaceholder
+            | Pred::SurgeReady
+            | Pred::SurgeHostTaken
+            | Pred::SurgeUnschedulable => Value::Bool(false),
             // A placeholder that exists is the controller's own unless a test says otherwise.
             Pred::PlaceholderOwned => Value::Bool(true),
             Pred::PlaceholderNode => Value::Object(ObjRef::Node("surge-node".into())),

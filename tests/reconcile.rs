@@ -1029,6 +1029,10 @@ const SCENARIOS: &[(&str, fn())] = &[
     ),
     ("stale_pending_view", a_stale_pending_view_does_not_undo_a_rollback),
     ("stale_retry", failed_to_pending_retry_does_not_reenter_on_a_stale_read),
+    (
+        "surge_host_taken",
+        a_placeholder_on_the_surge_host_of_another_rotation_waits_for_that_rotation,
+    ),
     ("static_gate", static_gate_lets_an_anchored_rotation_finish_but_blocks_new_starts_and_retries),
     ("governance_lost", governance_lost_mid_rotation_rolls_back_in_the_normative_order),
     ("sweep_orphans", startup_sweep_cleans_orphans_and_fails_unanchored_in_flight_claims),
@@ -2371,6 +2375,49 @@ fn three_rotations_of_one_pool_run_at_once_each_in_its_own_slot() {
     fx.pass();
     assert_eq!(fx.claim_ann("c4", Key::State).as_deref(), Some("pending"));
     assert_eq!(fx.ctl.telemetry().completed_count(POOL, Outcome::Success), 3);
+}
+
+/// Two rotations of one pool never drain onto one surge host. The first rotation deleted its old
+/// claim and released its placeholder; its drain, paced by a PodDisruptionBudget, has not moved
+/// a pod yet, so its surge node is empty and the second rotation's placeholder lands there.
+#[test]
+fn a_placeholder_on_the_surge_host_of_another_rotation_waits_for_that_rotation() {
+    let mut fx = three_lanes();
+    fx.claim("c1", Duration::days(10));
+    fx.claim("c2", Duration::days(10) - Duration::minutes(1));
+    fx.pass();
+    fx.pass();
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("pending"));
+    fx.advance(Duration::minutes(3));
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    assert!(fx.deleting("c1"));
+    let slot = (0..3)
+        .find(|s| slot_ann(&fx, Key::ActiveRotation, *s).as_deref() == Some("c1"))
+        .expect("c1's slot");
+    assert_eq!(slot_ann(&fx, Key::SurgeHost, slot).as_deref(), Some("node-s1"));
+    fx.world
+        .update_pod(NS, &noderotation::placeholder::placeholder_name("c2"), |p| {
+            p.spec.get_or_insert_with(Default::default).node_name = Some("node-s1".into());
+            p.status.get_or_insert_with(Default::default).phase = Some("Running".into());
+        })
+        .expect("c2's placeholder");
+    fx.advance(Duration::seconds(10));
+    fx.pass();
+    fx.pass();
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("pending"), "node-s1 is c1's");
+    assert!(!fx.deleting("c2"), "c2's old node waits for surge capacity of its own");
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"));
+
+    // c1's rotation ends (its pods did not need the room the placeholder holds): node-s1 is
+    // free to be c2's surge host.
+    fx.finalize("c1");
+    fx.pass();
+    fx.advance(Duration::seconds(10));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("draining"));
+    assert!(fx.deleting("c2"));
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c2"));
 }
 
 #[test]

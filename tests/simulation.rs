@@ -545,6 +545,10 @@ fn a_pdb_paces_the_drain_and_karpenter_provisions_for_the_pods_of_a_deleting_nod
     assert_eq!(a.claims_created, 24 + 24, "the fleet and one replacement per expiry: {a:?}");
     assert!(a.pending_pod_seconds > 0.0 && a.pending_pod_seconds < 200.0, "{a:?}");
     assert!(a.longest_pending_seconds < 60.0, "{a:?}");
+    let ours = run(Arc::clone(&plan), &opts(1, span, false, embedded()), &mut |_| {});
+    assert!(ours.violations.is_empty(), "{}", explain(&ours));
+    assert_eq!(ours.figures.forced_expiries, 0, "{:?}", ours.figures);
+    assert_eq!(ours.figures.pending_pod_seconds, 0.0, "{:?}", ours.figures);
 
     // Without the PDB the drain evicts everything at once: more pods wait, and for longer.
     let text =

@@ -380,6 +380,15 @@ impl Snapshot {
             .filter_map(move |n| self.claim(n).filter(|c| c.node_pool() == Some(pool)))
     }
 
+    /// `host` is the `surge-host` a slot of the pool records for a rotation other than `claim`'s.
+    fn surge_host_of_another(&self, claim: &str, host: &str) -> bool {
+        let Some(meta) = self.pool.as_ref().map(|p| &p.metadata) else { return false };
+        let anchors = super::slots::anchors(meta);
+        super::slots::by_slot(meta, Key::SurgeHost)
+            .into_iter()
+            .any(|(slot, h)| h == host && anchors.get(&slot).is_some_and(|a| *a != claim))
+    }
+
     /// The claims of the pool's other rotations whose surge is still to come: a surge rotation
     /// (no `rotation-mode`) whose slot has no `surge-host` yet and whose placeholder is not on a
     /// node, so `status.resources` does not count it (§3.3 headroom with several rotations in
@@ -951,6 +960,16 @@ impl Facts for Snapshot {
                         placeholder::surge_ready(pod, host, self.claim_node(c), self.pool_name())
                     });
                     Value::Bool(ready)
+                }
+                None => Value::Nil,
+            },
+            Pred::SurgeHostTaken => match claim {
+                Some(c) => {
+                    let name = c.metadata.name.as_deref().unwrap_or("");
+                    Value::Bool(
+                        self.placeholder_host(name)
+                            .is_some_and(|host| self.surge_host_of_another(name, host)),
+                    )
                 }
                 None => Value::Nil,
             },

@@ -1,4 +1,4 @@
-//! The simulation's invariants (I1–I14), each a named check over one step:
+//! The simulation's invariants (I1–I15), each a named check over one step:
 //! the store before and after it, what the controller announced during it, and what the world
 //! knows (which pods run where, which claims ever existed). Safety checks run after every step;
 //! the quiescence and liveness checks run where their premise holds (no faults, or the calm
@@ -53,8 +53,13 @@ pub const I13: &str = "I13 surge-nodes-per-lane";
 /// Not in the guide's list: no claim is in two rotations: no two slots, of one pool or of
 /// two, anchor the same claim at one instant.
 pub const I14: &str = "I14 one-rotation-per-claim";
+/// Not in the guide's list: no node is the surge host of two rotations at once: no two anchored
+/// slots of a pool record the same `surge-host`. A host reserves one old node's worth; a second
+/// rotation draining onto it leaves pods without room (a drain paced by a PDB leaves the host
+/// empty for a while, so a new placeholder fits there).
+pub const I15: &str = "I15 one-rotation-per-surge-host";
 /// The invariants the simulation checks, for the summary line.
-pub const ALL: &str = "I1-I14";
+pub const ALL: &str = "I1-I15";
 
 const LAST_FAILURE_AT: &str = "noderotation.io/last-failure-at";
 const RETRY_COUNT: &str = "noderotation.io/retry-count";
@@ -246,6 +251,21 @@ fn surge_breach(
     })
 }
 
+/// I15 for one pool: a surge host two anchored slots record, with the rotations.
+fn shared_host(pool: &str, np: &NodePool) -> Option<String> {
+    let rotations = anchors(np);
+    let hosts = crate::reconcile::slots::by_slot(&np.metadata, crate::engine::Key::SurgeHost);
+    let mut by_host: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (slot, host) in hosts {
+        if let Some(claim) = rotations.get(&slot).filter(|_| !host.is_empty()) {
+            by_host.entry(host).or_default().push(claim);
+        }
+    }
+    by_host.into_iter().find(|(_, c)| c.len() > 1).map(|(host, claims)| {
+        format!("pool {pool}: node {host} is the surge host of {}", claims.join(" and "))
+    })
+}
+
 /// I14: every claim two slots anchor at once, with the (pool, slot)s naming it.
 fn shared_claims(view: &CacheView) -> Vec<(String, Vec<String>)> {
     let mut by_claim: BTreeMap<&str, Vec<String>> = BTreeMap::new();
@@ -420,6 +440,11 @@ impl Checker {
         for (pool, a, b) in &d.pools {
             // One rotation fits every pool's lanes (at least one).
             let Some(b) = b.as_ref().filter(|b| anchors(b).len() > 1) else { continue };
+            if let Some(detail) = shared_host(pool, b)
+                && self.flagged.insert((I15.to_string(), detail.clone()))
+            {
+                bad.push((I15, detail, pool.clone()));
+            }
             let Some(settings) = self.gov.of(post, b).settings().cloned() else { continue };
             let lanes = gov::lanes(&settings, post, pool);
             if let Some(detail) = lane_breach(pool, a.as_deref(), b, lanes) {
