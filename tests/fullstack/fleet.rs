@@ -207,6 +207,9 @@ async fn fleet_run_under_noderotation_and_karpenter_alone() -> TestResult {
             && p.expire_after == first.expire_after
             && p.workload.pods_per_node == first.workload.pods_per_node;
         assert!(same, "the fleet run builds every pool like the first: {} differs", p.name);
+        // World::deploy gives every workload a PDB of maxUnavailable 1.
+        let pdb = p.workload.pdb.as_ref().map(|b| b.max_unavailable);
+        assert_eq!(pdb, Some(1), "{}: the fleet run's workloads have maxUnavailable 1", p.name);
     }
 
     let mut ours = Vec::new();
