@@ -599,6 +599,121 @@ fn scenario_values_that_cannot_work_say_what_to_fix() {
     );
     let e = format!("{:#}", Scenario::from_yaml(&bad).expect_err("eldest accepted"));
     assert!(e.contains("eldest") && e.contains("{name: <NodeClaim>}"), "{e}");
+    let e =
+        refused("shortages:", "script:\n  - {at: 1h, action: editNodePool, pool: gpu}\nshortages:");
+    assert!(e.contains("needs expireAfter, terminationGracePeriod or limits"), "{e}");
+    let e = refused(
+        "shortages:",
+        "script:\n  - {at: 1h, action: cordon, pool: gpu, expireAfter: 1d}\nshortages:",
+    );
+    assert!(e.contains("belong to editNodePool"), "{e}");
+    let e = refused(
+        "shortages:",
+        "script:\n  - {at: 1h, action: editNodePool, pool: gpu, limits: {nodes: lots}}\nshortages:",
+    );
+    assert!(e.contains("limits.nodes") && e.contains("not a quantity"), "{e}");
+}
+
+/// `workload.zones`: the workload pods require those zones, so a shortage there holds them
+/// Pending under Karpenter alone, while pods that admit the other zone are launched there.
+#[test]
+fn workload_pods_with_a_zone_affinity_wait_for_their_zone() {
+    let pending = |zones: &str| {
+        let text = format!(
+            r#"
+name: workload-zones
+start: 2026-06-01T00:00:00Z
+span: 1d
+pools:
+  - name: p
+    nodes: 4
+    zones: [zone-a, zone-b]
+    expireAfter: 1d
+    terminationGracePeriod: 10m
+    workload:
+      podsPerNode: 2
+      requests: {{cpu: "1", memory: 1Gi}}
+      zones: [{zones}]
+    age: {{min: 6h, max: 18h}}
+shortages:
+  - {{pool: p, from: 0s, for: 1d, zones: [zone-a]}}
+delays:
+  provisioning: 10s
+  registration: 20s
+  ready: 10s
+  drain: 1m
+expect: {{liveness: false}}
+"#
+        );
+        let plan = Arc::new(Scenario::from_yaml(&text).unwrap().compile().unwrap());
+        let span = plan.span.unwrap();
+        let f = run(
+            plan,
+            &Options { controller: false, ..opts(1, span, false, embedded()) },
+            &mut |_| {},
+        )
+        .figures;
+        assert_eq!(f.forced_expiries, 4, "{f:?}");
+        f.pending_pod_seconds
+    };
+    let (a, b) = (pending("zone-a"), pending("zone-b"));
+    assert!(b > 0.0 && a > 10.0 * b, "pinned to the short zone {a}, to the other {b}");
+    let refused = Scenario::from_yaml(&scenario_text("capacity-shortage.yaml").replacen(
+        "workload:",
+        "workload:\n      zones: [mars-1a]",
+        1,
+    ));
+    let e = format!("{:#}", refused.and_then(|s| s.compile().map(|_| ())).expect_err("mars"));
+    assert!(e.contains("workload.zones") && e.contains("mars-1a"), "{e}");
+}
+
+/// `editNodePool`: a new `expireAfter` applies to the claims Karpenter creates from then on (the
+/// starting ones keep theirs), and new `limits` hold provisioning back at once.
+#[test]
+fn a_script_step_edits_a_nodepool() {
+    let yaml = |script: &str| {
+        format!(
+            r#"
+name: pool-edit
+start: 2026-06-01T00:00:00Z
+span: 3d
+pools:
+  - name: p
+    nodes: 4
+    zones: [zone-a]
+    expireAfter: 1d
+    terminationGracePeriod: 10m
+    age: {{min: 1h, max: 2h}}
+delays:
+  provisioning: 10s
+  registration: 20s
+  ready: 10s
+  drain: 1m
+{script}
+"#
+        )
+    };
+    let alone = |text: &str| {
+        let plan = Arc::new(Scenario::from_yaml(text).unwrap().compile().unwrap());
+        let span = plan.span.unwrap();
+        run(plan, &Options { controller: false, ..opts(1, span, false, embedded()) }, &mut |_| {})
+            .figures
+    };
+    let plain = alone(&yaml(""));
+    let shorter =
+        alone(&yaml("script:\n  - {at: 1m, action: editNodePool, pool: p, expireAfter: 6h}"));
+    // 1d: the starting nodes at about 22h, their replacements at about 46h and 70h.
+    assert_eq!(plain.forced_expiries, 12, "{plain:?}");
+    // 6h from then on: the starting nodes still at about 22h, then every 6h.
+    assert!(shorter.forced_expiries >= 3 * 12, "{shorter:?}");
+
+    let text = simulate_trace(
+        "pool-limits",
+        &yaml("script:\n  - {at: 1m, action: editNodePool, pool: p, limits: {nodes: \"4\"}}"),
+        "0.43",
+    );
+    assert!(text.contains("kubectl edit nodepool p: limits"), "{text}");
+    assert!(text.contains("limits.nodes reached"), "{text}");
 }
 
 /// `node: {name: ...}` acts on that NodeClaim; a name the pool does not have does nothing and

@@ -309,7 +309,7 @@ impl World {
             self.finalize(name);
             return;
         }
-        let tgp = p.tgp;
+        let tgp = self.claims.get(name).and_then(|c| c.tgp);
         self.cluster.update_node(&node, |n| {
             let taints = n.spec.get_or_insert_default().taints.get_or_insert_default();
             if !taints.iter().any(|t| t.key == DISRUPTED_TAINT) {
@@ -675,7 +675,12 @@ impl World {
                 want.push((key, req, zones));
             }
         }
-        let zones_all = self.admissible_zones(pool, None);
+        // The workload's pods: the zones their affinity admits.
+        let zones_all: Vec<String> = self
+            .admissible_zones(pool, None)
+            .into_iter()
+            .filter(|z| p.workload_zones.is_empty() || p.workload_zones.contains(z))
+            .collect();
         for key in &self.pending {
             let Some(pod) = self.pods.get(key) else { continue };
             if pod.pool == pool && pod.marked_unschedulable && !nominated.contains(key) {
@@ -727,11 +732,16 @@ impl World {
                 .filter(|k| !nominated.contains(k))
                 .collect();
             if !leaving.is_empty() {
-                let mut room: Vec<Resources> = self
-                    .usable_nodes()
-                    .into_values()
-                    .filter(|(p, _)| *p == pool)
-                    .map(|(_, free)| free)
+                let usable = self.usable_nodes();
+                let wz = &p.workload_zones;
+                let mut room: Vec<Resources> = usable
+                    .into_iter()
+                    .filter(|(name, (p, _))| {
+                        *p == pool
+                            && (wz.is_empty()
+                                || self.nodes.get(name).is_some_and(|n| wz.contains(&n.zone)))
+                    })
+                    .map(|(_, (_, free))| free)
                     .collect();
                 for key in leaving {
                     let Some(req) = self.pods.get(&key).map(|p| Arc::clone(&p.requests)) else {
@@ -937,10 +947,15 @@ impl World {
             let Some(pod) = self.pods.get(&key) else { continue };
             let pool = pod.pool;
             let req = Arc::clone(&pod.requests);
-            let same_pool = |_: &str, p: usize| p == pool;
+            let plan = Arc::clone(&self.plan);
+            let zones = &plan.pools[pool].workload_zones;
+            let in_zone = |node: &str| {
+                zones.is_empty() || self.nodes.get(node).is_some_and(|n| zones.contains(&n.zone))
+            };
+            let same_pool = |node: &str, p: usize| p == pool && in_zone(node);
             let mut target = best(&nodes, &same_pool, &req);
             if target.is_none() {
-                target = self.preempt_for(&mut nodes, pool, &req);
+                target = self.preempt_for(&mut nodes, pool, zones, &req);
             }
             match target {
                 Some(node) => {
@@ -1030,6 +1045,7 @@ impl World {
         &mut self,
         nodes: &mut BTreeMap<String, (usize, Resources)>,
         pool: usize,
+        zones: &[String],
         req: &Resources,
     ) -> Option<String> {
         let snap = Arc::clone(&self.snap);
@@ -1043,7 +1059,9 @@ impl World {
         }
         let mut choice: Option<(usize, String, Vec<Arc<Pod>>)> = None;
         for (name, (p, free)) in nodes.iter() {
-            if *p != pool {
+            let zone_ok = zones.is_empty()
+                || self.nodes.get(name.as_str()).is_some_and(|n| zones.contains(&n.zone));
+            if *p != pool || !zone_ok {
                 continue;
             }
             let Some(victims) = on_node.get(name.as_str()).cloned() else { continue };
@@ -1073,6 +1091,54 @@ impl World {
     }
 
     // -- operator ------------------------------------------------------------------------------
+
+    /// `kubectl edit nodepool`: the template and limits in the store, and what Karpenter uses
+    /// from now on (new claims take the template's values; the limits apply at once).
+    fn edit_pool(&mut self, pool: usize, edit: &super::scenario::PoolEdit) {
+        let plan = Arc::make_mut(&mut self.plan);
+        let p = &mut plan.pools[pool];
+        let mut what = Vec::new();
+        if let Some(e) = edit.expire_after {
+            p.expire_after = e;
+            p.expire_after_go = match e {
+                crate::policy::duration::ExpireAfter::Never => "Never".into(),
+                crate::policy::duration::ExpireAfter::After(d) => {
+                    crate::policy::duration::format(d)
+                }
+            };
+            what.push(format!("expireAfter {}", p.expire_after_go));
+        }
+        if let Some(tgp) = edit.tgp {
+            p.tgp = Some(tgp);
+            p.tgp_go = Some(crate::policy::duration::format(tgp));
+            what.push(format!("terminationGracePeriod {}", format_human(tgp)));
+        }
+        if let Some(limits) = &edit.limits {
+            p.limits.clone_from(limits);
+            what.push(format!("limits {limits:?}"));
+        }
+        let (name, expire, tgp_go, limits) =
+            (p.name.clone(), p.expire_after_go.clone(), p.tgp_go.clone(), p.limits.clone());
+        self.cluster.update_pool(&name, |np| {
+            let t = &mut np.spec.template.spec;
+            t.expire_after = Some(expire);
+            t.termination_grace_period = tgp_go;
+            np.spec.limits = (!limits.is_empty()).then(|| {
+                limits
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.clone()),
+                        )
+                    })
+                    .collect()
+            });
+        });
+        self.note(format!("kubectl edit nodepool {name}: {}", what.join(", ")));
+        // Room under new limits: pending pods may get a claim now.
+        self.request_provisioning(pool);
+    }
 
     fn pick_claim(&mut self, pool: usize, pick: &NodePick) -> Option<String> {
         let mut live: Vec<(DateTime<Utc>, String)> = self
@@ -1175,6 +1241,10 @@ impl World {
                         self.delete_claim(&claim);
                     }
                 }
+            }
+            ActionKind::EditNodePool => {
+                let (Some(pool), Some(edit)) = (pool, step.edit.as_ref()) else { return };
+                self.edit_pool(pool, edit);
             }
             ActionKind::RemoveAnchor | ActionKind::ReplaceNodePool | ActionKind::DeleteNodePool => {
                 let Some(pool) = pool else { return };

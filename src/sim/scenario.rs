@@ -147,6 +147,11 @@ pub struct Workload {
     /// once and `delays.drain` is its whole length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pdb: Option<Pdb>,
+    /// A required node affinity of the workload pods on `topology.kubernetes.io/zone`: they run
+    /// only in these zones of the pool (empty: any). The starting nodes that carry the workload
+    /// are spread over them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<String>,
 }
 
 /// `spec` of a PodDisruptionBudget selecting every pod of the workload.
@@ -167,6 +172,7 @@ impl Default for Workload {
                 ("memory".to_string(), "2Gi".to_string()),
             ]),
             pdb: None,
+            zones: Vec::new(),
         }
     }
 }
@@ -304,6 +310,15 @@ pub struct ScriptStep {
     /// deletePolicy: its name.
     #[serde(default)]
     pub name: Option<String>,
+    /// editNodePool: the template's new `expireAfter` (claims created from then on).
+    #[serde(default)]
+    pub expire_after: Option<String>,
+    /// editNodePool: the template's new `terminationGracePeriod` (claims created from then on).
+    #[serde(default)]
+    pub termination_grace_period: Option<String>,
+    /// editNodePool: the new `spec.limits` (replaces the old ones; `{}` removes them).
+    #[serde(default)]
+    pub limits: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -338,6 +353,10 @@ pub enum ActionKind {
     /// placeholder with a pod of the same name, label and `surge-for`, Running on another Ready
     /// node of the pool: capacity the controller did not reserve.
     ImpersonatePlaceholder,
+    /// `kubectl edit nodepool`: a new `expireAfter` or `terminationGracePeriod` in the template
+    /// (Karpenter copies both into each claim when it creates it, so they apply to claims
+    /// created from then on) or new `spec.limits` (at once).
+    EditNodePool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -548,6 +567,8 @@ pub struct PoolPlan {
     pub pod_requests_raw: BTreeMap<String, String>,
     /// The workload's PDB `maxUnavailable` (`None`: no PDB).
     pub pdb_max_unavailable: Option<u32>,
+    /// The zones the workload pods require (empty: any of the pool's).
+    pub workload_zones: Vec<String>,
     pub daemonset: Resources,
     pub daemonset_raw: BTreeMap<String, String>,
     pub age_min: Duration,
@@ -597,6 +618,16 @@ pub struct Step {
     pub until: Option<DateTime<Utc>>,
     pub policy: Option<RotationPolicy>,
     pub name: Option<String>,
+    /// editNodePool: what changes.
+    pub edit: Option<PoolEdit>,
+}
+
+/// An edit of a NodePool, compiled.
+#[derive(Debug, Clone, Default)]
+pub struct PoolEdit {
+    pub expire_after: Option<ExpireAfter>,
+    pub tgp: Option<Duration>,
+    pub limits: Option<BTreeMap<String, String>>,
 }
 
 /// Fault rates, compiled.
@@ -648,6 +679,13 @@ impl Scenario {
             if p.zones.is_empty() {
                 bail!("{}: at least one zone", f("zones"));
             }
+            if let Some(z) = p.workload.zones.iter().find(|z| !p.zones.contains(z)) {
+                bail!(
+                    "{}: {z:?} is not a zone of the pool; write some of {}",
+                    f("workload.zones"),
+                    p.zones.join(", ")
+                );
+            }
             let allocatable = resources(&p.node, &f("node"))?;
             let pod_requests = resources(&p.workload.requests, &f("workload.requests"))?;
             let daemonset = resources(&p.daemon_set, &f("daemonSet"))?;
@@ -687,6 +725,7 @@ impl Scenario {
                 pod_requests,
                 pod_requests_raw: p.workload.requests.clone(),
                 pdb_max_unavailable: p.workload.pdb.as_ref().map(|b| b.max_unavailable),
+                workload_zones: p.workload.zones.clone(),
                 daemonset,
                 daemonset_raw: p.daemon_set.clone(),
                 age_min: dur(&p.age.min, &f("age.min"))?,
@@ -760,6 +799,43 @@ impl Scenario {
             if matches!(&s.node, Some(NodePick::Name(n)) if n.is_empty()) {
                 bail!("{}: a NodeClaim name, e.g. {{name: api-00007}}", f("node.name"));
             }
+            let editing = s.expire_after.is_some()
+                || s.termination_grace_period.is_some()
+                || s.limits.is_some();
+            let edit = match (s.action, editing) {
+                (ActionKind::EditNodePool, false) => bail!(
+                    "{}: editNodePool needs expireAfter, terminationGracePeriod or limits",
+                    f("action")
+                ),
+                (ActionKind::EditNodePool, true) => Some(PoolEdit {
+                    expire_after: s
+                        .expire_after
+                        .as_deref()
+                        .map(|e| {
+                            ExpireAfter::parse_with_days(e)
+                                .map_err(|err| anyhow!("{}: {err}", f("expireAfter")))
+                        })
+                        .transpose()?,
+                    tgp: s
+                        .termination_grace_period
+                        .as_deref()
+                        .map(|d| dur(d, &f("terminationGracePeriod")))
+                        .transpose()?,
+                    limits: s.limits.clone(),
+                }),
+                (other, true) => bail!(
+                    "{}: expireAfter, terminationGracePeriod and limits belong to editNodePool, \
+                     not {other:?}",
+                    f("action")
+                ),
+                (_, false) => None,
+            };
+            for (k, v) in edit.as_ref().and_then(|e| e.limits.as_ref()).into_iter().flatten() {
+                let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.clone());
+                if quantity_millis(&q).is_none() {
+                    bail!("{}: {v:?} is not a quantity", f(&format!("limits.{k}")));
+                }
+            }
             script.push(Step {
                 at: when,
                 action: s.action,
@@ -768,6 +844,7 @@ impl Scenario {
                 until,
                 policy: s.policy.as_deref().cloned(),
                 name: s.name.clone(),
+                edit,
             });
         }
         script.sort_by_key(|s| s.at);

@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::api::core::v1::{
-    Container, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus,
-    ResourceRequirements, Taint, Toleration,
+    Affinity, Container, Node, NodeAffinity, NodeCondition, NodeSelector,
+    NodeSelectorRequirement as K8sRequirement, NodeSelectorTerm, NodeSpec, NodeStatus, Pod,
+    PodCondition, PodSpec, PodStatus, ResourceRequirements, Taint, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -56,6 +57,8 @@ pub struct ClaimSim {
     pub zone: String,
     pub created: DateTime<Utc>,
     pub deadline: Option<DateTime<Utc>>,
+    /// `spec.terminationGracePeriod`, copied from the template when the claim was created.
+    pub tgp: Option<Duration>,
     pub phase: Phase,
     /// Termination began (deletionTimestamp observed).
     pub deleting: Option<DateTime<Utc>>,
@@ -541,8 +544,13 @@ impl World {
                             )
                     }
                 };
-                let zone = p.zones[usize::try_from(n).unwrap_or(0) % p.zones.len()].clone();
                 let loaded = n < p.nodes;
+                let zones = if loaded && !p.workload_zones.is_empty() {
+                    &p.workload_zones
+                } else {
+                    &p.zones
+                };
+                let zone = zones[usize::try_from(n).unwrap_or(0) % zones.len()].clone();
                 let name = self.new_claim(i, zone, now - age, false, false);
                 self.launch(&name, now);
                 self.register(&name, now);
@@ -645,6 +653,7 @@ impl World {
                 zone,
                 created,
                 deadline,
+                tgp: p.tgp,
                 phase: Phase::Provisioning,
                 deleting: None,
                 never_launch,
@@ -860,6 +869,7 @@ impl World {
                     ..Container::default()
                 }],
                 node_selector: Some(BTreeMap::from([(NODEPOOL_LABEL.to_string(), p.name.clone())])),
+                affinity: zone_affinity(&p.workload_zones),
                 tolerations: (!tolerations.is_empty()).then_some(tolerations),
                 priority: Some(0),
                 ..PodSpec::default()
@@ -1062,4 +1072,24 @@ fn fnv(s: &str) -> u64 {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     h
+}
+
+/// A required node affinity to `zones` (none when empty).
+pub fn zone_affinity(zones: &[String]) -> Option<Affinity> {
+    (!zones.is_empty()).then(|| Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_expressions: Some(vec![K8sRequirement {
+                        key: ZONE_LABEL.into(),
+                        operator: "In".into(),
+                        values: Some(zones.to_vec()),
+                    }]),
+                    ..NodeSelectorTerm::default()
+                }],
+            }),
+            ..NodeAffinity::default()
+        }),
+        ..Affinity::default()
+    })
 }
