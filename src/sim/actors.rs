@@ -342,16 +342,8 @@ impl World {
         if let Some(tgp) = tgp {
             d = d.min(tgp);
         }
-        let stuck_p = plan.failures.stuck_drain;
-        let stuck = self.rng.chance(stuck_p) | self.fault(|r| r.stuck_drain);
-        if stuck {
-            d = tgp.unwrap_or(Duration::hours(1))
-                + BUFFER
-                + self.draw((Duration::minutes(1), Duration::minutes(20)));
-            self.note(format!("{name}: drain stuck (volume detach) for {}", format_human(d)));
-            if !immediate {
-                self.stuck_drains.insert(name.to_string(), now + d);
-            }
+        if let Some(stuck) = self.draw_stuck(name, tgp, !immediate) {
+            d = stuck;
         }
         if immediate {
             d = Duration::zero();
@@ -369,17 +361,9 @@ impl World {
     /// or at `terminationGracePeriod` with whatever is left (or when a stuck drain ends).
     fn begin_paced_drain(&mut self, name: &str, pool: usize, node: &str, tgp: Option<Duration>) {
         let now = self.now();
-        let stuck_p = self.plan.failures.stuck_drain;
-        let stuck = self.rng.chance(stuck_p) | self.fault(|r| r.stuck_drain);
-        let mut cutoff = tgp;
-        if stuck {
-            let d = tgp.unwrap_or(Duration::hours(1))
-                + BUFFER
-                + self.draw((Duration::minutes(1), Duration::minutes(20)));
-            self.note(format!("{name}: drain stuck (volume detach) for {}", format_human(d)));
-            self.stuck_drains.insert(name.to_string(), now + d);
-            cutoff = Some(d);
-        }
+        let stuck_for = self.draw_stuck(name, tgp, true);
+        let stuck = stuck_for.is_some();
+        let cutoff = stuck_for.or(tgp);
         if let Some(c) = self.claims.get_mut(name) {
             c.paced = Some(super::world::PacedDrain { stuck, ending: false });
         }
@@ -400,6 +384,31 @@ impl World {
             self.request_provisioning(pool);
         }
         self.request_scheduling();
+    }
+
+    /// Whether this drain hangs past tGP + buffer (a volume that does not detach), and for how
+    /// long; `record` keeps its end for the invariants.
+    fn draw_stuck(&mut self, name: &str, tgp: Option<Duration>, record: bool) -> Option<Duration> {
+        let stuck_p = self.plan.failures.stuck_drain;
+        let stuck = self.rng.chance(stuck_p) | self.fault(|r| r.stuck_drain);
+        if !stuck {
+            return None;
+        }
+        let d = tgp.unwrap_or(Duration::hours(1))
+            + BUFFER
+            + self.draw((Duration::minutes(1), Duration::minutes(20)));
+        self.note(format!("{name}: drain stuck (volume detach) for {}", format_human(d)));
+        if record {
+            let now = self.now();
+            self.stuck_drains.insert(name.to_string(), now + d);
+        }
+        Some(d)
+    }
+
+    /// The node runs in a zone `pool`'s workload pods admit (`workload.zones`; empty: any).
+    fn in_workload_zone(&self, pool: usize, node: &str) -> bool {
+        let zones = &self.plan.pools[pool].workload_zones;
+        zones.is_empty() || self.nodes.get(node).is_some_and(|n| zones.contains(&n.zone))
     }
 
     /// The workload pods bound to `node`.
@@ -733,14 +742,9 @@ impl World {
                 .collect();
             if !leaving.is_empty() {
                 let usable = self.usable_nodes();
-                let wz = &p.workload_zones;
                 let mut room: Vec<Resources> = usable
                     .into_iter()
-                    .filter(|(name, (p, _))| {
-                        *p == pool
-                            && (wz.is_empty()
-                                || self.nodes.get(name).is_some_and(|n| wz.contains(&n.zone)))
-                    })
+                    .filter(|(name, (p, _))| *p == pool && self.in_workload_zone(pool, name))
                     .map(|(_, (_, free))| free)
                     .collect();
                 for key in leaving {
@@ -947,15 +951,10 @@ impl World {
             let Some(pod) = self.pods.get(&key) else { continue };
             let pool = pod.pool;
             let req = Arc::clone(&pod.requests);
-            let plan = Arc::clone(&self.plan);
-            let zones = &plan.pools[pool].workload_zones;
-            let in_zone = |node: &str| {
-                zones.is_empty() || self.nodes.get(node).is_some_and(|n| zones.contains(&n.zone))
-            };
-            let same_pool = |node: &str, p: usize| p == pool && in_zone(node);
+            let same_pool = |node: &str, p: usize| p == pool && self.in_workload_zone(pool, node);
             let mut target = best(&nodes, &same_pool, &req);
             if target.is_none() {
-                target = self.preempt_for(&mut nodes, pool, zones, &req);
+                target = self.preempt_for(&mut nodes, pool, &req);
             }
             match target {
                 Some(node) => {
@@ -1045,7 +1044,6 @@ impl World {
         &mut self,
         nodes: &mut BTreeMap<String, (usize, Resources)>,
         pool: usize,
-        zones: &[String],
         req: &Resources,
     ) -> Option<String> {
         let snap = Arc::clone(&self.snap);
@@ -1059,9 +1057,7 @@ impl World {
         }
         let mut choice: Option<(usize, String, Vec<Arc<Pod>>)> = None;
         for (name, (p, free)) in nodes.iter() {
-            let zone_ok = zones.is_empty()
-                || self.nodes.get(name.as_str()).is_some_and(|n| zones.contains(&n.zone));
-            if *p != pool || !zone_ok {
+            if *p != pool || !self.in_workload_zone(pool, name) {
                 continue;
             }
             let Some(victims) = on_node.get(name.as_str()).cloned() else { continue };
