@@ -179,11 +179,6 @@ fn anchored(np: Option<&Arc<NodePool>>) -> BTreeSet<String> {
     np.map(|p| anchors(p).into_values().map(str::to_string).collect()).unwrap_or_default()
 }
 
-/// The first anchor of a pool (lowest slot) that is not `except`.
-fn first_other(np: Option<&Arc<NodePool>>, except: &str) -> Option<String> {
-    np.and_then(|p| anchors(p).into_values().find(|a| *a != except).map(str::to_string))
-}
-
 /// The slot of a pool that anchors `claim`.
 fn slot_of(np: &NodePool, claim: &str) -> Option<usize> {
     anchors(np).into_iter().find(|(_, a)| *a == claim).map(|(slot, _)| slot)
@@ -393,7 +388,8 @@ impl Checker {
             self.calm_checked = true;
             self.quiescence(post, now, world);
         }
-        if step.controller && step.ok && !step.faulted && step.exact {
+        // A stalled pass has not ended: it is not the clean pass that owes the release.
+        if step.controller && step.ok && !step.faulted && step.exact && !step.zombie {
             self.gone_anchor(prev, post, step);
         }
         if self.liveness || calm {
@@ -643,43 +639,34 @@ impl Checker {
             {
                 continue;
             }
-            // Not a candidate: only a §3.8 reap may delete it, for the rotation whose surge it
-            // was (with several in flight), else the pool's first.
-            // The rotation that recorded the claim as its surge claim reaped it; else the one
-            // Karpenter launched it for (the scheduler may bind another rotation's placeholder
-            // there, and that rotation records it then).
+            // Not a candidate: only a §3.8 reap may delete it, for a rotation of the pool in
+            // flight whose surge it can be: created at or after that rotation's started-at, its
+            // node hosting nothing but that rotation's placeholder and DaemonSet pods. Which
+            // rotation reaped it is not observable (several can roll back in one pass, and a
+            // rollback's own record can fail), so any rotation of the pool in flight may have;
+            // the message names the likeliest: the one that recorded it as its surge claim, else
+            // the one whose placeholder ran on its node, else the one Karpenter launched it for,
+            // else the pool's first.
             let recorded = prev.claims.iter().find_map(|(c, obj)| {
                 (annotation(&obj.metadata, SURGE_CLAIM) == Some(name.as_str())).then(|| c.clone())
             });
-            // A reap runs in a rollback: the one rotation of the pool rolled back in this step
-            // (pending -> failed) reaped it.
-            let mut rolled_back = d.claims.iter().filter_map(|(c, a, b)| {
-                let (a, b) = (a.as_ref()?, b.as_ref()?);
-                (self.claim_pool.get(c) == Some(&pool)
-                    && state_of(a) == Some("pending")
-                    && state_of(b) == Some("failed"))
-                .then(|| c.clone())
-            });
-            let rolled_back = match (rolled_back.next(), rolled_back.next()) {
-                (Some(one), None) => Some(one),
-                _ => None,
-            };
-            let recorded = rolled_back.or(recorded);
-            // ... else the rotation whose placeholder ran on the claim's node (its induced claim).
-            let host = world.claims.get(name).map(|c| c.node.clone()).unwrap_or_default();
+            let node = world.claims.get(name).map(|c| c.node.clone()).unwrap_or_default();
             let hosted = prev.placeholders.values().find_map(|p| {
-                (placeholder_node(p) == Some(host.as_str()))
+                (placeholder_node(p) == Some(node.as_str()))
                     .then(|| annotation(&p.metadata, SURGE_FOR).map(str::to_string))
                     .flatten()
             });
             let surged = world.claims.get(name).and_then(|c| c.surge_for.clone());
-            let cand = recorded
+            let mut cands: Vec<String> = [recorded, hosted, surged]
+                .into_iter()
+                .flatten()
                 .filter(|s| anchor_pre.contains(s))
-                .or(hosted.filter(|s| anchor_pre.contains(s)))
-                .or(surged.filter(|s| anchor_pre.contains(s)))
-                .or_else(|| first_other(prev.pools.get(&pool), name))
-                .or(unanchored);
-            let Some(cand) = cand else {
+                .collect();
+            let in_flight = prev.pools.get(&pool).map(|p| anchors(p)).unwrap_or_default();
+            cands.extend(in_flight.into_values().filter(|a| *a != name).map(str::to_string));
+            cands.extend(unanchored);
+            cands.dedup();
+            if cands.is_empty() {
                 self.fail(
                     I3,
                     now,
@@ -690,16 +677,8 @@ impl Checker {
                     vec![name.clone()],
                 );
                 continue;
-            };
-            let started = prev
-                .claims
-                .get(&cand)
-                .and_then(|c| annotation(&c.metadata, STARTED_AT))
-                .and_then(parse_time);
-            let created = a.created();
-            let fresh = matches!((created, started), (Some(c), Some(s)) if c >= s);
-            let node = world.claims.get(name).map(|c| c.node.clone()).unwrap_or_default();
-            let mut foreign: Vec<String> = world
+            }
+            let workload: Vec<String> = world
                 .node_pods
                 .get(&node)
                 .into_iter()
@@ -707,36 +686,41 @@ impl Checker {
                 .filter(|k| world.pods.get(*k).is_some_and(|p| !p.daemonset))
                 .map(|k| k.1.clone())
                 .collect();
-            foreign.extend(
-                prev.placeholders
-                    .iter()
-                    .filter(|(_, p)| placeholder_node(p) == Some(node.as_str()))
-                    .filter(|(_, p)| annotation(&p.metadata, SURGE_FOR) != Some(cand.as_str()))
-                    .map(|(n, _)| n.clone()),
-            );
-            if !fresh {
-                self.fail(
-                    I6,
-                    now,
-                    format!(
+            let created = a.created();
+            let verdict = |cand: &String| -> Option<String> {
+                let started = prev
+                    .claims
+                    .get(cand)
+                    .and_then(|c| annotation(&c.metadata, STARTED_AT))
+                    .and_then(parse_time);
+                if !matches!((created, started), (Some(c), Some(s)) if c >= s) {
+                    return Some(format!(
                         "{} reaped claim {name} (created {}) for the rotation of {cand} (started-at {}): not created after started-at",
                         step.actor,
                         created.map_or("?".into(), |t| t.to_rfc3339()),
                         started.map_or("absent".into(), |t| t.to_rfc3339()),
-                    ),
-                    vec![name.clone(), cand.clone()],
+                    ));
+                }
+                let mut foreign = workload.clone();
+                foreign.extend(
+                    prev.placeholders
+                        .iter()
+                        .filter(|(_, p)| placeholder_node(p) == Some(node.as_str()))
+                        .filter(|(_, p)| annotation(&p.metadata, SURGE_FOR) != Some(cand.as_str()))
+                        .map(|(n, _)| n.clone()),
                 );
-            } else if !foreign.is_empty() {
-                self.fail(
-                    I6,
-                    now,
+                (!foreign.is_empty()).then(|| {
                     format!(
                         "{} reaped claim {name} for the rotation of {cand} while its node {node} hosts {}",
                         step.actor,
                         foreign.join(", ")
-                    ),
-                    vec![name.clone(), cand.clone()],
-                );
+                    )
+                })
+            };
+            let verdicts: Vec<Option<String>> = cands.iter().map(verdict).collect();
+            if verdicts.iter().all(Option::is_some) {
+                let first = verdicts.into_iter().flatten().next().unwrap_or_default();
+                self.fail(I6, now, first, vec![name.clone(), cands[0].clone()]);
             }
         }
     }
