@@ -374,6 +374,7 @@ fn pending_with_ready_surge_moves_to_draining() {
         &[
             "pending_entry",
             "pending_protect",
+            "pending_surge_host",
             "pending_surge_ready",
             "pending_surge_draining",
             "pending_surge_delete",

@@ -1033,6 +1033,11 @@ const SCENARIOS: &[(&str, fn())] = &[
         "surge_host_taken",
         a_placeholder_on_the_surge_host_of_another_rotation_waits_for_that_rotation,
     ),
+    (
+        "surge_host_taken_stale",
+        a_surge_host_another_rotation_recorded_since_the_cache_was_read_is_not_taken,
+    ),
+    ("reap_another_surge", a_rollback_never_reaps_the_surge_claim_another_rotation_recorded),
     ("static_gate", static_gate_lets_an_anchored_rotation_finish_but_blocks_new_starts_and_retries),
     ("governance_lost", governance_lost_mid_rotation_rolls_back_in_the_normative_order),
     ("sweep_orphans", startup_sweep_cleans_orphans_and_fails_unanchored_in_flight_claims),
@@ -2418,6 +2423,115 @@ fn a_placeholder_on_the_surge_host_of_another_rotation_waits_for_that_rotation()
     assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("draining"));
     assert!(fx.deleting("c2"));
     assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c2"));
+}
+
+/// The host check is made again on the pool read fresh: a cache that has not seen another
+/// rotation record its surge host yet must not hand that node to a second rotation.
+#[test]
+fn a_surge_host_another_rotation_recorded_since_the_cache_was_read_is_not_taken() {
+    let mut fx = three_lanes();
+    fx.claim("c1", Duration::days(10));
+    fx.claim("c2", Duration::days(10) - Duration::minutes(1));
+    fx.pass();
+    fx.pass();
+    fx.advance(Duration::minutes(3));
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    assert!(fx.deleting("c1"));
+    let slot = (0..3)
+        .find(|s| slot_ann(&fx, Key::ActiveRotation, *s).as_deref() == Some("c1"))
+        .expect("c1's slot");
+    // c2's placeholder lands on node-s1, the room c1's pods are moving to; the controller's cache
+    // shows the pool without c1's surge-host.
+    fx.world
+        .update_pod(NS, &noderotation::placeholder::placeholder_name("c2"), |p| {
+            p.spec.get_or_insert_with(Default::default).node_name = Some("node-s1".into());
+            p.status.get_or_insert_with(Default::default).phase = Some("Running".into());
+        })
+        .expect("c2's placeholder");
+    let hook = fx.intercept();
+    let key = noderotation::reconcile::slots::slot_key(Key::SurgeHost, slot);
+    hook.stale_cache(move |view| {
+        if let Some(p) = view.pools.get_mut(POOL) {
+            let mut p = (**p).clone();
+            if let Some(a) = p.metadata.annotations.as_mut() {
+                a.remove(&key);
+            }
+            view.pools.insert(POOL.to_string(), std::sync::Arc::new(p));
+        }
+    });
+    fx.advance(Duration::seconds(10));
+    fx.stale_pass();
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("pending"), "node-s1 is c1's");
+    assert!(!fx.deleting("c2"), "c2's old node waits for surge capacity of its own");
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "c1 keeps its host");
+    assert_eq!(slot_ann(&fx, Key::SurgeHost, slot).as_deref(), Some("node-s1"));
+    let hosts = (0..3).filter(|s| slot_ann(&fx, Key::SurgeHost, *s).is_some()).count();
+    assert_eq!(hosts, 1, "no second slot records node-s1");
+}
+
+/// The readyTimeout reap's fallback (the pool's one fresh claim that is not Ready) never takes
+/// the surge claim another rotation recorded, even when that node looks empty: the other
+/// rotation deleted its placeholder with its old claim, and its pods are still on the way.
+#[test]
+fn a_rollback_never_reaps_the_surge_claim_another_rotation_recorded() {
+    let mut fx = three_lanes();
+    fx.claim("c1", Duration::days(10));
+    fx.claim("c2", Duration::days(10) - Duration::minutes(1));
+    fx.pass();
+    fx.pass();
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("pending"));
+    fx.advance(Duration::minutes(3));
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    assert!(fx.deleting("c1"));
+    assert_eq!(fx.claim_ann("c1", Key::SurgeClaim).as_deref(), Some("s1"));
+    assert!(fx.placeholder("c1").is_none(), "c1's placeholder went with its old claim");
+    // node-s1 stops being Ready (a kubelet hiccup) and s1's status has not caught up.
+    let not_ready = node_obj("node-s1", false).status;
+    fx.world.update_node("node-s1", |n| n.status = not_ready).expect("node-s1");
+    let mut s1 = (*fx.world.claim("s1").expect("s1")).clone();
+    if let Some(st) = s1.status.as_mut() {
+        st.conditions = serde_json::from_value(serde_json::json!([
+            {"type": "Launched", "status": "True"}, {"type": "Registered", "status": "True"}]))
+        .expect("conditions");
+    }
+    fx.world.apply_claim(s1).expect("claim");
+    // c2's placeholder never binds: readyTimeout rolls c2 back.
+    fx.advance(Duration::minutes(14));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("failed"));
+    assert!(!fx.deleting("s1"), "s1 is c1's surge: c2's rollback leaves it");
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"));
+}
+
+/// A never-Ready surge is reaped at readyTimeout; a claim whose node is Ready on a fresh read is
+/// capacity, even while the cache does not show the node yet and the claim's own status has
+/// not caught up: the pods Karpenter launched it for may be binding.
+#[test]
+fn a_rollback_leaves_a_claim_whose_node_turned_ready_though_the_cache_has_not_seen_it() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(2));
+    // Karpenter launched s1 (providerID known, nodeName not yet written); its node registered
+    // and turned Ready, and the controller's cache has not seen the node.
+    fx.world.apply_node(node_obj("node-s1", true)).expect("node");
+    let mut s1 = claim_obj("s1", fx.clock.now(), Some("node-s1"));
+    if let Some(st) = s1.status.as_mut() {
+        st.node_name = None;
+        st.conditions = serde_json::from_value(serde_json::json!([
+            {"type": "Launched", "status": "True"}]))
+        .expect("conditions");
+    }
+    fx.world.apply_claim(s1).expect("claim");
+    let hook = fx.intercept();
+    hook.stale_cache(|view| {
+        view.nodes.remove("node-s1");
+    });
+    fx.advance(Duration::minutes(14));
+    fx.stale_pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert!(!fx.deleting("s1"), "node-s1 is Ready: s1 is capacity, not a failed surge");
 }
 
 #[test]

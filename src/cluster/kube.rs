@@ -47,7 +47,7 @@ use super::{
     ApiError, ApiResult, CacheView, Cluster, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     ObjectKind, ObjectRef, Patch,
 };
-use crate::karpenter::{NodeClaim, NodePool};
+use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool};
 use crate::policy::crd::{RotationPolicy, RotationPolicyStatus};
 
 /// The field manager of every write.
@@ -593,6 +593,17 @@ impl Cluster for KubeCluster {
         let api = Api::<Pod>::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         self.request(api.list(&params), false).map(|list| list.items)
+    }
+
+    fn node_with_provider_id(&self, pool: &str, provider_id: &str) -> ApiResult<Option<Node>> {
+        // Nodes have no field selector on spec.providerID; the pool's label narrows the list.
+        let api = Api::<Node>::all(self.client.clone());
+        let params = ListParams::default().labels(&format!("{NODEPOOL_LABEL}={pool}"));
+        let list = self.request(api.list(&params), false)?;
+        Ok(list
+            .items
+            .into_iter()
+            .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id)))
     }
 
     fn patch(&self, target: &ObjectRef, patch: &Patch, rv: Option<&str>) -> ApiResult<()> {

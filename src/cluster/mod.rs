@@ -142,6 +142,10 @@ pub trait Cluster: Send + Sync {
     /// Pods bound to a node, all namespaces (listed on demand with a field selector: the
     /// controller never caches every pod in the cluster).
     fn pods_on_node(&self, node: &str) -> ApiResult<Vec<Pod>>;
+    /// The node of `pool` (its `karpenter.sh/nodepool` label) that carries `provider_id`, listed
+    /// on demand: for a claim whose node the cache does not show yet (it registered a moment
+    /// ago).
+    fn node_with_provider_id(&self, pool: &str, provider_id: &str) -> ApiResult<Option<Node>>;
 
     /// Applies `patch` to the object; with a resourceVersion `rv`, only if the object still has
     /// it (else `Conflict`). `NotFound` when the object does not exist.
@@ -220,6 +224,13 @@ macro_rules! delegate_reads {
             name: &str,
         ) -> $crate::cluster::ApiResult<Option<k8s_openapi::api::core::v1::Pod>> {
             self.$inner.get_pod(namespace, name)
+        }
+        fn node_with_provider_id(
+            &self,
+            pool: &str,
+            provider_id: &str,
+        ) -> $crate::cluster::ApiResult<Option<k8s_openapi::api::core::v1::Node>> {
+            self.$inner.node_with_provider_id(pool, provider_id)
         }
     };
 }

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::cluster::{CacheView, Patch};
 use crate::engine::{Facts, Field, Key, ObjRef, Pred, Root, Value};
-use crate::karpenter::{NodeClaim, NodePool};
+use crate::karpenter::{NodeClaim, NodePool, node_ready};
 use crate::placeholder;
 use crate::policy::derive::{self, ClaimFacts, RotationOrder};
 use crate::policy::duration::ExpireAfter;
@@ -389,6 +389,31 @@ impl Snapshot {
             .any(|(slot, h)| h == host && anchors.get(&slot).is_some_and(|a| *a != claim))
     }
 
+    /// `surge` is the surge of a rotation of the pool other than `rotation`'s: another claim
+    /// records it as its `surge-claim`, or its node (by `status.nodeName`, else by providerID)
+    /// is the `surge-host` another slot records. Such a claim is never `rotation`'s to reap,
+    /// even while its node looks empty (the other rotation deleted its placeholder with its old
+    /// claim, and the old node's pods have not arrived yet).
+    pub fn surge_of_another(&self, rotation: &str, surge: &NodeClaim) -> bool {
+        let name = surge.metadata.name.as_deref().unwrap_or("");
+        let recorded = self.pool_claims().any(|c| {
+            c.metadata.name.as_deref() != Some(rotation)
+                && annotation(&c.metadata, Key::SurgeClaim) == Some(name)
+        });
+        recorded
+            || self.registered_node(surge).is_some_and(|n| self.surge_host_of_another(rotation, n))
+    }
+
+    /// The node a claim registered as: its `status.nodeName`, else the node carrying its
+    /// providerID (Karpenter writes the nodeName a moment after the Node registers).
+    pub fn registered_node<'a>(&'a self, claim: &'a NodeClaim) -> Option<&'a str> {
+        let status = claim.status.as_ref()?;
+        status
+            .node_name
+            .as_deref()
+            .or_else(|| self.node_with_provider_id(status.provider_id.as_deref()?))
+    }
+
     /// The claims of the pool's other rotations whose surge is still to come: a surge rotation
     /// (no `rotation-mode`) whose slot has no `surge-host` yet and whose placeholder is not on a
     /// node, so `status.resources` does not count it (§3.3 headroom with several rotations in
@@ -698,8 +723,9 @@ impl Snapshot {
     /// while the placeholder is bound, [`Snapshot::induced_claim`] (none when that claim is not
     /// visible: a bound placeholder means the surge host registered, so a claim found otherwise
     /// would be somebody else's); else the pool's one fresh claim that is not Ready
-    /// ([`placeholder::not_ready_surge_claim`]), only while no other slot of the pool waits for
-    /// its own surge. May name an absorbing host: the reap guard keeps those.
+    /// ([`placeholder::not_ready_surge_claim`]) that is not another rotation's surge
+    /// ([`Snapshot::surge_of_another`]) and whose node is not Ready, only while no other slot of the pool waits for its own
+    /// surge. May name an absorbing host: the reap guard keeps those.
     pub fn surge_claim_to_reap(&self, claim: &str, started_at: DateTime<Utc>) -> Option<String> {
         if let Some(recorded) = annotation(&self.claim(claim)?.metadata, Key::SurgeClaim) {
             return Some(recorded.to_string());
@@ -707,7 +733,14 @@ impl Snapshot {
         let induced = if self.placeholder_host(claim).is_some() {
             self.induced_claim(claim)
         } else if self.surges_waiting(Some(claim)).is_empty() {
-            placeholder::not_ready_surge_claim(self.pool_claims(), self.pool_name(), started_at)
+            // A claim whose node is Ready is capacity, whatever its status says yet (the
+            // claim's Ready condition follows its node's by a moment): pods may be binding.
+            let node_ready = |c: &NodeClaim| {
+                self.registered_node(c).and_then(|n| self.node(n)).is_some_and(node_ready)
+            };
+            let candidates =
+                self.pool_claims().filter(|c| !self.surge_of_another(claim, c) && !node_ready(c));
+            placeholder::not_ready_surge_claim(candidates, self.pool_name(), started_at)
         } else {
             // Another slot's surge is still to come: a fresh claim that is not Ready may be
             // its surge, and a claim that cannot be attributed is never reaped.
@@ -963,15 +996,13 @@ impl Facts for Snapshot {
                 }
                 None => Value::Nil,
             },
-            Pred::SurgeHostTaken => match claim {
-                Some(c) => {
-                    let name = c.metadata.name.as_deref().unwrap_or("");
-                    Value::Bool(
-                        self.placeholder_host(name)
-                            .is_some_and(|host| self.surge_host_of_another(name, host)),
-                    )
-                }
-                None => Value::Nil,
+            Pred::SurgeHostTaken => match args.first() {
+                Some(Value::Name(name)) => Value::Bool(
+                    self.placeholder_host(name)
+                        .is_some_and(|host| self.surge_host_of_another(name, host)),
+                ),
+                Some(Value::Nil) => Value::Bool(false),
+                _ => Value::Nil,
             },
             Pred::SurgeUnschedulable => match claim {
                 Some(c) => Value::Bool(

@@ -1028,16 +1028,45 @@ impl<'c> PassHost<'c> {
             return Ok(Outcome::Gone);
         }
         // Its node: by status.nodeName, else by providerID (Karpenter writes the nodeName a
-        // moment after the Node registers). No node known: not registered, nothing to strand.
-        let host = surge.status.as_ref().and_then(|s| {
-            s.node_name.clone().or_else(|| {
-                self.snap.node_with_provider_id(s.provider_id.as_deref()?).map(str::to_string)
-            })
-        });
+        // moment after the Node registers), in the cache, else listed fresh (the cache may not
+        // show a node that registered a moment ago). No node: not registered, nothing to strand.
+        let host = match self.snap.registered_node(&surge) {
+            Some(n) => Some(n.to_string()),
+            None => match surge.status.as_ref().and_then(|s| s.provider_id.as_deref()) {
+                Some(id) => self
+                    .ctx
+                    .cluster
+                    .node_with_provider_id(self.snap.pool_name(), id)
+                    .map_err(|e| fail(a.verb, e))?
+                    .and_then(|n| n.metadata.name),
+                None => None,
+            },
+        };
+        // With the placeholder not on it, a claim is reaped as the surge that never turned
+        // Ready (§3.8): once its node is Ready on a fresh read it is capacity, and the pods
+        // Karpenter launched it for may be binding (its own status follows a moment later).
+        let unbound = self.snap.placeholder_host(&name).is_none();
+        if unbound && let Some(host) = &host {
+            let node = self.ctx.cluster.get_node(host).map_err(|e| fail(a.verb, e))?;
+            if node.as_ref().is_some_and(crate::karpenter::node_ready) {
+                return Ok(Outcome::Gone);
+            }
+        }
         let pods = match host {
             Some(host) => self.ctx.cluster.pods_on_node(&host).map_err(|e| fail(a.verb, e))?,
             None => Vec::new(),
         };
+        // Another rotation's surge, on the pool read fresh (this pass's own writes are in the
+        // snapshot; another pass's may not be in its cache yet): not this rotation's to reap.
+        let Some(pool) = self.fresh_pool().map_err(|e| fail(a.verb, e))? else {
+            return Ok(Outcome::Gone);
+        };
+        let cached = self.snap.pool.replace(pool);
+        let another = self.snap.surge_of_another(&name, &surge);
+        self.snap.pool = cached;
+        if another || self.snap.surge_of_another(&name, &surge) {
+            return Ok(Outcome::Gone);
+        }
         let placeholder_uid = annotation(&claim.metadata, Key::PlaceholderUid);
         if !placeholder::reap_allowed(&surge, started, &pods, placeholder_uid) {
             return Ok(Outcome::Gone);

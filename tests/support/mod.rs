@@ -439,6 +439,13 @@ impl Cluster for Intercept {
     fn get_node(&self, name: &str) -> Result<Option<Node>, noderotation::cluster::ApiError> {
         self.inner.get_node(name)
     }
+    fn node_with_provider_id(
+        &self,
+        pool: &str,
+        provider_id: &str,
+    ) -> Result<Option<Node>, noderotation::cluster::ApiError> {
+        self.inner.node_with_provider_id(pool, provider_id)
+    }
     fn get_pod(
         &self,
         namespace: &str,

@@ -10,7 +10,7 @@ use super::{ApiVerb, Call, Fault, MemoryCluster};
 use crate::cluster::{
     ApiError, ApiResult, CacheView, Cluster, EventRecord, ObjectKind, ObjectRef, Patch,
 };
-use crate::karpenter::{NodeClaim, NodePool};
+use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool};
 use crate::policy::crd::RotationPolicyStatus;
 
 /// Controller writes through the trait. The per-verb counts are writes the store applied
@@ -130,6 +130,18 @@ impl Cluster for MemoryCluster {
         self.call(ApiVerb::Get, &target, false, |st| {
             let key = key_for(&target)?;
             Ok(st.get::<Pod>(&key).map(|o| (*o).clone()))
+        })
+    }
+
+    fn node_with_provider_id(&self, pool: &str, provider_id: &str) -> ApiResult<Option<Node>> {
+        let target = ObjectRef::cluster(ObjectKind::Node, provider_id);
+        self.call(ApiVerb::List, &target, false, |st| {
+            Ok(st.store.nodes.values().find_map(|n| {
+                let labelled = n.metadata.labels.as_ref().and_then(|l| l.get(NODEPOOL_LABEL));
+                let id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+                (labelled.map(String::as_str) == Some(pool) && id == Some(provider_id))
+                    .then(|| (**n).clone())
+            }))
         })
     }
 
