@@ -71,7 +71,7 @@ echo "apiserver tier: build ${tier_build}s, start + tests + stop ${tier_run}s"
 # 300 seeds x 2 virtual weeks of the built-in fleet with every fault on (crashes, leader changes,
 # conflicts, transient errors, cache lag, lost/late wake-ups, stuck drains, ...), invariants 1-8
 # checked after every step, on the release binary; then short sweeps of the other scenarios
-# (operator script, shortage, forceful batch, tight race) for rule coverage. A violation
+# (operator script, shortage, forceful batch, tight race, the full-stack fleet) for rule coverage. A violation
 # prints its seed, the invariant, a trace and the one command that replays it.
 sweeps() {
   local sim_start
@@ -82,6 +82,10 @@ sweeps() {
     target/release/noderotation simulate --seeds "$seeds" --weeks "$weeks" --faults \
       --scenario "deploy/examples/scenarios/$name.yaml"
   done
+  # The full-stack fleet in compressed time (PDB-paced drains, several rotations per pool in
+  # flight), over its own 24 minutes (~35 s).
+  target/release/noderotation simulate --seeds 200 --faults \
+    --scenario deploy/examples/scenarios/fleet-compressed.yaml
   # The figures the docs promise for big pools and `ageThreshold: windows` (docs/big-pools.md):
   # one seed, 8 weeks each, checked on the summary table (~45 s). The condition reads f (forced
   # expiries under noderotation), w (% of replacements inside windows), l (mean lifetime used, %).
