@@ -2382,12 +2382,9 @@ fn three_rotations_of_one_pool_run_at_once_each_in_its_own_slot() {
     assert_eq!(fx.ctl.telemetry().completed_count(POOL, Outcome::Success), 3);
 }
 
-/// Two rotations of one pool never drain onto one surge host. The first rotation deleted its old
-/// claim and released its placeholder; its drain, paced by a PodDisruptionBudget, has not moved
-/// a pod yet, so its surge node is empty and the second rotation's placeholder lands there.
-#[test]
-fn a_placeholder_on_the_surge_host_of_another_rotation_waits_for_that_rotation() {
-    let mut fx = three_lanes();
+/// Two rotations of a three-lane pool are pending; c1's placeholder runs on node-s1 (claim s1)
+/// and c1 goes draining onto it, deleting its old claim and its placeholder. Returns c1's slot.
+fn c1_drains_onto_s1(fx: &mut Fx) -> usize {
     fx.claim("c1", Duration::days(10));
     fx.claim("c2", Duration::days(10) - Duration::minutes(1));
     fx.pass();
@@ -2397,16 +2394,30 @@ fn a_placeholder_on_the_surge_host_of_another_rotation_waits_for_that_rotation()
     fx.provision_surge("c1", "s1");
     fx.pass();
     assert!(fx.deleting("c1"));
-    let slot = (0..3)
-        .find(|s| slot_ann(&fx, Key::ActiveRotation, *s).as_deref() == Some("c1"))
-        .expect("c1's slot");
-    assert_eq!(slot_ann(&fx, Key::SurgeHost, slot).as_deref(), Some("node-s1"));
+    (0..3)
+        .find(|s| slot_ann(fx, Key::ActiveRotation, *s).as_deref() == Some("c1"))
+        .expect("c1's slot")
+}
+
+/// The scheduler binds c2's placeholder to node-s1, and it runs.
+fn c2_placeholder_on_s1(fx: &Fx) {
     fx.world
         .update_pod(NS, &noderotation::placeholder::placeholder_name("c2"), |p| {
             p.spec.get_or_insert_with(Default::default).node_name = Some("node-s1".into());
             p.status.get_or_insert_with(Default::default).phase = Some("Running".into());
         })
         .expect("c2's placeholder");
+}
+
+/// Two rotations of one pool never drain onto one surge host. The first rotation deleted its old
+/// claim and released its placeholder; its drain, paced by a PodDisruptionBudget, has not moved
+/// a pod yet, so its surge node is empty and the second rotation's placeholder lands there.
+#[test]
+fn a_placeholder_on_the_surge_host_of_another_rotation_waits_for_that_rotation() {
+    let mut fx = three_lanes();
+    let slot = c1_drains_onto_s1(&mut fx);
+    assert_eq!(slot_ann(&fx, Key::SurgeHost, slot).as_deref(), Some("node-s1"));
+    c2_placeholder_on_s1(&fx);
     fx.advance(Duration::seconds(10));
     fx.pass();
     fx.pass();
@@ -2430,25 +2441,10 @@ fn a_placeholder_on_the_surge_host_of_another_rotation_waits_for_that_rotation()
 #[test]
 fn a_surge_host_another_rotation_recorded_since_the_cache_was_read_is_not_taken() {
     let mut fx = three_lanes();
-    fx.claim("c1", Duration::days(10));
-    fx.claim("c2", Duration::days(10) - Duration::minutes(1));
-    fx.pass();
-    fx.pass();
-    fx.advance(Duration::minutes(3));
-    fx.provision_surge("c1", "s1");
-    fx.pass();
-    assert!(fx.deleting("c1"));
-    let slot = (0..3)
-        .find(|s| slot_ann(&fx, Key::ActiveRotation, *s).as_deref() == Some("c1"))
-        .expect("c1's slot");
+    let slot = c1_drains_onto_s1(&mut fx);
     // c2's placeholder lands on node-s1, the room c1's pods are moving to; the controller's cache
     // shows the pool without c1's surge-host.
-    fx.world
-        .update_pod(NS, &noderotation::placeholder::placeholder_name("c2"), |p| {
-            p.spec.get_or_insert_with(Default::default).node_name = Some("node-s1".into());
-            p.status.get_or_insert_with(Default::default).phase = Some("Running".into());
-        })
-        .expect("c2's placeholder");
+    c2_placeholder_on_s1(&fx);
     let hook = fx.intercept();
     let key = noderotation::reconcile::slots::slot_key(Key::SurgeHost, slot);
     hook.stale_cache(move |view| {
@@ -2476,15 +2472,7 @@ fn a_surge_host_another_rotation_recorded_since_the_cache_was_read_is_not_taken(
 #[test]
 fn a_rollback_never_reaps_the_surge_claim_another_rotation_recorded() {
     let mut fx = three_lanes();
-    fx.claim("c1", Duration::days(10));
-    fx.claim("c2", Duration::days(10) - Duration::minutes(1));
-    fx.pass();
-    fx.pass();
-    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("pending"));
-    fx.advance(Duration::minutes(3));
-    fx.provision_surge("c1", "s1");
-    fx.pass();
-    assert!(fx.deleting("c1"));
+    c1_drains_onto_s1(&mut fx);
     assert_eq!(fx.claim_ann("c1", Key::SurgeClaim).as_deref(), Some("s1"));
     assert!(fx.placeholder("c1").is_none(), "c1's placeholder went with its old claim");
     // node-s1 stops being Ready (a kubelet hiccup) and s1's status has not caught up.
