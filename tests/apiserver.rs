@@ -1619,6 +1619,13 @@ async fn rotation_two_controllers_one_reconciles_and_the_standby_takes_over() ->
         })
         .await?;
         fx.wait_claim_state("pending", Duration::from_secs(60)).await?;
+        // Killed once the placeholder is recorded: a kill between its create and that record
+        // leaves a pod nobody recorded, which b replaces by design (the actor would launch a
+        // second surge claim for it). The reconcile tests cover that window.
+        eventually("the placeholder recorded", Duration::from_secs(30), || async {
+            fx.ann("NodeClaim", &fx.candidate, "placeholder-uid").await.map(|_| ())
+        })
+        .await?;
         if !b.metrics().await?.lines().any(|l| l == "noderotation_leader 0")
             || b.log_text().contains("\"reconciling\"")
         {
