@@ -724,8 +724,9 @@ impl Snapshot {
     /// visible: a bound placeholder means the surge host registered, so a claim found otherwise
     /// would be somebody else's); else the pool's one fresh claim that is not Ready
     /// ([`placeholder::not_ready_surge_claim`]) that is not another rotation's surge
-    /// ([`Snapshot::surge_of_another`]) and whose node is not Ready, only while no other slot of the pool waits for its own
-    /// surge. May name an absorbing host: the reap guard keeps those.
+    /// ([`Snapshot::surge_of_another`]) and whose node is not Ready, only while no other slot
+    /// of the pool waits for its own surge. May name an absorbing host: the reap guard keeps
+    /// those.
     pub fn surge_claim_to_reap(&self, claim: &str, started_at: DateTime<Utc>) -> Option<String> {
         if let Some(recorded) = annotation(&self.claim(claim)?.metadata, Key::SurgeClaim) {
             return Some(recorded.to_string());

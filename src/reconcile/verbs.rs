@@ -1027,19 +1027,37 @@ impl<'c> PassHost<'c> {
         if surge.node_pool() != Some(self.snap.pool_name()) {
             return Ok(Outcome::Gone);
         }
+        // Another rotation's surge is not this rotation's to reap: on this pass's copy (its own
+        // writes), then on the pool read fresh (another pass's may not be in its cache yet).
+        if self.snap.surge_of_another(&name, &surge) {
+            return Ok(Outcome::Gone);
+        }
+        let Some(pool) = self.fresh_pool().map_err(|e| fail(a.verb, e))? else {
+            return Ok(Outcome::Gone);
+        };
+        let cached = self.snap.pool.replace(pool);
+        let another = self.snap.surge_of_another(&name, &surge);
+        self.snap.pool = cached;
+        if another {
+            return Ok(Outcome::Gone);
+        }
         // Its node: by status.nodeName, else by providerID (Karpenter writes the nodeName a
         // moment after the Node registers), in the cache, else listed fresh (the cache may not
-        // show a node that registered a moment ago). No node: not registered, nothing to strand.
-        let host = match self.snap.registered_node(&surge) {
-            Some(n) => Some(n.to_string()),
+        // show a node that registered a moment ago; the listed copy is already fresh). No node:
+        // not registered, nothing to strand.
+        let (host, listed) = match self.snap.registered_node(&surge) {
+            Some(n) => (Some(n.to_string()), None),
             None => match surge.status.as_ref().and_then(|s| s.provider_id.as_deref()) {
-                Some(id) => self
-                    .ctx
-                    .cluster
-                    .node_with_provider_id(self.snap.pool_name(), id)
-                    .map_err(|e| fail(a.verb, e))?
-                    .and_then(|n| n.metadata.name),
-                None => None,
+                Some(id) => {
+                    let pool = self.snap.pool_name();
+                    let node = self
+                        .ctx
+                        .cluster
+                        .node_with_provider_id(pool, id)
+                        .map_err(|e| fail(a.verb, e))?;
+                    (node.as_ref().and_then(|n| n.metadata.name.clone()), node)
+                }
+                None => (None, None),
             },
         };
         // With the placeholder not on it, a claim is reaped as the surge that never turned
@@ -1047,7 +1065,10 @@ impl<'c> PassHost<'c> {
         // Karpenter launched it for may be binding (its own status follows a moment later).
         let unbound = self.snap.placeholder_host(&name).is_none();
         if unbound && let Some(host) = &host {
-            let node = self.ctx.cluster.get_node(host).map_err(|e| fail(a.verb, e))?;
+            let node = match listed {
+                Some(n) => Some(n),
+                None => self.ctx.cluster.get_node(host).map_err(|e| fail(a.verb, e))?,
+            };
             if node.as_ref().is_some_and(crate::karpenter::node_ready) {
                 return Ok(Outcome::Gone);
             }
@@ -1056,17 +1077,6 @@ impl<'c> PassHost<'c> {
             Some(host) => self.ctx.cluster.pods_on_node(&host).map_err(|e| fail(a.verb, e))?,
             None => Vec::new(),
         };
-        // Another rotation's surge, on the pool read fresh (this pass's own writes are in the
-        // snapshot; another pass's may not be in its cache yet): not this rotation's to reap.
-        let Some(pool) = self.fresh_pool().map_err(|e| fail(a.verb, e))? else {
-            return Ok(Outcome::Gone);
-        };
-        let cached = self.snap.pool.replace(pool);
-        let another = self.snap.surge_of_another(&name, &surge);
-        self.snap.pool = cached;
-        if another || self.snap.surge_of_another(&name, &surge) {
-            return Ok(Outcome::Gone);
-        }
         let placeholder_uid = annotation(&claim.metadata, Key::PlaceholderUid);
         if !placeholder::reap_allowed(&surge, started, &pods, placeholder_uid) {
             return Ok(Outcome::Gone);

@@ -663,9 +663,11 @@ impl Checker {
                 .filter(|s| anchor_pre.contains(s))
                 .collect();
             let in_flight = prev.pools.get(&pool).map(|p| anchors(p)).unwrap_or_default();
-            cands.extend(in_flight.into_values().filter(|a| *a != name).map(str::to_string));
-            cands.extend(unanchored);
-            cands.dedup();
+            for c in in_flight.into_values().map(str::to_string).chain(unanchored) {
+                if c != *name && !cands.contains(&c) {
+                    cands.push(c);
+                }
+            }
             if cands.is_empty() {
                 self.fail(
                     I3,
@@ -717,10 +719,10 @@ impl Checker {
                     )
                 })
             };
-            let verdicts: Vec<Option<String>> = cands.iter().map(verdict).collect();
-            if verdicts.iter().all(Option::is_some) {
-                let first = verdicts.into_iter().flatten().next().unwrap_or_default();
-                self.fail(I6, now, first, vec![name.clone(), cands[0].clone()]);
+            // Up to the first rotation that could have reaped it; all of them: a violation.
+            let refusals: Vec<String> = cands.iter().map_while(verdict).collect();
+            if refusals.len() == cands.len() {
+                self.fail(I6, now, refusals[0].clone(), vec![name.clone(), cands[0].clone()]);
             }
         }
     }
