@@ -23,3 +23,4 @@ pub mod rulebook;
 pub mod runtime;
 pub mod sim;
 pub mod telemetry;
+pub mod trigger;

@@ -890,7 +890,7 @@ mod tidy {
         ];
         let mut found = Vec::new();
         // (src/rulebook reads the rules directory it models; build.rs and the binary call it.)
-        for dir in ["src/engine", "src/policy"] {
+        for dir in ["src/engine", "src/policy", "src/trigger"] {
             found.extend(offenders(dir, |code| banned.iter().any(|b| code.contains(b))));
         }
         found.extend(
@@ -903,6 +903,33 @@ mod tidy {
             "pure modules must not do I/O or read the clock:\n{}",
             found.join("\n")
         );
+    }
+
+    #[test]
+    fn the_simulation_wakes_pools_only_through_the_trigger_seam() {
+        // `run` wakes a pool on a watch change its Mapper maps, a requeue, or the tick; the
+        // simulation must too, or a change to that mapping would still pass it. Only the driver
+        // schedules passes, and it takes wake-ups only from the leader's watch changes.
+        let scheduling = ["set_due(", "add_at(", ".wake(", "wakes", "request_status_at("];
+        let found: Vec<String> =
+            offenders("src/sim", |code| scheduling.iter().any(|s| code.contains(s)))
+                .into_iter()
+                .filter(|at| !at.starts_with("src/sim/driver.rs:"))
+                .collect();
+        assert!(
+            found.is_empty(),
+            "only the driver schedules passes, from mapped watch changes:\n{}",
+            found.join("\n")
+        );
+        let driver = code_lines("src/sim")
+            .into_iter()
+            .filter(|(at, _)| at.starts_with("src/sim/driver.rs:"))
+            .map(|(_, code)| code)
+            .collect::<Vec<_>>()
+            .join("\n");
+        for seam in ["Mapper", "Schedule", "Retries", "take_changes"] {
+            assert!(driver.contains(seam), "the driver runs the runtime's {seam}");
+        }
     }
 
     #[test]

@@ -42,6 +42,7 @@ use serde_json::{Map, Value, json};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
+use super::change::{Change, Watched};
 use super::events::EventSink;
 use super::{
     ApiError, ApiResult, CacheView, Cluster, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
@@ -56,25 +57,6 @@ pub const FIELD_MANAGER: &str = "noderotation";
 /// The label selector of the placeholder-pod watch.
 pub fn placeholder_selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
-}
-
-/// One watched object, as the reflector stored it.
-#[derive(Debug, Clone)]
-pub enum Watched {
-    Pool(Arc<NodePool>),
-    Claim(Arc<NodeClaim>),
-    Node(Arc<Node>),
-    Placeholder(Arc<Pod>),
-    Policy(Arc<RotationPolicy>),
-}
-
-/// What a watch saw, for the work queue of `noderotation run` (which maps it to pool keys).
-#[derive(Debug, Clone)]
-pub enum Change {
-    Applied(Watched),
-    Deleted(Watched),
-    /// A (re)list of this kind completed: the store was replaced wholesale.
-    Resynced(ObjectKind),
 }
 
 /// Maps a kube-rs error to what the API server answered.

@@ -19,7 +19,6 @@
 //! `renewTime + leaseDuration - (request timeout + 1s)`. Every API request is bounded
 //! (`--api-connect-timeout`, `--api-request-timeout`, no client-side retries); the watches use
 //! a client of their own without the request bound.
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,17 +36,17 @@ use tokio::sync::mpsc;
 
 use crate::clock::{Clock, SystemClock};
 use crate::cluster::Cluster;
+use crate::cluster::change::Change;
 use crate::cluster::fence::{self, Fence, Fenced};
-use crate::cluster::kube::{Change, KubeCluster, Requests};
+use crate::cluster::kube::{KubeCluster, Requests};
 use crate::engine::Engine;
 use crate::reconcile::{Controller, ControllerConfig};
 
 pub mod http;
-pub mod mapping;
 pub mod preflight;
 pub mod queue;
 
-use mapping::{Keys, Mapper};
+use crate::trigger::{Keys, Mapper, Retries, STATUS_COALESCE, affects_status};
 use queue::{Next, WorkQueue};
 
 /// Flags of `noderotation run`; each also reads an environment variable.
@@ -498,9 +497,6 @@ async fn shutdown_signal() {
     }
 }
 
-/// How long a status request waits for more changes to answer them together.
-const STATUS_COALESCE: Duration = Duration::from_secs(1);
-
 async fn map_changes(
     mut changes: mpsc::UnboundedReceiver<Change>,
     cluster: Arc<KubeCluster>,
@@ -508,7 +504,7 @@ async fn map_changes(
 ) {
     let mut mapper = Mapper::default();
     while let Some(change) = changes.recv().await {
-        if mapping::affects_status(&change) {
+        if affects_status(&change) {
             // Coalesced: a burst of pool writes (a rotation's annotations) asks once.
             queue.request_status_after(STATUS_COALESCE);
         }
@@ -556,7 +552,7 @@ fn work(mut controller: Controller, state: &State, tick: Duration) -> Controller
     enqueue_all();
     controller.update_policy_status();
     let mut next_tick = Instant::now() + tick;
-    let mut failures: HashMap<String, u32> = HashMap::new();
+    let mut retries = Retries::default();
     loop {
         beat();
         match state.queue.next(next_tick) {
@@ -571,31 +567,23 @@ fn work(mut controller: Controller, state: &State, tick: Duration) -> Controller
                 tracing::debug!(nodepool = %pool, "reconciling");
                 let pass =
                     std::panic::catch_unwind(AssertUnwindSafe(|| controller.reconcile_pool(&pool)));
-                match pass {
-                    Ok(Ok(requeue)) => {
-                        failures.remove(&pool);
-                        let after = requeue
-                            .to_std()
-                            .unwrap_or(Duration::ZERO)
-                            .max(Duration::from_millis(500));
-                        state.queue.add_after(&pool, after);
-                    }
+                let again = match pass {
+                    Ok(Ok(requeue)) => retries.passed(&pool, requeue),
                     Ok(Err(err)) => {
-                        let n = failures.entry(pool.clone()).or_insert(0);
-                        *n = n.saturating_add(1);
-                        let after = queue::backoff(*n);
+                        let after = retries.failed(&pool);
                         state.metrics.reconcile_errors.inc();
-                        tracing::warn!(nodepool = %pool, error = %err, failures = *n, retry_in = ?after, "pass failed");
-                        state.queue.add_after(&pool, after);
+                        tracing::warn!(nodepool = %pool, error = %err, failures = retries.failures(&pool), retry_in = ?after, "pass failed");
+                        Some(after)
                     }
                     Err(_) => {
-                        let n = failures.entry(pool.clone()).or_insert(0);
-                        *n = n.saturating_add(1);
-                        let after = queue::backoff(*n);
+                        let after = retries.failed(&pool);
                         state.metrics.reconcile_errors.inc();
                         tracing::error!(nodepool = %pool, retry_in = ?after, "pass panicked");
-                        state.queue.add_after(&pool, after);
+                        Some(after)
                     }
+                };
+                if let Some(after) = again {
+                    state.queue.add_after(&pool, after);
                 }
             }
         }

@@ -1,32 +1,17 @@
-//! The work queue of `noderotation run`: pool names with due times, one blocking consumer.
-//!
-//! A key is held at most once, at its earliest due time: a watch event (due now) overtakes a
-//! requeue timer, and a longer requeue never postpones an earlier one. The consumer is the
-//! single reconcile worker (a blocking thread), so a pool is never reconciled twice at once.
-use std::collections::HashMap;
+//! The work queue of `noderotation run`: the shared [`Schedule`] on the wall clock, one
+//! blocking consumer. The consumer is the single reconcile worker (a blocking thread), so a pool
+//! is never reconciled twice at once. What is due next is decided by [`Schedule::take_due`],
+//! the same code the simulation driver runs on its virtual clock.
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+pub use crate::trigger::Next;
+use crate::trigger::Schedule;
+
 #[derive(Debug, Default)]
 struct State {
-    due: HashMap<String, Instant>,
-    /// When the policy status view is due for a recompute (a pool or policy changed).
-    status: Option<Instant>,
+    schedule: Schedule<Instant>,
     stopped: bool,
-}
-
-/// What [`WorkQueue::next`] returned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next {
-    /// This pool is due: reconcile it.
-    Key(String),
-    /// A pool or policy changed: recompute the policy status view.
-    Status,
-    /// The deadline (the tick) passed. It comes before keys that are due, so passes requeued
-    /// back to back cannot starve the tick's work; it also answers a pending status request.
-    Deadline,
-    /// [`WorkQueue::stop`] was called.
-    Stopped,
 }
 
 #[derive(Debug, Default)]
@@ -46,12 +31,7 @@ impl WorkQueue {
 
     /// Schedules `key` at `at`, unless it is already due earlier.
     pub fn add_at(&self, key: &str, at: Instant) {
-        let mut state = self.lock();
-        let entry = state.due.entry(key.to_string()).or_insert(at);
-        if at < *entry {
-            *entry = at;
-        }
-        drop(state);
+        self.lock().schedule.add_at(key, at);
         self.wake.notify_all();
     }
 
@@ -66,17 +46,12 @@ impl WorkQueue {
     /// Asks for a policy status recompute `after` from now, unless one is already due sooner:
     /// a burst of changes is answered once.
     pub fn request_status_after(&self, after: Duration) {
-        let at = Instant::now() + after;
-        let mut state = self.lock();
-        if state.status.is_none_or(|due| at < due) {
-            state.status = Some(at);
-        }
-        drop(state);
+        self.lock().schedule.request_status_at(Instant::now() + after);
         self.wake.notify_all();
     }
 
     pub fn len(&self) -> usize {
-        self.lock().due.len()
+        self.lock().schedule.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -102,24 +77,10 @@ impl WorkQueue {
                 return Next::Stopped;
             }
             let now = Instant::now();
-            if deadline <= now {
-                state.status = None;
-                return Next::Deadline;
+            if let Some(next) = state.schedule.take_due(now, deadline) {
+                return next;
             }
-            if state.status.is_some_and(|at| at <= now) {
-                state.status = None;
-                return Next::Status;
-            }
-            let earliest = state.due.iter().min_by(|a, b| a.1.cmp(b.1).then_with(|| a.0.cmp(b.0)));
-            if let Some((key, at)) = earliest
-                && *at <= now
-            {
-                let key = key.clone();
-                state.due.remove(&key);
-                return Next::Key(key);
-            }
-            let wake_at = earliest.map_or(deadline, |(_, at)| (*at).min(deadline));
-            let wake_at = state.status.map_or(wake_at, |at| at.min(wake_at));
+            let wake_at = state.schedule.wake_at(deadline);
             let (guard, _) = self
                 .wake
                 .wait_timeout(state, wake_at.saturating_duration_since(now))
@@ -127,14 +88,6 @@ impl WorkQueue {
             state = guard;
         }
     }
-}
-
-/// Capped exponential backoff after `failures` consecutive failed passes of one pool:
-/// 1s, 2s, 4s, ... up to 5 minutes.
-pub fn backoff(failures: u32) -> Duration {
-    const CAP: Duration = Duration::from_secs(300);
-    let exp = failures.saturating_sub(1).min(16);
-    Duration::from_secs(1u64 << exp).min(CAP)
 }
 
 #[cfg(test)]
@@ -202,15 +155,5 @@ mod tests {
         q.request_status_after(Duration::from_secs(30));
         assert_eq!(q.next(Instant::now()), Next::Deadline);
         assert_eq!(q.next(Instant::now() + Duration::from_millis(30)), Next::Deadline);
-    }
-
-    #[test]
-    fn backoff_doubles_and_caps() {
-        assert_eq!(backoff(1), Duration::from_secs(1));
-        assert_eq!(backoff(2), Duration::from_secs(2));
-        assert_eq!(backoff(5), Duration::from_secs(16));
-        assert_eq!(backoff(9), Duration::from_secs(256));
-        assert_eq!(backoff(10), Duration::from_secs(300));
-        assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
     }
 }

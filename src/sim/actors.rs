@@ -175,16 +175,13 @@ impl World {
                 if c.deleting.is_some() {
                     return KUBELET;
                 }
-                let pool = c.pool;
                 self.make_ready(&name, now);
-                self.wakes.insert(pool);
                 self.request_scheduling();
                 KUBELET
             }
             Ev::ClaimObserved(name) => {
-                if let Some(pool) = self.observe_claim(&name, now) {
+                if self.observe_claim(&name, now).is_some() {
                     self.note(format!("{name}: status caught up with its node (registration lag)"));
-                    self.wakes.insert(pool);
                 }
                 KARPENTER
             }
@@ -301,7 +298,6 @@ impl World {
         let node = c.node.clone();
         let had_nominations = !std::mem::take(&mut c.nominated).is_empty();
         let p = &plan.pools[pool];
-        self.wakes.insert(pool);
         if had_nominations || p.replicas.is_some() {
             self.request_provisioning(pool);
         }
@@ -552,7 +548,6 @@ impl World {
             self.bill(pool, -1);
         }
         self.update_pool_status(pool);
-        self.wakes.insert(pool);
         // Capacity went away, and with it room under spec.limits: pending pods (and pending
         // placeholders) may get a claim now.
         if self.pending.iter().any(|k| self.pods.get(k).is_some_and(|p| p.pool == pool)) {
@@ -1014,7 +1009,6 @@ impl World {
                     let target = node.clone();
                     self.cluster.update_pod(ns, &name, |pod| run_on(pod, target, now));
                     self.note(format!("placeholder {name} bound to {node}, Running"));
-                    self.wakes.insert(pool);
                     bound += 1;
                 }
                 None => {
@@ -1338,18 +1332,7 @@ impl World {
                 }
             }
         }
-        match pool {
-            Some(p) => {
-                self.operator_touched.insert(Some(p), now);
-                self.wakes.insert(p);
-            }
-            None => {
-                self.operator_touched.insert(None, now);
-                for p in 0..plan.pools.len() {
-                    self.wakes.insert(p);
-                }
-            }
-        }
+        self.operator_touched.insert(pool, now);
         self.request_scheduling();
     }
 

@@ -29,7 +29,9 @@ use crate::cluster::memory::{
     ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, RandomFaults, Rng,
 };
 use crate::engine::Engine;
+use crate::karpenter::NodeClaim;
 use crate::reconcile::{Announcement, Controller, ControllerConfig, ReconcileError, SweepReport};
+use crate::trigger::{Keys, Mapper, Next, Retries, STATUS_COALESCE, Schedule, affects_status};
 
 /// One controller call, as the hook saw it.
 #[derive(Debug, Clone)]
@@ -238,8 +240,12 @@ pub struct Driver {
     label: String,
     zombie: Option<(Controller, String, usize, usize)>,
     pools: Vec<String>,
-    due: BTreeMap<usize, DateTime<Utc>>,
-    order: BTreeSet<(DateTime<Utc>, usize)>,
+    /// The runtime's trigger seam on the virtual clock: pool due times, the status request.
+    schedule: Schedule<DateTime<Utc>>,
+    /// The leader's watch changes to pool keys (a new instance starts with a fresh one).
+    mapper: Mapper,
+    /// Consecutive failed passes per pool (the runtime's backoff).
+    retries: Retries,
     events: BTreeMap<(DateTime<Utc>, u64), DrvEv>,
     seq: u64,
     next_tick: DateTime<Utc>,
@@ -350,8 +356,9 @@ impl Driver {
             label: "controller#0".into(),
             zombie: None,
             pools,
-            due: BTreeMap::new(),
-            order: BTreeSet::new(),
+            schedule: Schedule::default(),
+            mapper: Mapper::default(),
+            retries: Retries::default(),
             events: BTreeMap::new(),
             seq: 0,
             next_tick: ceil_minute(now),
@@ -431,19 +438,51 @@ impl Driver {
         self.events.insert((t, self.seq), ev);
     }
 
-    fn set_due(&mut self, pool: usize, t: DateTime<Utc>, min: bool) {
-        if let Some(old) = self.due.get(&pool).copied() {
-            if min && old <= t {
-                return;
-            }
-            self.order.remove(&(old, pool));
+    /// Schedules `pool` at `t`, unless it is already due earlier.
+    fn set_due(&mut self, pool: usize, t: DateTime<Utc>) {
+        if let Some(name) = self.pools.get(pool) {
+            self.schedule.add_at(name, t);
         }
-        self.due.insert(pool, t);
-        self.order.insert((t, pool));
     }
 
-    /// A watch event that wakes `pool` at once (subject to `--faults`).
-    pub fn wake(&mut self, pool: usize, now: DateTime<Utc>) {
+    /// The leader's watch changes up to `now`, through the runtime's [`Mapper`]: each pool
+    /// they wake is due at once (subject to `--faults`); a pool or policy change asks for a
+    /// policy status recompute, coalesced as in `run`.
+    pub fn watch(&mut self, now: DateTime<Utc>) {
+        let handle = &self.handles[self.leader];
+        handle.deliver(now);
+        let changes = handle.take_changes();
+        if changes.is_empty() || self.ctl.is_none() {
+            return;
+        }
+        let view = handle.cache();
+        let pool_of_claim = |claim: &str| {
+            view.claims.get(claim).and_then(|c| NodeClaim::node_pool(c).map(str::to_string))
+        };
+        let coalesce = Duration::from_std(STATUS_COALESCE).unwrap_or(Duration::seconds(1));
+        let mut woken = Vec::new();
+        for change in &changes {
+            if affects_status(change) {
+                self.schedule.request_status_at(now + coalesce);
+            }
+            match self.mapper.keys(change, &pool_of_claim) {
+                Keys::None => {}
+                Keys::Pool(name) => woken.extend(self.pools.iter().position(|p| *p == name)),
+                Keys::All => woken.extend(0..self.pools.len()),
+            }
+        }
+        for pool in woken {
+            self.wake(pool, now);
+        }
+    }
+
+    /// When the leader's cache next receives a watch event.
+    fn next_delivery(&self) -> Option<DateTime<Utc>> {
+        self.ctl.as_ref().and(self.handles[self.leader].next_delivery())
+    }
+
+    /// A watch change that wakes `pool` at once (subject to `--faults`: lost, late or twice).
+    fn wake(&mut self, pool: usize, now: DateTime<Utc>) {
         if let Some(r) = self.rates.clone() {
             let lag_ms = u64::try_from(self.lag.num_milliseconds()).unwrap_or(0);
             let late = |rng: &mut Rng| {
@@ -461,7 +500,7 @@ impl Driver {
                 self.at(t, DrvEv::Wake(pool));
             }
         }
-        self.set_due(pool, now, true);
+        self.set_due(pool, now);
     }
 
     /// When the driver next has something to do.
@@ -470,8 +509,11 @@ impl Driver {
         if self.ctl.is_none() {
             return ev;
         }
-        let pass = self.order.iter().next().map(|(t, _)| *t);
-        [ev, pass, Some(self.next_tick), Some(self.next_housekeeping)].into_iter().flatten().min()
+        let next = self.schedule.wake_at(self.next_tick);
+        [ev, Some(next), self.next_delivery(), Some(self.next_housekeeping)]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn new_controller(&self, handle: usize) -> (Controller, Arc<Stall>, Arc<Fence>) {
@@ -513,7 +555,7 @@ impl Driver {
             return match ev {
                 DrvEv::Start => self.start(now),
                 DrvEv::Wake(pool) => {
-                    self.set_due(pool, now, true);
+                    self.set_due(pool, now);
                     self.quiet("late wake-up delivered")
                 }
                 DrvEv::Zombie => self.zombie_pass(),
@@ -535,24 +577,34 @@ impl Driver {
         if self.ctl.is_none() {
             return self.quiet("no leader");
         }
-        let pass_due = self.order.iter().next().copied().filter(|(t, _)| *t <= now);
-        if self.next_tick <= now && pass_due.is_none_or(|(t, _)| t >= self.next_tick) {
-            let tick = self.next_tick;
-            self.next_tick = tick + Duration::minutes(1);
-            for pool in 0..self.pools.len() {
-                self.set_due(pool, tick, true);
+        let name = match self.schedule.take_due(now, self.next_tick) {
+            None | Some(Next::Stopped) => return self.quiet("idle"),
+            Some(Next::Deadline) => {
+                let tick = self.next_tick;
+                self.next_tick = tick + Duration::minutes(1);
+                for pool in 0..self.pools.len() {
+                    self.set_due(pool, tick);
+                }
+                self.renew(now);
+                let report = self.ctl.as_mut().map(Controller::tick).unwrap_or_default();
+                let what = match sweep_summary(&report) {
+                    Some(s) => format!("tick: status, sweep: {s}"),
+                    None => "tick: status".into(),
+                };
+                return self.after_controller(None, report.errors.is_empty(), what);
             }
-            self.renew(now);
-            let report = self.ctl.as_mut().map(Controller::tick).unwrap_or_default();
-            let what = match sweep_summary(&report) {
-                Some(s) => format!("tick: status, sweep: {s}"),
-                None => "tick: status".into(),
-            };
-            return self.after_controller(None, report.errors.is_empty(), what);
-        }
-        let Some((t, pool)) = pass_due else { return self.quiet("idle") };
-        self.order.remove(&(t, pool));
-        self.due.remove(&pool);
+            Some(Next::Status) => {
+                self.renew(now);
+                if let Some(ctl) = self.ctl.as_mut() {
+                    ctl.update_policy_status();
+                }
+                return self.after_controller(None, true, "status".into());
+            }
+            Some(Next::Key(name)) => name,
+        };
+        let Some(pool) = self.pools.iter().position(|p| *p == name) else {
+            return self.quiet("idle");
+        };
         // Leader change before the pass: the lease moves to the other instance (not while a
         // deposed leader's pass is still held in a stalled write: one split brain at a time).
         if let Some(r) = self.rates.clone()
@@ -577,12 +629,12 @@ impl Driver {
             self.seen = 0;
             let t = self.takeover(now);
             self.at(t, DrvEv::Start);
-            self.set_due(pool, now, true);
+            self.set_due(pool, now);
+            self.unwatch(old_handle);
             return self.quiet("leader lost: lease moves to the other instance");
         }
         self.passes += 1;
         self.renew(now);
-        let name = self.pools[pool].clone();
         if let Some(r) = self.rates.clone()
             && self.stalled.is_none()
             && self.handles[self.leader]
@@ -598,19 +650,39 @@ impl Driver {
             Some(ctl) => ctl.reconcile_pool(&name),
             None => return self.quiet("no leader"),
         };
-        let (ok, what) = match &result {
-            Ok(d) if d.is_zero() => (true, "pass: pool gone".to_string()),
-            Ok(d) => {
-                let d = *d;
-                self.set_due(pool, now + d, false);
-                (true, format!("pass {name}: requeue {}", crate::policy::duration::format_human(d)))
-            }
+        let (ok, what) = self.requeue(pool, now, &result);
+        self.after_controller(Some(pool), ok, what)
+    }
+
+    /// Schedules `pool` again after its pass, as `run` does ([`Retries`]), and says so.
+    fn requeue(
+        &mut self,
+        pool: usize,
+        now: DateTime<Utc>,
+        result: &Result<Duration, ReconcileError>,
+    ) -> (bool, String) {
+        let name = self.pools[pool].clone();
+        match result {
+            Ok(d) => match self.retries.passed(&name, *d) {
+                None => (true, "pass: pool gone".to_string()),
+                Some(after) => {
+                    let after = Duration::from_std(after).unwrap_or(*d);
+                    self.set_due(pool, now + after);
+                    let d = crate::policy::duration::format_human(after);
+                    (true, format!("pass {name}: requeue {d}"))
+                }
+            },
             Err(e) => {
-                self.set_due(pool, now + Duration::seconds(10), false);
+                let after = self.retries.failed(&name);
+                self.set_due(pool, now + Duration::from_std(after).unwrap_or(Duration::seconds(1)));
                 (false, format!("pass {name}: error: {e}"))
             }
-        };
-        self.after_controller(Some(pool), ok, what)
+        }
+    }
+
+    /// Stops taking `handle`'s watch changes (it no longer leads).
+    fn unwatch(&self, handle: usize) {
+        self.handles[handle].watch_changes(false);
     }
 
     fn quiet(&self, what: &str) -> DriverStep {
@@ -653,6 +725,11 @@ impl Driver {
         self.incarnation += 1;
         self.label = format!("controller#{}", self.incarnation);
         let handle = self.leader;
+        // A new process: its reflectors list afresh, its queue and trigger memory start empty.
+        self.handles[handle].watch_changes(true);
+        self.mapper = Mapper::default();
+        self.schedule = Schedule::default();
+        self.retries = Retries::default();
         self.handles[handle].resync_cache();
         let client = self.handles[handle].client_id();
         lock(&self.hook).dead.remove(&client);
@@ -664,7 +741,7 @@ impl Driver {
         self.stall = Some(stall);
         self.seen = 0;
         for pool in 0..self.pools.len() {
-            self.set_due(pool, now, true);
+            self.set_due(pool, now);
         }
         let what = format!(
             "start (cache {}), sweep: {}",
@@ -724,19 +801,7 @@ impl Driver {
                 let _ = thread.join();
                 stall.disarm();
                 self.ctl = Some(*ctl);
-                let name = self.pools[pool].clone();
-                let (ok, what) = match &result {
-                    Ok(d) if d.is_zero() => (true, "pass: pool gone".to_string()),
-                    Ok(d) => {
-                        self.set_due(pool, now + *d, false);
-                        let d = crate::policy::duration::format_human(*d);
-                        (true, format!("pass {name}: requeue {d}"))
-                    }
-                    Err(e) => {
-                        self.set_due(pool, now + Duration::seconds(10), false);
-                        (false, format!("pass {name}: error: {e}"))
-                    }
-                };
+                let (ok, what) = self.requeue(pool, now, &result);
                 self.after_controller(Some(pool), ok, what)
             }
             Ok(StallMsg::Stalled) => {
@@ -753,6 +818,7 @@ impl Driver {
                 });
                 self.stall = None;
                 self.fence = None;
+                self.unwatch(self.leader);
                 self.leader = 1 - self.leader;
                 self.seen = 0;
                 // The Lease renewals stall with the pass: the standby takes the Lease once it
@@ -762,7 +828,7 @@ impl Driver {
                 let stall_for =
                     Duration::seconds(30 + i64::try_from(self.rng.below(870)).unwrap_or(0));
                 self.at(now + stall_for, DrvEv::Resume);
-                self.set_due(pool, now, true);
+                self.set_due(pool, now);
                 DriverStep {
                     actor: label,
                     pool: Some(pool),
@@ -817,5 +883,81 @@ impl Drop for Driver {
             let _ = st.resume.send(());
             let _ = st.thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use chrono::TimeZone;
+    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+
+    use super::*;
+    use crate::clock::VirtualClock;
+    use crate::karpenter::{NODEPOOL_LABEL, NodePool, NodePoolSpec};
+
+    /// Runs every driver step due at the clock's time, watching after each as `simulate` does.
+    fn settle(d: &mut Driver, clock: &VirtualClock) {
+        let now = clock.now();
+        while d.next_time().is_some_and(|t| t <= now) {
+            d.step(now);
+            d.watch(now);
+        }
+    }
+
+    fn node(ready: bool) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some("n1".into());
+        n.metadata.labels = Some(BTreeMap::from([(NODEPOOL_LABEL.into(), "general".into())]));
+        let status = if ready { "True" } else { "False" };
+        n.status = Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: status.into(),
+                ..NodeCondition::default()
+            }]),
+            ..NodeStatus::default()
+        });
+        n
+    }
+
+    /// The simulation wakes a pool only through the runtime's mapping of watch changes: a Node
+    /// turning Ready wakes its pool; the same Node not Ready, or Ready again, does not.
+    #[test]
+    fn a_watch_change_wakes_its_pool_as_the_runtime_maps_it() {
+        let start = Utc.with_ymd_and_hms(2026, 5, 1, 0, 0, 0).single().unwrap();
+        let clock = VirtualClock::new(start);
+        let world = MemoryCluster::new(Arc::new(clock.clone()), "noderotation-system");
+        world.apply_pool(NodePool::new("general", NodePoolSpec::default())).unwrap();
+        let mut d = Driver::new(
+            &world,
+            Setup {
+                engine: Arc::new(Engine::embedded().clone()),
+                clock: Arc::new(clock.clone()),
+                pools: vec!["general".into()],
+                seed: 1,
+                rates: None,
+                lag: Duration::zero(),
+                hook_always: false,
+            },
+        );
+        settle(&mut d, &clock);
+        assert!(d.passes > 0, "the first leader started and passed over the pool");
+        clock.advance(Duration::seconds(1));
+        let now = clock.now();
+        let due = |d: &Driver| d.schedule.due("general");
+        assert!(due(&d).is_some_and(|t| t > now), "requeued for later: {:?}", due(&d));
+        world.apply_node(node(false)).unwrap();
+        d.watch(now);
+        assert!(due(&d).is_some_and(|t| t > now), "a Node not Ready wakes nothing");
+        world.update_node("n1", |n| *n = node(true));
+        d.watch(now);
+        assert_eq!(due(&d), Some(now), "a Node turning Ready wakes its pool");
+        settle(&mut d, &clock);
+        assert!(due(&d).is_some_and(|t| t > now));
+        world.update_node("n1", |n| n.metadata.annotations = Some(BTreeMap::new()));
+        d.watch(now);
+        assert!(due(&d).is_some_and(|t| t > now), "Ready again is no edge");
     }
 }

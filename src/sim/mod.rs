@@ -334,12 +334,9 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
                 break;
             }
         }
-        // Wake-ups: the watch events the controller reacts to at once.
-        let wakes = std::mem::take(&mut world.wakes);
+        // Wake-ups: the leader's watch changes, mapped to pools as `run` maps them.
         if let Some(dr) = driver.as_mut() {
-            for p in wakes {
-                dr.wake(p, now);
-            }
+            dr.watch(now);
             if let Some(p) = pool
                 && info_controller
                 && !zombie

@@ -240,8 +240,6 @@ pub struct World {
     pub stuck_drains: BTreeMap<String, DateTime<Utc>>,
     /// Note of the step in progress (what the actor did, for the trace).
     pub notes: Vec<String>,
-    /// Pools to wake at once (watch events the controller reacts to).
-    pub wakes: BTreeSet<usize>,
     /// Pools the operator deleted (Karpenter provisions nothing more for them).
     pub deleted_pools: BTreeSet<usize>,
     /// Anchors the operator removed by hand, per pool: the claim and when. A pass that read the
@@ -379,7 +377,6 @@ impl World {
             operator_opted_out: BTreeSet::new(),
             stuck_drains: BTreeMap::new(),
             notes: Vec::new(),
-            wakes: BTreeSet::new(),
             deleted_pools: BTreeSet::new(),
             operator_unanchored: BTreeMap::new(),
             plan,

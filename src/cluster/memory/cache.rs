@@ -7,6 +7,7 @@ use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::{MemoryCluster, Rng};
+use crate::cluster::change::{self as watch, Watched};
 use crate::cluster::{CacheView, ObjectKind};
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::RotationPolicy;
@@ -71,25 +72,35 @@ pub(super) enum Change {
     Policy(String, Option<Arc<RotationPolicy>>),
 }
 
-fn set_or_remove<T>(map: &mut BTreeMap<String, Arc<T>>, name: String, obj: Option<Arc<T>>) {
+/// Stores or removes `name`, and says what a reflector's watch would: the object applied, or
+/// the last state of the one deleted (nothing when it was not in the view).
+fn set_or_remove<T>(
+    map: &mut BTreeMap<String, Arc<T>>,
+    name: String,
+    obj: Option<Arc<T>>,
+    wrap: fn(Arc<T>) -> Watched,
+) -> Option<watch::Change> {
     match obj {
         Some(obj) => {
-            map.insert(name, obj);
+            map.insert(name, Arc::clone(&obj));
+            Some(watch::Change::Applied(wrap(obj)))
         }
-        None => {
-            map.remove(&name);
-        }
+        None => map.remove(&name).map(|old| watch::Change::Deleted(wrap(old))),
     }
 }
 
 impl Change {
-    fn apply(self, view: &mut CacheView) {
+    fn apply(self, view: &mut CacheView) -> Option<watch::Change> {
         match self {
-            Change::Pool(name, obj) => set_or_remove(&mut view.pools, name, obj),
-            Change::Claim(name, obj) => set_or_remove(&mut view.claims, name, obj),
-            Change::Node(name, obj) => set_or_remove(&mut view.nodes, name, obj),
-            Change::Placeholder(name, obj) => set_or_remove(&mut view.placeholders, name, obj),
-            Change::Policy(name, obj) => set_or_remove(&mut view.policies, name, obj),
+            Change::Pool(name, obj) => set_or_remove(&mut view.pools, name, obj, Watched::Pool),
+            Change::Claim(name, obj) => set_or_remove(&mut view.claims, name, obj, Watched::Claim),
+            Change::Node(name, obj) => set_or_remove(&mut view.nodes, name, obj, Watched::Node),
+            Change::Placeholder(name, obj) => {
+                set_or_remove(&mut view.placeholders, name, obj, Watched::Placeholder)
+            }
+            Change::Policy(name, obj) => {
+                set_or_remove(&mut view.policies, name, obj, Watched::Policy)
+            }
         }
     }
 }
@@ -100,6 +111,9 @@ pub(super) struct ClientCache {
     queues: [VecDeque<Pending>; KINDS],
     lag: CacheLag,
     rng: Rng,
+    /// What this cache's reflectors saw, for the trigger seam: recorded once
+    /// [`MemoryCluster::watch_changes`] asked for it, until taken.
+    outbox: Option<Vec<watch::Change>>,
 }
 
 struct Pending {
@@ -109,7 +123,13 @@ struct Pending {
 
 impl ClientCache {
     pub(super) fn new(view: CacheView, lag: CacheLag) -> Self {
-        ClientCache { view: Arc::new(view), queues: Default::default(), lag, rng: lag.rng() }
+        ClientCache {
+            view: Arc::new(view),
+            queues: Default::default(),
+            lag,
+            rng: lag.rng(),
+            outbox: None,
+        }
     }
 
     pub(super) fn push(&mut self, kind: ObjectKind, change: Change, now: DateTime<Utc>) {
@@ -128,13 +148,21 @@ impl ClientCache {
         let view = Arc::make_mut(&mut self.view);
         for queue in &mut self.queues {
             while let Some(pending) = queue.pop_front_if(|p| p.due <= now) {
-                pending.change.apply(view);
+                let seen = pending.change.apply(view);
+                if let (Some(out), Some(seen)) = (self.outbox.as_mut(), seen) {
+                    out.push(seen);
+                }
             }
         }
     }
 
     pub(super) fn pending(&self) -> usize {
         self.queues.iter().map(VecDeque::len).sum()
+    }
+
+    /// When the next watch event in flight reaches the cache.
+    fn next_delivery(&self) -> Option<DateTime<Utc>> {
+        self.queues.iter().filter_map(|q| q.front().map(|p| p.due)).min()
     }
 }
 
@@ -179,6 +207,39 @@ impl MemoryCluster {
         let cache = &mut st.clients[self.client];
         cache.view = Arc::new(view);
         cache.queues = Default::default();
+        if let Some(out) = cache.outbox.as_mut() {
+            // A fresh list of every kind: each reflector reports its initial list done.
+            out.extend(
+                [
+                    ObjectKind::NodePool,
+                    ObjectKind::NodeClaim,
+                    ObjectKind::Node,
+                    ObjectKind::Pod,
+                    ObjectKind::RotationPolicy,
+                ]
+                .map(watch::Change::Resynced),
+            );
+        }
+    }
+
+    /// Starts (`on`) or stops recording what this handle's reflectors see, dropping what was
+    /// recorded: every watch event as it reaches the cache, and a relist of every kind on
+    /// [`MemoryCluster::resync_cache`]. [`MemoryCluster::take_changes`] hands them over.
+    pub fn watch_changes(&self, on: bool) {
+        let client = self.client;
+        self.lock().clients[client].outbox = on.then(Vec::new);
+    }
+
+    /// What this handle's reflectors saw since the last call, in order (empty unless
+    /// [`MemoryCluster::watch_changes`] was called).
+    pub fn take_changes(&self) -> Vec<watch::Change> {
+        let client = self.client;
+        self.lock().clients[client].outbox.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// When the next watch event in flight reaches this handle's cache.
+    pub fn next_delivery(&self) -> Option<DateTime<Utc>> {
+        self.lock().clients[self.client].next_delivery()
     }
 
     /// Watch events not yet delivered to this handle's cache.
@@ -296,6 +357,39 @@ mod tests {
         });
         let other = c.connect_controller(CacheLag::Fixed(Duration::hours(1)));
         assert_eq!(other.cache().placeholders.keys().collect::<Vec<_>>(), ["app"]);
+    }
+
+    #[test]
+    fn a_watching_handle_reports_what_its_reflectors_saw_when_it_saw_it() {
+        use crate::clock::Clock;
+        use crate::cluster::change::{Change as Seen, Watched};
+        let name = |seen: &Seen| match seen {
+            Seen::Applied(Watched::Claim(c)) => format!("+{}", c.metadata.name.clone().unwrap()),
+            Seen::Deleted(Watched::Claim(c)) => format!("-{}", c.metadata.name.clone().unwrap()),
+            Seen::Resynced(kind) => format!("relist {kind:?}"),
+            other => format!("{other:?}"),
+        };
+        let (c, clock) = cluster();
+        c.set_cache_lag(CacheLag::Fixed(Duration::seconds(10)));
+        c.apply_claim(claim("before")).unwrap();
+        assert!(c.take_changes().is_empty(), "nothing is recorded before watching");
+        c.watch_changes(true);
+        c.apply_claim(claim("a")).unwrap();
+        assert_eq!(c.next_delivery(), Some(clock.now() + Duration::seconds(10)));
+        clock.advance(Duration::seconds(10));
+        c.deliver(clock.now());
+        let seen: Vec<_> = c.take_changes().iter().map(name).collect();
+        assert_eq!(seen, ["+before", "+a"], "in order, once delivered");
+        c.delete_now(&claim_ref("a"));
+        c.flush_cache();
+        let seen: Vec<_> = c.take_changes().iter().map(name).collect();
+        assert_eq!(seen, ["-a"], "a deletion carries the last state the cache held");
+        c.resync_cache();
+        assert_eq!(c.take_changes().len(), 5, "a relist of every kind");
+        c.watch_changes(false);
+        c.apply_claim(claim("b")).unwrap();
+        c.flush_cache();
+        assert!(c.take_changes().is_empty(), "nothing is recorded after watching stopped");
     }
 
     #[test]

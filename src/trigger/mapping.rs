@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::cluster::ObjectKind;
-use crate::cluster::kube::{Change, Watched};
+use crate::cluster::change::{Change, Watched};
 use crate::engine::Key;
 use crate::karpenter::{NODEPOOL_LABEL, node_ready};
 

@@ -1,0 +1,11 @@
+//! The one trigger seam of `noderotation run` and `simulate`: watch changes
+//! ([`crate::cluster::change::Change`]) become pool keys ([`Mapper`]), keys wait in a
+//! [`Schedule`] until due, and a pass's outcome sets when its pool is due again
+//! ([`Retries`]). The runtime runs it on the wall clock behind a blocking queue
+//! (`runtime::queue`); the simulation driver runs the same code on the virtual clock, fed by the
+//! in-memory cluster's lagging caches. Pure: no I/O, no clock (time is a parameter).
+pub mod mapping;
+pub mod schedule;
+
+pub use mapping::{Keys, Mapper, affects_status};
+pub use schedule::{Next, Retries, STATUS_COALESCE, Schedule, backoff};
