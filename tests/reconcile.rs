@@ -2295,6 +2295,32 @@ fn a_rollback_on_a_stale_view_deletes_the_placeholder_recorded_since() {
     assert!(fx.placeholder("c1").is_none(), "the placeholder the claim records is deleted");
 }
 
+#[test]
+fn a_rollback_deletes_the_placeholder_whose_create_answer_was_lost() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    let first = fx.placeholder("c1").expect("placeholder created");
+    lagging(&mut fx);
+    // The placeholder was evicted; a pass re-created it, and the create's answer was lost (a
+    // timeout after the API server applied it): the claim still records the first incarnation,
+    // and this pass's cache shows neither change.
+    let name = noderotation::placeholder::placeholder_name("c1");
+    fx.world.delete_now(&noderotation::cluster::ObjectRef::pod(NS, &name));
+    let mut again = (*first).clone();
+    again.metadata.uid = Some("answer-lost".into());
+    again.metadata.resource_version = None;
+    fx.world.apply_pod(again).expect("re-created");
+    fx.advance(Duration::minutes(16));
+    fx.stale_pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "rolled back");
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "the anchor is released");
+    assert!(
+        fx.placeholder("c1").is_none(),
+        "a placeholder of this rotation the claim does not record goes with the rotation: \
+         left, it would make Karpenter launch a node for no one until the sweep removes it"
+    );
+}
+
 /// The annotation of slot `slot` (`.slot` suffix) of a per-rotation pool key.
 fn slot_ann(fx: &Fx, key: Key, slot: usize) -> Option<String> {
     let pool = fx.world.pool(POOL)?;

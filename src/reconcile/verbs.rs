@@ -923,8 +923,11 @@ impl<'c> PassHost<'c> {
         self.delete(a.verb, target, Some(uid))
     }
 
-    /// `delete_placeholder(for=X)`: by the uid of the pod this pass saw under the name, else the
-    /// uid recorded on the claim, else (neither known) by name.
+    /// `delete_placeholder(for=X)`: by the uid recorded on a fresh read of the claim, else the
+    /// uid of the pod this pass saw under the name, else (neither known) by name. When that
+    /// incarnation is gone and another holds the name for X that the claim does not record (a
+    /// create whose answer was lost), it goes too, by its own uid: it is this rotation's, and
+    /// left pending it would make Karpenter launch a node for no one.
     fn delete_placeholder(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(owner) = a.for_.clone() else { return Ok(Outcome::Gone) };
         // The uid recorded on a fresh read of the claim first: the cached pod and the cached
@@ -942,7 +945,21 @@ impl<'c> PassHost<'c> {
             self.ctx.config.namespace.clone(),
             placeholder::placeholder_name(&owner),
         );
-        self.delete(a.verb, pod, uid)
+        let outcome = self.delete(a.verb, pod.clone(), uid.clone())?;
+        if outcome != Outcome::Gone || uid.is_none() {
+            return Ok(outcome);
+        }
+        let ns = self.ctx.config.namespace.clone();
+        let Some(now) = self.ctx.cluster.get_pod(&ns, &pod.name).map_err(|e| fail(a.verb, e))?
+        else {
+            return Ok(outcome);
+        };
+        let recorded = fresh.as_ref().and_then(recorded);
+        let unrecorded = now.metadata.uid.is_some() && now.metadata.uid != recorded;
+        if unrecorded && annotation(&now.metadata, Key::SurgeFor) == Some(owner.as_str()) {
+            return self.delete(a.verb, pod, now.metadata.uid.clone());
+        }
+        Ok(outcome)
     }
 
     /// Deletes `target`, only the incarnation `uid` when given. A 409 is re-checked on a fresh
