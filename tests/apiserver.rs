@@ -1680,3 +1680,55 @@ async fn sigterm_releases_the_lease_and_exits_zero() -> TestResult {
     assert_eq!(holder().await, None, "the Lease is still held:\n{}", ctl.log_text());
     Ok(())
 }
+
+/// A pass over a NodePool that is gone asks for no requeue (docs/decisions/trigger-seam.md):
+/// once the deletion reaches the cache the pool leaves the work queue, instead of being
+/// reconciled twice a second for as long as the process lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_nodepool_is_not_reconciled_again() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let admin = env.admin().await?;
+    let dir = scratch("pool-gone");
+    let pool = format!("pool-gone-{}", std::process::id());
+    create(&admin, &nodepool_json(&pool, &pool)).await?;
+    let ctl = ControllerProcess::start(
+        &env.controller_kubeconfig,
+        "pool-gone-a",
+        "noderotation",
+        &dir.join("pool-gone-a.log"),
+    )?;
+    // The pass's debug line, as text (`nodepool=x`) or JSON (`"nodepool":"x"`).
+    let fields = [format!("nodepool={pool}"), format!("\"nodepool\":\"{pool}\"")];
+    let passes = || {
+        let log = ctl.log_text();
+        let ours = |l: &&str| {
+            fields.iter().any(|f| l.ends_with(f.as_str()) || l.contains(&format!("{f},")))
+        };
+        log.lines().filter(|l| l.contains("reconciling")).filter(ours).count()
+    };
+    let result = async {
+        eventually("a pass over the pool", Duration::from_secs(60), || async {
+            (passes() > 0).then_some(())
+        })
+        .await?;
+        dyn_api(&admin, "NodePool").delete(&pool, &Default::default()).await?;
+        eventually("the NodePool gone", Duration::from_secs(30), || async {
+            dyn_api(&admin, "NodePool").get_opt(&pool).await.ok()?.is_none().then_some(())
+        })
+        .await?;
+        // The deletion's watch event wakes the pool once; that pass finds it gone.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let before = passes();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let again = passes() - before;
+        assert_eq!(again, 0, "passes over the deleted pool in 5 s");
+        Ok::<(), Error>(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("controller log:\n{}", ctl.log_text());
+        let _ = dyn_api(&admin, "NodePool").delete(&pool, &Default::default()).await;
+    }
+    result
+}
