@@ -2274,22 +2274,28 @@ fn a_stale_draining_view_does_not_mirror_onto_a_released_pool() {
     assert!(fx.pool_ann(Key::ActiveRotation).is_none());
 }
 
-#[test]
-fn a_rollback_on_a_stale_view_deletes_the_placeholder_recorded_since() {
-    let mut fx = Fx::new();
-    started(&mut fx);
+/// A started rotation of c1 whose placeholder was evicted and created again under the uid
+/// `uid`, behind a cache that shows neither change; the readyTimeout has passed.
+fn placeholder_created_again(fx: &mut Fx, uid: &str) {
+    started(fx);
     let first = fx.placeholder("c1").expect("placeholder created");
-    lagging(&mut fx);
-    // Another pass of this same instant re-created the evicted placeholder and recorded the new
-    // incarnation on the claim; this pass's cache still shows the first one and its uid.
+    lagging(fx);
     let name = noderotation::placeholder::placeholder_name("c1");
     fx.world.delete_now(&noderotation::cluster::ObjectRef::pod(NS, &name));
     let mut again = (*first).clone();
-    again.metadata.uid = Some("second-incarnation".into());
+    again.metadata.uid = Some(uid.into());
     again.metadata.resource_version = None;
     fx.world.apply_pod(again).expect("re-created");
-    fx.set_claim_ann("c1", Key::PlaceholderUid, Some("second-incarnation"));
     fx.advance(Duration::minutes(16));
+}
+
+#[test]
+fn a_rollback_on_a_stale_view_deletes_the_placeholder_recorded_since() {
+    let mut fx = Fx::new();
+    // Another pass of this same instant re-created the evicted placeholder and recorded the new
+    // incarnation on the claim; this pass's cache still shows the first one and its uid.
+    placeholder_created_again(&mut fx, "second-incarnation");
+    fx.set_claim_ann("c1", Key::PlaceholderUid, Some("second-incarnation"));
     fx.stale_pass();
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "rolled back");
     assert!(fx.placeholder("c1").is_none(), "the placeholder the claim records is deleted");
@@ -2298,19 +2304,9 @@ fn a_rollback_on_a_stale_view_deletes_the_placeholder_recorded_since() {
 #[test]
 fn a_rollback_deletes_the_placeholder_whose_create_answer_was_lost() {
     let mut fx = Fx::new();
-    started(&mut fx);
-    let first = fx.placeholder("c1").expect("placeholder created");
-    lagging(&mut fx);
-    // The placeholder was evicted; a pass re-created it, and the create's answer was lost (a
-    // timeout after the API server applied it): the claim still records the first incarnation,
-    // and this pass's cache shows neither change.
-    let name = noderotation::placeholder::placeholder_name("c1");
-    fx.world.delete_now(&noderotation::cluster::ObjectRef::pod(NS, &name));
-    let mut again = (*first).clone();
-    again.metadata.uid = Some("answer-lost".into());
-    again.metadata.resource_version = None;
-    fx.world.apply_pod(again).expect("re-created");
-    fx.advance(Duration::minutes(16));
+    // A pass re-created the evicted placeholder and the create's answer was lost (a timeout
+    // after the API server applied it): the claim still records the first incarnation.
+    placeholder_created_again(&mut fx, "answer-lost");
     fx.stale_pass();
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "rolled back");
     assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "the anchor is released");
