@@ -722,14 +722,19 @@ pub fn render_fleet(r: &crate::fleet::FleetResult, sims: &[Value]) -> String {
          only for the scheduler and the PDB, a fraction of a second per pod in the real run and \
          no time in the simulator, which binds at once. The relative difference of those \
          pending figures is large, of almost nothing.\n\
+         - When the batches start. The simulated controller is woken as the real one is (its \
+         own writes, Karpenter's status updates and Ready nodes, through the same mapping and \
+         queue: `docs/decisions/trigger-seam.md`), so a pool's free slots fill in one instant \
+         and its rotations run in batches of `maxUnavailable`. The simulated world has no \
+         jitter: every batch of a pool starts, boots and drains in lockstep, and the span \
+         ends just before the next one starts, where the real run had started it. Nodes \
+         replaced match; rotations started and claims launched come out one batch per pool \
+         lower.\n\
          - Which node a placeholder takes. kube-scheduler's queue retries pending \
-         placeholders in about the order they were created, so a real placeholder takes the \
-         node launched for it. The simulated scheduler binds them in name order, so a \
-         placeholder sometimes takes a node launched for another one, already on its way \
-         (recorded as absorbed: 15 of 69 rotations on seed 1), \
-         and that rotation does not wait a whole boot. The simulated rotations finish sooner, \
-         and more of them fit in the span: nodes replaced and rotations started under \
-         noderotation come out about 10-15 % higher than real.\n\n\
+         placeholders in about the order they were created; the simulated scheduler binds \
+         them in name order, so a placeholder can take a node launched for another one, \
+         already on its way (recorded as absorbed; none on seed 1 of this scenario, where \
+         each batch's placeholders are created together and each gets a node of its own).\n\n\
          The tolerance claimed: forced expiries and claims launched per rotation or expiry \
          within 10 %; nodes replaced within 15 %; under Karpenter alone, pending-pod-seconds, \
          the longest Pending and the overlap within 30 %. Rotations started also depends on \
