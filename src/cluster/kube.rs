@@ -49,7 +49,7 @@ use super::{
     ObjectKind, ObjectRef, Patch,
 };
 use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool};
-use crate::policy::crd::{RotationPolicy, RotationPolicyStatus};
+use crate::policy::crd::{RotationPolicy, RotationPolicyStatus as Status};
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "noderotation";
@@ -614,12 +614,7 @@ impl Cluster for KubeCluster {
         self.request(api.create(&params, pod), true)
     }
 
-    fn update_policy_status(
-        &self,
-        name: &str,
-        status: &RotationPolicyStatus,
-        rv: Option<&str>,
-    ) -> ApiResult<()> {
+    fn update_policy_status(&self, name: &str, status: &Status, rv: Option<&str>) -> ApiResult<()> {
         let api = Api::<RotationPolicy>::all(self.client.clone());
         // A PUT of the status subresource replaces the whole status (a merge patch would keep
         // fields the new status leaves unset); the API server takes only `status` from the body.

@@ -11,7 +11,7 @@ use crate::cluster::{
     ApiError, ApiResult, CacheView, Cluster, EventRecord, ObjectKind, ObjectRef, Patch,
 };
 use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool};
-use crate::policy::crd::RotationPolicyStatus;
+use crate::policy::crd::RotationPolicyStatus as Status;
 
 /// Controller writes through the trait. The per-verb counts are writes the store applied
 /// (including no-op patches and writes whose response an injected fault then lost); `failed`
@@ -189,12 +189,7 @@ impl Cluster for MemoryCluster {
         self.call(ApiVerb::Create, &target, false, |st| st.create(pod).map(|p| (*p).clone()))
     }
 
-    fn update_policy_status(
-        &self,
-        name: &str,
-        status: &RotationPolicyStatus,
-        rv: Option<&str>,
-    ) -> ApiResult<()> {
+    fn update_policy_status(&self, name: &str, status: &Status, rv: Option<&str>) -> ApiResult<()> {
         let target = ObjectRef::cluster(ObjectKind::RotationPolicy, name);
         self.call(ApiVerb::UpdateStatus, &target, rv.is_some(), |st| {
             st.update_policy_status(name, status, rv)
