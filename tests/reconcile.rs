@@ -1964,6 +1964,21 @@ fn unfreeze_finds_the_surge_host_from_a_fresh_read_not_a_stale_node_list() {
     assert!(fx.node_ann("node-s1", Key::DoNotDisrupt).is_none(), "and may be disrupted again");
 }
 
+/// Karpenter launched `name` now; its node `node-<name>` registered and never turns Ready.
+fn never_ready_surge(fx: &Fx, name: &str) {
+    let node = format!("node-{name}");
+    fx.world.apply_node(node_obj(&node, false)).expect("node");
+    let mut claim = claim_obj(name, fx.clock.now(), Some(&node));
+    if let Some(st) = claim.status.as_mut() {
+        st.conditions = serde_json::from_value(serde_json::json!([
+            {"type": "Launched", "status": "True"},
+            {"type": "Registered", "status": "True"},
+            {"type": "Ready", "status": "False"}]))
+        .expect("conditions");
+    }
+    fx.world.apply_claim(claim).expect("claim");
+}
+
 #[test]
 fn a_surge_node_that_never_turns_ready_is_reaped_at_rollback() {
     let mut fx = Fx::new();
@@ -1971,16 +1986,7 @@ fn a_surge_node_that_never_turns_ready_is_reaped_at_rollback() {
     // Karpenter launched a claim for the placeholder; its node registered but never turns
     // Ready, so the scheduler never binds the placeholder and `surge-claim` is never written.
     fx.advance(Duration::minutes(2));
-    fx.world.apply_node(node_obj("node-s1", false)).expect("node");
-    let mut s1 = claim_obj("s1", fx.clock.now(), Some("node-s1"));
-    if let Some(st) = s1.status.as_mut() {
-        st.conditions = serde_json::from_value(serde_json::json!([
-            {"type": "Launched", "status": "True"},
-            {"type": "Registered", "status": "True"},
-            {"type": "Ready", "status": "False"}]))
-        .expect("conditions");
-    }
-    fx.world.apply_claim(s1).expect("claim");
+    never_ready_surge(&fx, "s1");
     fx.pass();
     assert!(fx.claim_ann("c1", Key::SurgeClaim).is_none(), "never bound, never recorded");
     fx.advance(Duration::minutes(14));
@@ -2513,6 +2519,32 @@ fn a_rollback_never_reaps_the_surge_claim_another_rotation_recorded() {
     assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("failed"));
     assert!(!fx.deleting("s1"), "s1 is c1's surge: c2's rollback leaves it");
     assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"));
+}
+
+/// A later rotation of the pool still waiting for its surge does not keep a rollback from
+/// reaping its own never-Ready surge claim: a claim launched before that rotation started cannot
+/// be its surge.
+#[test]
+fn a_rollback_reaps_its_never_ready_surge_while_a_later_rotation_waits_for_its_own() {
+    let mut fx = three_lanes();
+    started(&mut fx);
+    // Karpenter launched s1 for c1's placeholder; its node never turns Ready.
+    fx.advance(Duration::seconds(30));
+    never_ready_surge(&fx, "s1");
+    // c2's rotation starts a minute later; its placeholder waits for a node too.
+    fx.advance(Duration::minutes(1));
+    fx.claim("c2", Duration::days(10));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("pending"));
+    // c1's readyTimeout passes, not c2's.
+    fx.advance(Duration::minutes(14));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "c1 rolled back");
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("pending"));
+    assert!(
+        fx.deleting("s1") || fx.world.claim("s1").is_none(),
+        "s1 predates c2's rotation: it is c1's surge, reaped with c1's rollback"
+    );
 }
 
 /// A never-Ready surge is reaped at readyTimeout; a claim whose node is Ready on a fresh read is

@@ -724,30 +724,36 @@ impl Snapshot {
     /// visible: a bound placeholder means the surge host registered, so a claim found otherwise
     /// would be somebody else's); else the pool's one fresh claim that is not Ready
     /// ([`placeholder::not_ready_surge_claim`]) that is not another rotation's surge
-    /// ([`Snapshot::surge_of_another`]) and whose node is not Ready, only while no other slot
-    /// of the pool waits for its own surge. May name an absorbing host: the reap guard keeps
-    /// those.
+    /// ([`Snapshot::surge_of_another`]) and whose node is not Ready, created before every other
+    /// slot of the pool still waiting for its own surge started. May name an absorbing host:
+    /// the reap guard keeps those.
     pub fn surge_claim_to_reap(&self, claim: &str, started_at: DateTime<Utc>) -> Option<String> {
         if let Some(recorded) = annotation(&self.claim(claim)?.metadata, Key::SurgeClaim) {
             return Some(recorded.to_string());
         }
-        let induced = if self.placeholder_host(claim).is_some() {
-            self.induced_claim(claim)
-        } else if self.surges_waiting(Some(claim)).is_empty() {
-            // A claim whose node is Ready is capacity, whatever its status says yet (the
-            // claim's Ready condition follows its node's by a moment): pods may be binding.
-            let node_ready = |c: &NodeClaim| {
-                self.registered_node(c).and_then(|n| self.node(n)).is_some_and(node_ready)
-            };
-            let candidates =
-                self.pool_claims().filter(|c| !self.surge_of_another(claim, c) && !node_ready(c));
-            placeholder::not_ready_surge_claim(candidates, self.pool_name(), started_at)
-        } else {
-            // Another slot's surge is still to come: a fresh claim that is not Ready may be
-            // its surge, and a claim that cannot be attributed is never reaped.
-            None
+        if self.placeholder_host(claim).is_some() {
+            return self.induced_claim(claim).and_then(|c| c.metadata.name.clone());
+        }
+        // Another slot's surge still to come may be a fresh claim that is not Ready, and a
+        // claim that cannot be attributed is never reaped: the fallback's claim must predate
+        // the start of every such rotation (a claim launched before a rotation created its
+        // placeholder is not that rotation's surge). An unknown start attributes nothing.
+        let waiting: Option<Vec<DateTime<Utc>>> = self
+            .surges_waiting(Some(claim))
+            .into_iter()
+            .map(|c| time_annotation(&c.metadata, Key::StartedAt))
+            .collect();
+        let first_waiting = waiting?.into_iter().min();
+        // A claim whose node is Ready is capacity, whatever its status says yet (the claim's
+        // Ready condition follows its node's by a moment): pods may be binding.
+        let node_ready = |c: &NodeClaim| {
+            self.registered_node(c).and_then(|n| self.node(n)).is_some_and(node_ready)
         };
-        induced.and_then(|c| c.metadata.name.clone())
+        let candidates =
+            self.pool_claims().filter(|c| !self.surge_of_another(claim, c) && !node_ready(c));
+        placeholder::not_ready_surge_claim(candidates, self.pool_name(), started_at)
+            .filter(|c| first_waiting.is_none_or(|w| c.created().is_some_and(|t| t < w)))
+            .and_then(|c| c.metadata.name.clone())
     }
 }
 
