@@ -936,9 +936,9 @@ impl<'c> PassHost<'c> {
         let recorded = |claim: &NodeClaim| {
             annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string)
         };
-        let uid = fresh
-            .as_ref()
-            .and_then(recorded)
+        let recorded_fresh = fresh.as_ref().and_then(recorded);
+        let uid = recorded_fresh
+            .clone()
             .or_else(|| self.snap.placeholder_named(&owner).and_then(|p| p.metadata.uid.clone()))
             .or_else(|| self.snap.claim(&owner).and_then(recorded));
         let pod = ObjectRef::pod(
@@ -954,8 +954,7 @@ impl<'c> PassHost<'c> {
         else {
             return Ok(outcome);
         };
-        let recorded = fresh.as_ref().and_then(recorded);
-        let unrecorded = now.metadata.uid.is_some() && now.metadata.uid != recorded;
+        let unrecorded = now.metadata.uid.is_some() && now.metadata.uid != recorded_fresh;
         if unrecorded && annotation(&now.metadata, Key::SurgeFor) == Some(owner.as_str()) {
             return self.delete(a.verb, pod, now.metadata.uid.clone());
         }
