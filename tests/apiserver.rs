@@ -1546,9 +1546,20 @@ async fn rotation_force_expiry_while_pending_records_expired() -> TestResult {
     finish(&fx, actor, &ctl, result).await
 }
 
-/// SIGKILL of `noderotation run` at `state`, then a new process: the rotation completes and
-/// nothing is left behind.
-async fn killed_in(test: &str, state: &str) -> TestResult {
+/// Where the first controller dies.
+#[derive(Clone, Copy)]
+enum Kill {
+    /// Once the candidate's state reads this.
+    In(&'static str),
+    /// Between the placeholder's create and the record of its uid on the claim: the pod exists,
+    /// nothing says it is ours. (Killed once the uid is recorded, which the test then removes:
+    /// the same objects a kill inside that window leaves.)
+    BeforePlaceholderUid,
+}
+
+/// SIGKILL of `noderotation run` at `kill`, then a new process: the rotation completes, nothing
+/// is left behind, and one surge claim served it.
+async fn killed_in(test: &str, kill: Kill) -> TestResult {
     let env = harness!();
     let _one = ROTATION.lock().await;
     let fx = Rotation::new(&env, test, surge("2m")).await?;
@@ -1560,23 +1571,66 @@ async fn killed_in(test: &str, state: &str) -> TestResult {
         Duration::from_secs(5),
     );
     let mut first = fx.controller(&format!("{test}-a"))?;
+    let mut second = None;
     let result = async {
-        fx.wait_claim_state(state, Duration::from_secs(60)).await?;
-        first.kill();
-        eprintln!("SIGKILLed the controller in {state}");
-        let second = fx.controller(&format!("{test}-b"))?;
+        match kill {
+            Kill::In(state) => {
+                fx.wait_claim_state(state, Duration::from_secs(60)).await?;
+                first.kill();
+                eprintln!("SIGKILLed the controller in {state}");
+            }
+            Kill::BeforePlaceholderUid => {
+                eventually("a recorded placeholder", Duration::from_secs(60), || async {
+                    fx.ann("NodeClaim", &fx.candidate, "placeholder-uid").await
+                })
+                .await?;
+                first.kill();
+                let forget = json!({"metadata": {"annotations": {
+                    format!("{ANN}placeholder-uid"): null}}});
+                dyn_api(&fx.admin, "NodeClaim")
+                    .patch(
+                        &fx.candidate,
+                        &PatchParams::default(),
+                        &kube::api::Patch::Merge(&forget),
+                    )
+                    .await?;
+                eprintln!("SIGKILLed the controller before it recorded its placeholder");
+                // Karpenter launches capacity for the pod nobody recorded before a new leader
+                // comes.
+                eventually("capacity for it", Duration::from_secs(30), || async {
+                    (actor.bindings().len() == 1).then_some(())
+                })
+                .await?;
+            }
+        }
+        let next = second.insert(fx.controller(&format!("{test}-b"))?);
         let done = fx.wait_settled("last-rotation-at", Duration::from_secs(90)).await;
         if done.is_err() {
-            eprintln!("second controller log:\n{}", second.log_text());
+            eprintln!("second controller log:\n{}", next.log_text());
         }
         done?;
         fx.assert_clean().await?;
-        assert_eq!(actor.surge_claims().len(), 1, "one surge claim across the restart");
+        let (claims, bound) = (actor.surge_claims(), actor.bindings());
+        if claims.len() != 1 {
+            return Err(
+                format!("one surge claim across the restart, not {claims:?} ({bound:?})").into()
+            );
+        }
+        if let Kill::BeforePlaceholderUid = kill {
+            // The pod nobody recorded was replaced, and the new one ran on its node.
+            let nodes: BTreeSet<&String> = bound.iter().map(|(_, node)| node).collect();
+            if bound.len() != 2 || nodes.len() != 1 {
+                return Err(format!("the replacement on the same node, not {bound:?}").into());
+            }
+        }
         Ok::<(), Error>(())
     }
     .await;
     if result.is_err() {
         eprintln!("first controller log:\n{}", first.log_text());
+        if let Some(next) = &second {
+            eprintln!("second controller log:\n{}", next.log_text());
+        }
     }
     actor.stop().await;
     fx.cleanup().await;
@@ -1585,12 +1639,17 @@ async fn killed_in(test: &str, state: &str) -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_survives_sigkill_in_pending() -> TestResult {
-    killed_in("rot-kill-pending", "pending").await
+    killed_in("rot-kill-pending", Kill::In("pending")).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_survives_sigkill_before_recording_its_placeholder() -> TestResult {
+    killed_in("rot-kill-unrecorded", Kill::BeforePlaceholderUid).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_survives_sigkill_in_draining() -> TestResult {
-    killed_in("rot-kill-draining", "draining").await
+    killed_in("rot-kill-draining", Kill::In("draining")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,12 @@
 //!   placeholder is bound to the node (the `binding` subresource, as the scheduler does) and set
 //!   Running (as the kubelet does). In [`Mode::NeverReady`] the node never turns Ready and the
 //!   placeholder stays Pending on it. [`Mode::Off`] provisions nothing.
+//! - **Scheduling onto capacity already launched**: a node it launched for a placeholder that
+//!   holds no pod any more (the placeholder was deleted) takes the next pending placeholder of
+//!   the same name at once, without a new NodeClaim, as the scheduler binds a pod to an empty
+//!   node (and Karpenter counts an in-flight claim's room before it launches another). Only the
+//!   same name: the tests run no workload controller, so the pods a drain evicts never arrive on
+//!   the surge node, and it stays empty although in a real cluster they fill it.
 //! - **Termination**: a NodeClaim of its pool with a deletionTimestamp is finalized after
 //!   `drain_delay`: the pods on its node are deleted, then the Node, then the finalizer.
 #![allow(dead_code)]
@@ -39,6 +45,8 @@ pub struct Actor {
     handle: Option<tokio::task::JoinHandle<()>>,
     /// Surge claims it created, in order.
     pub created: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Placeholders it bound, in order: (pod uid, node).
+    pub bound: Arc<std::sync::Mutex<Vec<(String, String)>>>,
 }
 
 impl Actor {
@@ -52,6 +60,7 @@ impl Actor {
         let stop = Arc::new(AtomicBool::new(false));
         let mode_cell = Arc::new(AtomicU8::new(mode as u8));
         let created = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let bound = Arc::new(std::sync::Mutex::new(Vec::new()));
         let world = World {
             client,
             pool: pool.to_string(),
@@ -61,7 +70,9 @@ impl Actor {
             pending_since: BTreeMap::new(),
             deleting_since: BTreeMap::new(),
             provisioned: BTreeSet::new(),
+            launched: Vec::new(),
             created: created.clone(),
+            bound: bound.clone(),
             counter: 0,
         };
         let s = stop.clone();
@@ -74,7 +85,7 @@ impl Actor {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         });
-        Actor { stop, mode: mode_cell, handle: Some(handle), created }
+        Actor { stop, mode: mode_cell, handle: Some(handle), created, bound }
     }
 
     pub fn set_mode(&self, mode: Mode) {
@@ -90,6 +101,10 @@ impl Actor {
 
     pub fn surge_claims(&self) -> Vec<String> {
         self.created.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    pub fn bindings(&self) -> Vec<(String, String)> {
+        self.bound.lock().map(|v| v.clone()).unwrap_or_default()
     }
 }
 
@@ -108,7 +123,10 @@ struct World {
     pending_since: BTreeMap<String, Instant>,
     deleting_since: BTreeMap<String, Instant>,
     provisioned: BTreeSet<String>,
+    /// What it launched: (claim, node, the placeholder's name).
+    launched: Vec<(String, String, String)>,
     created: Arc<std::sync::Mutex<Vec<String>>>,
+    bound: Arc<std::sync::Mutex<Vec<(String, String)>>>,
     counter: u32,
 }
 
@@ -152,34 +170,14 @@ impl World {
             if self.provisioned.contains(&key) {
                 continue;
             }
+            // The scheduler binds at once to an empty node it launched; a new one takes
+            // `provision_delay`.
             let since = *self.pending_since.entry(key.clone()).or_insert_with(Instant::now);
-            if since.elapsed() < self.provision_delay {
-                continue;
-            }
-            self.counter += 1;
-            let claim = format!("{}-s{}", self.pool, self.counter);
-            let node = format!("{claim}-node");
-            match mode {
-                Mode::Ready => {
-                    ready_claim_and_node(&self.client, &claim, &node, &self.pool).await?
-                }
-                _ => {
-                    create(&self.client, &nodeclaim_json(&claim, &self.pool)).await?;
-                    create(&self.client, &node_json(&node, &self.pool)).await?;
-                    patch_status(
-                        &self.client,
-                        "NodeClaim",
-                        &claim,
-                        json!({"nodeName": node, "providerID": format!("kwok://{node}"),
-                               "conditions": [{"type": "Launched", "status": "True", "reason": "Launched",
-                                               "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
-                    )
-                    .await?;
-                }
-            }
-            if let Ok(mut created) = self.created.lock() {
-                created.push(claim.clone());
-            }
+            let node = match self.empty_node_launched_for(&name).await? {
+                Some(node) => node,
+                None if since.elapsed() < self.provision_delay => continue,
+                None => self.launch(mode, &name).await?,
+            };
             let binding = json!({
                 "apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": name, "namespace": ns},
@@ -192,6 +190,9 @@ impl World {
                 &binding,
             )
             .await?;
+            if let Ok(mut bound) = self.bound.lock() {
+                bound.push((key.clone(), node.clone()));
+            }
             if mode == Mode::Ready {
                 pods.patch_status(
                     &name,
@@ -205,6 +206,53 @@ impl World {
             self.provisioned.insert(key);
         }
         Ok(())
+    }
+
+    /// A new NodeClaim and Node of the pool (Ready in [`Mode::Ready`]); returns the node.
+    async fn launch(&mut self, mode: Mode, placeholder: &str) -> Result<String, Error> {
+        self.counter += 1;
+        let claim = format!("{}-s{}", self.pool, self.counter);
+        let node = format!("{claim}-node");
+        match mode {
+            Mode::Ready => ready_claim_and_node(&self.client, &claim, &node, &self.pool).await?,
+            _ => {
+                create(&self.client, &nodeclaim_json(&claim, &self.pool)).await?;
+                create(&self.client, &node_json(&node, &self.pool)).await?;
+                patch_status(
+                    &self.client,
+                    "NodeClaim",
+                    &claim,
+                    json!({"nodeName": node, "providerID": format!("kwok://{node}"),
+                       "conditions": [{"type": "Launched", "status": "True", "reason": "Launched",
+                                   "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+                )
+                .await?;
+            }
+        }
+        if let Ok(mut created) = self.created.lock() {
+            created.push(claim.clone());
+        }
+        self.launched.push((claim, node.clone(), placeholder.to_string()));
+        Ok(node)
+    }
+
+    /// A node it launched for `placeholder` whose claim is not being deleted and that holds no
+    /// pod.
+    async fn empty_node_launched_for(&self, placeholder: &str) -> Result<Option<String>, Error> {
+        let claims = dyn_api(&self.client, "NodeClaim");
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        for (claim, node, _) in self.launched.iter().filter(|l| l.2 == placeholder) {
+            let Some(c) = claims.get_opt(claim).await? else { continue };
+            if c.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let on_node =
+                pods.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))).await?;
+            if on_node.items.iter().all(|p| p.metadata.deletion_timestamp.is_some()) {
+                return Ok(Some(node.clone()));
+            }
+        }
+        Ok(None)
     }
 
     async fn terminate(&mut self) -> Result<(), Error> {
