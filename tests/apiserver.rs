@@ -1679,8 +1679,8 @@ async fn rotation_two_controllers_one_reconciles_and_the_standby_takes_over() ->
         .await?;
         fx.wait_claim_state("pending", Duration::from_secs(60)).await?;
         // Killed once the placeholder is recorded: a kill between its create and that record
-        // leaves a pod nobody recorded, which b replaces by design (the actor would launch a
-        // second surge claim for it). The reconcile tests cover that window.
+        // (b replaces the pod nobody recorded) is
+        // `rotation_survives_sigkill_before_recording_its_placeholder`.
         eventually("the placeholder recorded", Duration::from_secs(30), || async {
             fx.ann("NodeClaim", &fx.candidate, "placeholder-uid").await.map(|_| ())
         })
