@@ -43,8 +43,8 @@ pub struct Actor {
     stop: Arc<AtomicBool>,
     mode: Arc<AtomicU8>,
     handle: Option<tokio::task::JoinHandle<()>>,
-    /// Surge claims it created, in order.
-    pub created: Arc<std::sync::Mutex<Vec<String>>>,
+    /// What it launched, in order.
+    launched: Arc<std::sync::Mutex<Vec<Launched>>>,
     /// Placeholders it bound, in order: (pod uid, node).
     pub bound: Arc<std::sync::Mutex<Vec<(String, String)>>>,
 }
@@ -59,7 +59,7 @@ impl Actor {
     ) -> Actor {
         let stop = Arc::new(AtomicBool::new(false));
         let mode_cell = Arc::new(AtomicU8::new(mode as u8));
-        let created = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let launched = Arc::new(std::sync::Mutex::new(Vec::new()));
         let bound = Arc::new(std::sync::Mutex::new(Vec::new()));
         let world = World {
             client,
@@ -70,8 +70,7 @@ impl Actor {
             pending_since: BTreeMap::new(),
             deleting_since: BTreeMap::new(),
             provisioned: BTreeSet::new(),
-            launched: Vec::new(),
-            created: created.clone(),
+            launched: launched.clone(),
             bound: bound.clone(),
             counter: 0,
         };
@@ -85,7 +84,7 @@ impl Actor {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         });
-        Actor { stop, mode: mode_cell, handle: Some(handle), created, bound }
+        Actor { stop, mode: mode_cell, handle: Some(handle), launched, bound }
     }
 
     pub fn set_mode(&self, mode: Mode) {
@@ -99,8 +98,12 @@ impl Actor {
         }
     }
 
+    /// The surge claims it created, in order.
     pub fn surge_claims(&self) -> Vec<String> {
-        self.created.lock().map(|v| v.clone()).unwrap_or_default()
+        self.launched
+            .lock()
+            .map(|v| v.iter().map(|l| l.claim.clone()).collect())
+            .unwrap_or_default()
     }
 
     pub fn bindings(&self) -> Vec<(String, String)> {
@@ -114,6 +117,14 @@ impl Drop for Actor {
     }
 }
 
+/// A NodeClaim and Node it launched, and the placeholder they were launched for.
+#[derive(Clone)]
+struct Launched {
+    claim: String,
+    node: String,
+    placeholder: String,
+}
+
 struct World {
     client: Client,
     pool: String,
@@ -123,9 +134,7 @@ struct World {
     pending_since: BTreeMap<String, Instant>,
     deleting_since: BTreeMap<String, Instant>,
     provisioned: BTreeSet<String>,
-    /// What it launched: (claim, node, the placeholder's name).
-    launched: Vec<(String, String, String)>,
-    created: Arc<std::sync::Mutex<Vec<String>>>,
+    launched: Arc<std::sync::Mutex<Vec<Launched>>>,
     bound: Arc<std::sync::Mutex<Vec<(String, String)>>>,
     counter: u32,
 }
@@ -229,10 +238,9 @@ impl World {
                 .await?;
             }
         }
-        if let Ok(mut created) = self.created.lock() {
-            created.push(claim.clone());
+        if let Ok(mut launched) = self.launched.lock() {
+            launched.push(Launched { claim, node: node.clone(), placeholder: placeholder.into() });
         }
-        self.launched.push((claim, node.clone(), placeholder.to_string()));
         Ok(node)
     }
 
@@ -241,15 +249,20 @@ impl World {
     async fn empty_node_launched_for(&self, placeholder: &str) -> Result<Option<String>, Error> {
         let claims = dyn_api(&self.client, "NodeClaim");
         let pods: Api<Pod> = Api::all(self.client.clone());
-        for (claim, node, _) in self.launched.iter().filter(|l| l.2 == placeholder) {
-            let Some(c) = claims.get_opt(claim).await? else { continue };
+        let ours: Vec<Launched> = self
+            .launched
+            .lock()
+            .map(|v| v.iter().filter(|l| l.placeholder == placeholder).cloned().collect())
+            .unwrap_or_default();
+        for Launched { claim, node, .. } in ours {
+            let Some(c) = claims.get_opt(&claim).await? else { continue };
             if c.metadata.deletion_timestamp.is_some() {
                 continue;
             }
             let on_node =
                 pods.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))).await?;
             if on_node.items.iter().all(|p| p.metadata.deletion_timestamp.is_some()) {
-                return Ok(Some(node.clone()));
+                return Ok(Some(node));
             }
         }
         Ok(None)
