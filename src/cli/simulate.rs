@@ -79,6 +79,7 @@ pub fn figures_json(f: &Figures) -> serde_json::Value {
         v["events"] = f.events.into();
         v["claims_created"] = f.claims_created.into();
         v["evictions"] = f.evictions.into();
+        v["world_faults"] = serde_json::json!(f.world_faults);
         v["pools"] = f.per_pool.iter().map(|(name, p)| (name.clone(), figures_json(p))).collect();
     }
     v
@@ -279,6 +280,14 @@ pub fn simulate(args: &SimulateArgs) -> anyhow::Result<i32> {
         ours.steps,
         ours.steps as f64 / ours_wall.as_secs_f64().max(1e-9)
     );
+    if args.faults {
+        let hits: Vec<String> =
+            ours.figures.world_faults.iter().map(|(class, n)| format!("{class} {n}")).collect();
+        println!(
+            "world faults injected: {}",
+            if hits.is_empty() { "none".to_string() } else { hits.join(", ") }
+        );
+    }
     if let Some(path) = &args.report {
         let html = report::html(&plan, &ours, alone.as_ref());
         std::fs::write(path, html).with_context(|| format!("{}: cannot write", path.display()))?;

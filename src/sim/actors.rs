@@ -28,6 +28,7 @@ use super::world::{
     TERMINATION_FINALIZER, TERMINATION_TIMESTAMP, World, ZONE_LABEL, add, fits, pod_requests,
     run_on, sub,
 };
+use super::world_faults::WorldFault;
 use crate::cluster::{CacheView, ObjectKind, ObjectRef};
 use crate::engine::Key;
 use crate::karpenter::NODEPOOL_LABEL;
@@ -386,7 +387,7 @@ impl World {
     /// long; `record` keeps its end for the invariants.
     fn draw_stuck(&mut self, name: &str, tgp: Option<Duration>, record: bool) -> Option<Duration> {
         let stuck_p = self.plan.failures.stuck_drain;
-        let stuck = self.rng.chance(stuck_p) | self.fault(|r| r.stuck_drain);
+        let stuck = self.rng.chance(stuck_p) | self.fault(WorldFault::StuckDrain, 1.0);
         if !stuck {
             return None;
         }
@@ -807,10 +808,10 @@ impl World {
             }
             let shortage = self.in_shortage(pool, &zone, now);
             let never_launch = self.rng.chance(plan.failures.provisioning_never_completes)
-                | self.fault(|r| r.provisioning_never_completes)
+                | self.fault(WorldFault::ProvisioningNeverCompletes, 1.0)
                 | shortage;
             let never_ready = self.rng.chance(plan.failures.node_never_ready)
-                | self.fault(|r| r.node_never_ready);
+                | self.fault(WorldFault::NodeNeverReady, 1.0);
             let name = self.new_claim(pool, zone, now, never_launch, never_ready);
             let count = pods.len();
             let surge_for = pods.iter().find_map(|key| self.surge_of(key));
@@ -1447,7 +1448,7 @@ impl World {
         }
         let state = annotation(&cand.metadata, CLAIM_STATE);
         if state == Some("pending") {
-            if self.fault(|r| r.expire_pending) {
+            if self.fault(WorldFault::ExpirePending, 1.0) {
                 self.at(now, Ev::Inject(Injected::ExpireNow(anchor.to_string())));
             }
             let started = annotation(&cand.metadata, STARTED_AT)
@@ -1463,7 +1464,7 @@ impl World {
                 } else {
                     0.0
                 };
-                if p > 0.0 && self.fault(|r| r.finalize_in_rollback * p) {
+                if p > 0.0 && self.fault(WorldFault::FinalizeInRollback, p) {
                     self.at(now, Ev::Inject(Injected::FinalizeNow(anchor.to_string())));
                 }
             }
@@ -1476,9 +1477,9 @@ impl World {
         if let Some((name, ph)) = ph
             && crate::placeholder::running(&ph)
         {
-            if self.fault(|r| r.preempt_placeholder) {
+            if self.fault(WorldFault::PreemptPlaceholder, 1.0) {
                 self.at(now, Ev::Inject(Injected::Preempt(name)));
-            } else if self.fault(|r| r.delete_host)
+            } else if self.fault(WorldFault::DeleteHost, 1.0)
                 && let Some(host) = placeholder_node(&ph)
                 && let Some(n) = self.nodes.get(host)
             {

@@ -20,6 +20,7 @@ pub mod report;
 pub mod scenario;
 pub mod trace;
 pub mod world;
+pub mod world_faults;
 
 use std::sync::Arc;
 

@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use super::scenario::{Compiled, Resources};
 use super::trace::Trace;
+use super::world_faults::WorldFault;
 use crate::clock::{Clock, VirtualClock};
 use crate::cluster::memory::{MemoryCluster, Rng};
 use crate::cluster::{CacheView, Cluster};
@@ -154,6 +155,8 @@ pub struct WorldMetrics {
     pub evictions: u64,
     pub preemptions: u64,
     pub claims_created: u64,
+    /// `--faults`: the world faults injected, per class name.
+    pub world_faults: BTreeMap<&'static str, u64>,
 }
 
 /// A timed world event.
@@ -459,15 +462,20 @@ impl World {
         lo + Duration::milliseconds(i64::try_from(self.rng.below(span + 1)).unwrap_or(0))
     }
 
-    /// A world-fault draw; `false` without `--faults`.
-    pub fn fault(&mut self, pick: impl Fn(&super::scenario::FaultRates) -> f64) -> bool {
-        match &mut self.faults {
+    /// A world-fault draw of `class` at its rate times `scale`; `false` without `--faults`.
+    /// Hits are counted per class for the figures.
+    pub fn fault(&mut self, class: WorldFault, scale: f64) -> bool {
+        let hit = match &mut self.faults {
             Some((rng, rates)) => {
-                let p = pick(rates);
+                let p = class.rate(rates) * scale;
                 rng.chance(p)
             }
             None => false,
+        };
+        if hit {
+            *self.metrics.world_faults.entry(class.name()).or_insert(0) += 1;
         }
+        hit
     }
 
     pub fn note(&mut self, text: impl Into<String>) {
@@ -692,7 +700,7 @@ impl World {
         let pool = c.pool;
         let provider = format!("aws:///{}/i-{:016x}", c.zone, fnv(name));
         let alloc = quantities(&self.plan.pools[pool].allocatable);
-        let lag = self.fault(|r| r.registration_lag);
+        let lag = self.fault(WorldFault::RegistrationLag, 1.0);
         if let Some(c) = self.claims.get_mut(name) {
             c.status_lag = lag;
         }
