@@ -152,8 +152,25 @@ pub fn plan(args: &PlanArgs, now: DateTime<Utc>) -> anyhow::Result<PlanReport> {
     Ok(report(&policy, &file, &settings, pool_input, &facts, now, args.occurrences))
 }
 
+/// The largest manifest `plan` reads. A RotationPolicy or NodePool manifest is a few KiB; a
+/// file past this is the wrong file, or hostile, and is refused before the YAML parser sees it.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
 fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))
+    use std::io::Read;
+    let file =
+        std::fs::File::open(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let mut text = String::new();
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    if text.len() as u64 > MAX_MANIFEST_BYTES {
+        anyhow::bail!(
+            "{}: larger than 1 MiB; a manifest for plan is a few KiB: pass the RotationPolicy or              NodePool file itself",
+            path.display()
+        );
+    }
+    Ok(text)
 }
 
 fn pool_from_flags(args: &PlanArgs) -> anyhow::Result<(PoolInput, PoolFacts)> {
