@@ -271,7 +271,7 @@ async fn kubectl_get_shows_printer_columns_and_explain_shows_descriptions() -> T
     env.kubectl_ok(&["apply", "-f", "-"], Some(&policy.to_string()))?;
     let table = env.kubectl_ok(&["get", "rotationpolicies", name], None)?;
     let header = table.lines().next().unwrap_or_default().to_string();
-    let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(
+    let crd: Value = serde_norway::from_str(&std::fs::read_to_string(
         Path::new(REPO).join("crds/rotationpolicy.yaml"),
     )?)?;
     let columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
@@ -645,7 +645,7 @@ fn helm_chart_crd_is_the_generated_crd() -> TestResult {
 #[test]
 fn helm_values_are_covered_by_the_schema() -> TestResult {
     let dir = Path::new(REPO).join("deploy/helm/noderotation");
-    let values: Value = serde_yaml::from_str(&std::fs::read_to_string(dir.join("values.yaml"))?)?;
+    let values: Value = serde_norway::from_str(&std::fs::read_to_string(dir.join("values.yaml"))?)?;
     let schema: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("values.schema.json"))?)?;
     fn check(values: &Value, schema: &Value, path: &str, out: &mut Vec<String>) {
@@ -674,7 +674,7 @@ fn helm_values_are_covered_by_the_schema() -> TestResult {
 #[test]
 fn the_deployment_is_hardened() -> TestResult {
     let text = std::fs::read_to_string(Path::new(REPO).join("deploy/base/deployment.yaml"))?;
-    let d: Value = serde_yaml::from_str(&text)?;
+    let d: Value = serde_norway::from_str(&text)?;
     assert_eq!(d["spec"]["replicas"], json!(2));
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], json!(true));
@@ -686,7 +686,7 @@ fn the_deployment_is_hardened() -> TestResult {
     assert!(c["resources"]["requests"].is_object() && c["resources"]["limits"].is_object());
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], json!("/healthz"));
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], json!("/readyz"));
-    let pc: Value = serde_yaml::from_str(&std::fs::read_to_string(
+    let pc: Value = serde_norway::from_str(&std::fs::read_to_string(
         Path::new(REPO).join("deploy/base/priorityclass.yaml"),
     )?)?;
     assert!(pc["value"].as_i64().is_some_and(|v| v < 0));

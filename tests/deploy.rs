@@ -19,7 +19,7 @@ fn read(path: impl AsRef<Path>) -> String {
 
 fn yaml(path: impl AsRef<Path>) -> Value {
     let path = path.as_ref();
-    serde_yaml::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    serde_norway::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 // ---- values against the schema -----------------------------------------------------------------
@@ -289,7 +289,7 @@ fn pseudo_render(text: &str) -> String {
 fn documents(text: &str) -> Vec<Value> {
     text.split("\n---")
         .filter(|d| !d.trim().is_empty())
-        .map(|d| serde_yaml::from_str(d).unwrap_or_else(|e| panic!("{e}\n{d}")))
+        .map(|d| serde_norway::from_str(d).unwrap_or_else(|e| panic!("{e}\n{d}")))
         .collect()
 }
 

@@ -116,22 +116,22 @@ pub(crate) struct TypeMeta {
 /// and the field (`spec.surge.readyTimeout: invalid type ... at line 12 column 19`).
 pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
     let mut kinds = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value =
-            serde_yaml::Value::deserialize(doc).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
+    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
+        let value = serde_norway::Value::deserialize(doc)
+            .map_err(|e| anyhow!("document {}: {e}", i + 1))?;
         if value.is_null() {
             kinds.push(None); // an empty document (`---` at the end)
             continue;
         }
         let meta: TypeMeta =
-            serde_yaml::from_value(value).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
+            serde_norway::from_value(value).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
         kinds.push(Some(meta));
     }
     let mut policies = Vec::new();
-    let values: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(text)
-        .map(|doc| serde_yaml::Value::deserialize(doc).unwrap_or_default())
+    let values: Vec<serde_norway::Value> = serde_norway::Deserializer::from_str(text)
+        .map(|doc| serde_norway::Value::deserialize(doc).unwrap_or_default())
         .collect();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
         let Some(Some(meta)) = kinds.get(i) else { continue };
         if meta.kind != "RotationPolicy" || meta.api_version != "noderotation.io/v1alpha1" {
             bail!(
@@ -150,7 +150,7 @@ pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
         // Strict field validation, as `kubectl apply` does it: a misspelt field would otherwise
         // be dropped and the plan computed from the default it fell back to.
         let known =
-            serde_yaml::to_value(&policy).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
+            serde_norway::to_value(&policy).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
         let mut unknown = Vec::new();
         if let Some(original) = values.get(i) {
             unknown_fields(original, &known, "", &mut unknown);
@@ -175,12 +175,12 @@ pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
 /// the RotationPolicy type does not have. A null, empty list or empty map is skipped (a known
 /// optional field written empty round-trips to nothing as well).
 fn unknown_fields(
-    original: &serde_yaml::Value,
-    known: &serde_yaml::Value,
+    original: &serde_norway::Value,
+    known: &serde_norway::Value,
     path: &str,
     out: &mut Vec<String>,
 ) {
-    use serde_yaml::Value as Y;
+    use serde_norway::Value as Y;
     let empty = |v: &Y| match v {
         Y::Null => true,
         Y::Sequence(s) => s.is_empty(),
@@ -192,7 +192,7 @@ fn unknown_fields(
             for (key, value) in o {
                 let name = match key {
                     Y::String(s) => s.clone(),
-                    other => serde_yaml::to_string(other).unwrap_or_default().trim().to_string(),
+                    other => serde_norway::to_string(other).unwrap_or_default().trim().to_string(),
                 };
                 let at = if path.is_empty() { name } else { format!("{path}.{name}") };
                 match k.get(key) {
@@ -245,7 +245,7 @@ pub fn pool_from_manifest(
     nodes: Option<u64>,
 ) -> anyhow::Result<(PoolInput, PoolFacts)> {
     let file = file.to_string();
-    let meta: TypeMeta = serde_yaml::from_str(text).map_err(|e| anyhow!("{file}: {e}"))?;
+    let meta: TypeMeta = serde_norway::from_str(text).map_err(|e| anyhow!("{file}: {e}"))?;
     if meta.kind != "NodePool" || meta.api_version != "karpenter.sh/v1" {
         bail!(
             "{file}: apiVersion/kind: expected karpenter.sh/v1 NodePool, got {:?} {:?}",
@@ -253,7 +253,7 @@ pub fn pool_from_manifest(
             meta.kind
         );
     }
-    let pool: NodePool = serde_yaml::from_str(text).map_err(|e| anyhow!("{file}: {e}"))?;
+    let pool: NodePool = serde_norway::from_str(text).map_err(|e| anyhow!("{file}: {e}"))?;
     let expire_after =
         pool.expire_after().map_err(|e| anyhow!("{file}: spec.template.spec.expireAfter: {e}"))?;
     let tgp = pool
