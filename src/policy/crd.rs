@@ -44,11 +44,18 @@ pub const DEFAULT_REQUIRED_NODE_KEYS: [&str; 3] =
 pub const REGENERATE_COMMAND: &str = "cargo run -- crd > crds/rotationpolicy.yaml";
 
 /// The CRD as installed: `RotationPolicy::crd()` with doc-comment line breaks inside paragraphs
-/// joined, so that `kubectl explain` can wrap descriptions itself.
+/// joined, so that `kubectl explain` can wrap descriptions itself, and labelled with the release
+/// it comes from, so that `kubectl get crd` tells which version's schema a cluster has (Helm
+/// never upgrades a CRD: docs/operations.md, Upgrading).
 pub fn crd() -> anyhow::Result<CustomResourceDefinition> {
     let mut value = serde_json::to_value(RotationPolicy::crd())?;
     unwrap_descriptions(&mut value);
-    Ok(serde_json::from_value(value)?)
+    let mut crd: CustomResourceDefinition = serde_json::from_value(value)?;
+    crd.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("app.kubernetes.io/version".into(), env!("CARGO_PKG_VERSION").into());
+    Ok(crd)
 }
 
 fn unwrap_descriptions(value: &mut serde_json::Value) {
