@@ -268,14 +268,21 @@ fn unknown_fields_in_the_policy_are_rejected_by_name() {
     // A typo must not yield a confident plan built on the default it silently fell back to.
     let typo = policy_file("typo.yaml", |t| {
         t.replace("readyTimeout: 15m", "readyTimout: 45m")
-            .replace("  ageThreshold: auto", "  ageThreshold: auto\n  minRotationChance: 3")
+            .replace("  ageThreshold: auto", "  ageThreshold: auto\n  minRotationChance: 3\n  prePul: {}")
             .replace("  name: api", "  name: api\n  labelz: {a: b}")
     });
     let run = noderotation(&["plan", "-f", &typo, "--expire-after", "14d", "--now", NOW]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     assert!(run.stdout.is_empty(), "no plan: {}", run.stdout);
-    for field in ["spec.surge.readyTimout", "spec.minRotationChance", "metadata.labelz"] {
-        assert!(run.stderr.contains(field), "{field}: {}", run.stderr);
+    // Each named, an empty one too, with the real field it was meant as.
+    for (typo, real) in [
+        ("spec.surge.readyTimout", "spec.surge.readyTimeout"),
+        ("spec.minRotationChance", "spec.minRotationChances"),
+        ("spec.prePul", "spec.prePull"),
+        ("metadata.labelz", "metadata.labels"),
+    ] {
+        let named = format!("\"{typo}\" (did you mean \"{real}\"?)");
+        assert!(run.stderr.contains(&named), "{named}: {}", run.stderr);
     }
     assert!(run.stderr.contains(&typo), "{}", run.stderr);
     assert!(run.stderr.contains("unknown field"), "{}", run.stderr);

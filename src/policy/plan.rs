@@ -17,6 +17,7 @@ use super::duration::{self, format_human};
 use super::feasibility::{self, Assessment, Finding, PoolFacts, Severity};
 use super::selector;
 use super::settings::{AgeThreshold, Effective};
+use super::strict;
 use super::window::{HORIZON, Occurrence, Schedule};
 use crate::karpenter::NodePool;
 
@@ -128,6 +129,7 @@ pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
         kinds.push(Some(meta));
     }
     let mut policies = Vec::new();
+    let schema = strict_schema()?;
     let values: Vec<serde_norway::Value> = serde_norway::Deserializer::from_str(text)
         .map(|doc| serde_norway::Value::deserialize(doc).unwrap_or_default())
         .collect();
@@ -147,20 +149,13 @@ pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
         if policy.metadata.name.as_deref().is_none_or(str::is_empty) {
             bail!("document {}: metadata.name: required", i + 1);
         }
-        // Strict field validation, as `kubectl apply` does it: a misspelt field would otherwise
-        // be dropped and the plan computed from the default it fell back to.
-        let known =
-            serde_norway::to_value(&policy).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
-        let mut unknown = Vec::new();
-        if let Some(original) = values.get(i) {
-            unknown_fields(original, &known, "", &mut unknown);
-        }
+        let unknown = values.get(i).map(|v| strict::unknown_fields(v, &schema)).unwrap_or_default();
         if !unknown.is_empty() {
             bail!(
                 "document {}: unknown field{} {} (strict field validation, as kubectl apply)",
                 i + 1,
                 if unknown.len() == 1 { "" } else { "s" },
-                unknown.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", ")
+                unknown.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
             );
         }
         policies.push(policy);
@@ -171,45 +166,17 @@ pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
     Ok(policies)
 }
 
-/// Paths of the mapping keys of `original` that the typed round trip `known` dropped: fields
-/// the RotationPolicy type does not have. A null, empty list or empty map is skipped (a known
-/// optional field written empty round-trips to nothing as well).
-fn unknown_fields(
-    original: &serde_norway::Value,
-    known: &serde_norway::Value,
-    path: &str,
-    out: &mut Vec<String>,
-) {
-    use serde_norway::Value as Y;
-    let empty = |v: &Y| match v {
-        Y::Null => true,
-        Y::Sequence(s) => s.is_empty(),
-        Y::Mapping(m) => m.is_empty(),
-        _ => false,
-    };
-    match (original, known) {
-        (Y::Mapping(o), Y::Mapping(k)) => {
-            for (key, value) in o {
-                let name = match key {
-                    Y::String(s) => s.clone(),
-                    other => serde_norway::to_string(other).unwrap_or_default().trim().to_string(),
-                };
-                let at = if path.is_empty() { name } else { format!("{path}.{name}") };
-                match k.get(key) {
-                    Some(kv) => unknown_fields(value, kv, &at, out),
-                    None if empty(value) => {}
-                    None => out.push(at),
-                }
-            }
-        }
-        (Y::Sequence(o), Y::Sequence(k)) => {
-            for (i, (ov, kv)) in o.iter().zip(k).enumerate() {
-                unknown_fields(ov, kv, &format!("{path}[{i}]"), out);
-            }
-        }
-        (Y::Tagged(o), _) => unknown_fields(&o.value, known, path, out),
-        _ => {}
-    }
+/// The CRD's `openAPIV3Schema`, what strict field validation checks a manifest against.
+fn strict_schema() -> anyhow::Result<serde_json::Value> {
+    let crd = super::crd::crd()?;
+    let schema = crd
+        .spec
+        .versions
+        .first()
+        .and_then(|v| v.schema.as_ref())
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .ok_or_else(|| anyhow!("the RotationPolicy CRD has no schema"))?;
+    Ok(serde_json::to_value(schema)?)
 }
 
 /// The policy named `name`, or the only one.
