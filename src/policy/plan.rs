@@ -221,6 +221,18 @@ pub fn pool_from_manifest(
         );
     }
     let pool: NodePool = serde_norway::from_str(text).map_err(|e| anyhow!("{file}: {e}"))?;
+    pool_from_nodepool(&file, &pool, policy, nodes)
+}
+
+/// The pool of a NodePool read from `source` (a file, or the cluster); `nodes` overrides its
+/// node count.
+pub fn pool_from_nodepool(
+    source: &str,
+    pool: &NodePool,
+    policy: &RotationPolicy,
+    nodes: Option<u64>,
+) -> anyhow::Result<(PoolInput, PoolFacts)> {
+    let file = source.to_string();
     let expire_after =
         pool.expire_after().map_err(|e| anyhow!("{file}: spec.template.spec.expireAfter: {e}"))?;
     let tgp = pool
