@@ -268,7 +268,10 @@ fn unknown_fields_in_the_policy_are_rejected_by_name() {
     // A typo must not yield a confident plan built on the default it silently fell back to.
     let typo = policy_file("typo.yaml", |t| {
         t.replace("readyTimeout: 15m", "readyTimout: 45m")
-            .replace("  ageThreshold: auto", "  ageThreshold: auto\n  minRotationChance: 3\n  prePul: {}")
+            .replace(
+                "  ageThreshold: auto",
+                "  ageThreshold: auto\n  minRotationChance: 3\n  prePul: {}",
+            )
             .replace("  name: api", "  name: api\n  labelz: {a: b}")
     });
     let run = noderotation(&["plan", "-f", &typo, "--expire-after", "14d", "--now", NOW]);
