@@ -212,6 +212,12 @@ fn the_chart_installs_the_published_release_as_is() {
     assert!(images.contains(&format!("{}:{version}", published_image())), "{images}");
     let changelog = read(Path::new(REPO).join("CHANGELOG.md"));
     assert!(changelog.contains(&format!("## [{version}] - ")), "CHANGELOG.md has no {version}");
+    let operations = read(Path::new(REPO).join("docs/operations.md"));
+    let crd_changes = operations.split("### CRD changes per release").nth(1).unwrap_or_default();
+    assert!(
+        crd_changes.lines().any(|l| l.starts_with(&format!("| {version} |"))),
+        "docs/operations.md: the CRD changes table has no row for {version}"
+    );
     let notes = read(chart().join("templates/NOTES.txt"));
     for command in ["kubectl get rotationpolicies", "rollout status", "noderotation plan"] {
         assert!(notes.contains(command), "NOTES.txt does not print {command:?}");
