@@ -117,6 +117,45 @@ async fn run_exits_non_zero_naming_the_missing_karpenter_resource() -> TestResul
     result
 }
 
+/// `plan --from-cluster NAME` reads the NodePool from the cluster: the plan is the one the same
+/// NodePool gives from a file; a NodePool that does not exist is named in the error.
+#[tokio::test]
+async fn plan_reads_the_nodepool_from_the_cluster() -> TestResult {
+    let env = harness!();
+    let admin = env.admin().await?;
+    let name = format!("plan-from-cluster-{}", std::process::id());
+    let pool = nodepool_json(&name, &name);
+    create(&admin, &pool).await?;
+    let dir = scratch("plan-from-cluster");
+    let file = dir.join("nodepool.yaml");
+    std::fs::write(&file, serde_norway::to_string(&pool)?)?;
+    let plan = |source: &[&str]| -> Result<std::process::Output, Error> {
+        let policy = format!("{REPO}/deploy/examples/single-pool.yaml");
+        let mut args = vec!["plan", "-f", &policy, "--now", "2026-06-01T00:00:00Z", "-o", "json"];
+        args.extend(source);
+        Ok(std::process::Command::new(binary())
+            .args(args)
+            .env("KUBECONFIG", &env.kubeconfig)
+            .output()?)
+    };
+    let from_cluster = plan(&["--from-cluster", &name])?;
+    let from_file = plan(&["--nodepool", &file.display().to_string()])?;
+    let _ = env.kubectl(&["delete", "nodepool", &name]);
+    assert!(from_cluster.status.success(), "{}", String::from_utf8_lossy(&from_cluster.stderr));
+    let mut a: Value = serde_json::from_slice(&from_cluster.stdout)?;
+    let mut b: Value = serde_json::from_slice(&from_file.stdout)?;
+    assert_eq!(a["nodePool"]["source"], json!(format!("NodePool {name} (cluster)")));
+    assert_eq!(a["nodePool"]["expireAfter"], json!("720h0m0s"), "{}", a["nodePool"]);
+    a["nodePool"]["source"] = Value::Null;
+    b["nodePool"]["source"] = Value::Null;
+    assert_eq!(a, b, "the same NodePool from the cluster and from a file plans alike");
+    let missing = plan(&["--from-cluster", "no-such-pool"])?;
+    assert_eq!(missing.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("--from-cluster: cannot read NodePool \"no-such-pool\""), "{stderr}");
+    Ok(())
+}
+
 // ---- (b) kubectl: examples, printer columns, explain -------------------------------------------
 
 /// The field an invalid example must be rejected for, from its `# Schema:` header line:
