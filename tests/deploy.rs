@@ -984,41 +984,18 @@ fn the_release_drift_check_catches_each_kind_of_drift() {
             })
             .expect("build step")
     };
-    let edit = |f: &dyn Fn(&mut Value)| {
+    // The build step's `with` key set to another value.
+    let edit = |key: &str, value: &str| {
         let mut w = workflow.clone();
-        f(&mut w);
+        let i = step(&mut w);
+        w["jobs"]["release"]["steps"][i]["with"][key] = json!(value);
         release_drift(&w, &dockerfile, &ci_image, &all_sh)
     };
     let cases: Vec<(&str, Vec<String>)> = vec![
-        (
-            "one platform",
-            edit(&|w| {
-                let i = step(w);
-                w["jobs"]["release"]["steps"][i]["with"]["platforms"] = json!("linux/amd64");
-            }),
-        ),
-        (
-            "another Dockerfile",
-            edit(&|w| {
-                let i = step(w);
-                w["jobs"]["release"]["steps"][i]["with"]["file"] = json!("Dockerfile");
-            }),
-        ),
-        (
-            "no GIT_COMMIT",
-            edit(&|w| {
-                let i = step(w);
-                w["jobs"]["release"]["steps"][i]["with"]["build-args"] = json!("");
-            }),
-        ),
-        (
-            "an unknown argument",
-            edit(&|w| {
-                let i = step(w);
-                w["jobs"]["release"]["steps"][i]["with"]["build-args"] =
-                    json!("GIT_COMMIT=x\nFEATURES=y");
-            }),
-        ),
+        ("one platform", edit("platforms", "linux/amd64")),
+        ("another Dockerfile", edit("file", "Dockerfile")),
+        ("no GIT_COMMIT", edit("build-args", "")),
+        ("an unknown argument", edit("build-args", "GIT_COMMIT=x\nFEATURES=y")),
         (
             "a base by tag",
             release_drift(
