@@ -56,7 +56,8 @@ image_start=$(date +%s)
 # Built as deploy/Dockerfile builds it: cargo auditable embeds the dependency list, so the SBOM
 # names every crate (the same version as the Dockerfile; tests/deploy.rs checks both).
 CARGO_AUDITABLE_VERSION=0.7.7
-if [ "$(cargo auditable --version 2>/dev/null | awk '{print $2}')" != "$CARGO_AUDITABLE_VERSION" ]; then
+# (cargo-auditable has no --version of its own: cargo's record of installed crates tells.)
+if ! grep -qs "^\"cargo-auditable $CARGO_AUDITABLE_VERSION " "${CARGO_HOME:-$HOME/.cargo}/.crates.toml"; then
   cargo install --locked --quiet "cargo-auditable@$CARGO_AUDITABLE_VERSION"
 fi
 cargo auditable build --release --locked --quiet
