@@ -208,6 +208,12 @@ fn the_chart_installs_the_published_release_as_is() {
     let values = values_with(None);
     assert_eq!(values["image"]["repository"], json!(published_image()));
     assert_eq!(values["image"]["tag"], json!(""), "the tag defaults to appVersion");
+    let base = yaml(Path::new(REPO).join("deploy/base/kustomization.yaml"));
+    assert_eq!(
+        base["images"][0],
+        json!({"name": "noderotation", "newName": published_image(), "newTag": version}),
+        "the kustomize base names the published image too"
+    );
     let images = meta["annotations"]["artifacthub.io/images"].as_str().unwrap_or_default();
     assert!(images.contains(&format!("{}:{version}", published_image())), "{images}");
     let changelog = read(Path::new(REPO).join("CHANGELOG.md"));
