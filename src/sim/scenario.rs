@@ -647,7 +647,7 @@ pub struct FaultPlan {
 
 impl Scenario {
     pub fn from_yaml(text: &str) -> anyhow::Result<Scenario> {
-        serde_yaml::from_str(text).map_err(|e| anyhow!("scenario: {e}"))
+        serde_norway::from_str(text).map_err(|e| anyhow!("scenario: {e}"))
     }
 
     pub fn load(path: &std::path::Path) -> anyhow::Result<Scenario> {
