@@ -502,47 +502,6 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
 
 // ---- (d) RBAC --------------------------------------------------------------------------------
 
-#[test]
-fn the_cluster_role_is_exactly_the_supplement_list() -> TestResult {
-    let role = deploy_cluster_role()?;
-    let mut got = Vec::new();
-    for rule in role["rules"].as_array().ok_or("no rules")? {
-        for group in rule["apiGroups"].as_array().into_iter().flatten() {
-            for res in rule["resources"].as_array().into_iter().flatten() {
-                let mut verbs: Vec<String> = rule["verbs"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect();
-                verbs.sort();
-                got.push(format!(
-                    "{}/{}: {}",
-                    group.as_str().unwrap_or_default(),
-                    res.as_str().unwrap_or_default(),
-                    verbs.join(",")
-                ));
-            }
-        }
-    }
-    got.sort();
-    let mut want = [
-        "/events: create,patch",
-        "/nodes: get,list,patch,update,watch",
-        "/pods: get,list,watch",
-        "events.k8s.io/events: create,patch",
-        "karpenter.sh/nodeclaims: delete,get,list,patch,update,watch",
-        "karpenter.sh/nodepools: get,list,patch,update,watch",
-        "noderotation.io/rotationpolicies: get,list,watch",
-        "noderotation.io/rotationpolicies/status: patch,update",
-        // Beyond the supplement: the preflight reads the placeholder PriorityClass.
-        "scheduling.k8s.io/priorityclasses: get",
-    ];
-    want.sort();
-    assert_eq!(got, want);
-    Ok(())
-}
-
 #[tokio::test]
 async fn rbac_allows_the_controller_writes_and_denies_creating_nodeclaims() -> TestResult {
     let env = harness!();

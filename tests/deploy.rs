@@ -315,6 +315,7 @@ fn assert_uninstall_rbac(docs: &[Value], which: &str) {
         ("ClusterRole", "", "nodes", "patch"),
         ("ClusterRole", "", "pods", "list"),
         ("ClusterRole", "noderotation.io", "rotationpolicies", "list"),
+        ("Role", "", "pods", "list"),
         ("Role", "", "pods", "delete"),
         ("Role", "coordination.k8s.io", "leases", "get"),
         ("Role", "apps", "deployments", "get"),
@@ -327,12 +328,123 @@ fn assert_uninstall_rbac(docs: &[Value], which: &str) {
     }
 }
 
+// ---- RBAC: exactly the requests the code sends ---------------------------------------------------
+
+/// One granted verb: (role kind, group, resource, verb, narrowed to resourceNames).
+type Grant = (String, String, String, String, bool);
+
+/// Every verb the ClusterRoles and Roles of `docs` grant, one entry per (group, resource, verb).
+fn granted(docs: &[Value]) -> BTreeSet<Grant> {
+    let mut out = BTreeSet::new();
+    for doc in
+        docs.iter().filter(|d| d["kind"] == json!("ClusterRole") || d["kind"] == json!("Role"))
+    {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        for rule in doc["rules"].as_array().into_iter().flatten() {
+            let strings = |field: &str| -> Vec<String> {
+                rule[field]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            };
+            let named = !strings("resourceNames").is_empty();
+            for group in strings("apiGroups") {
+                for resource in strings("resources") {
+                    for verb in strings("verbs") {
+                        out.insert((kind.into(), group.clone(), resource.clone(), verb, named));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What the code sends (`src/cluster/access.rs`), as the roles must grant it.
+fn sent() -> BTreeSet<Grant> {
+    use noderotation::cluster::access::{Name, Scope, grants};
+    let mut out = BTreeSet::new();
+    for (scope, kind) in [(Scope::Cluster, "ClusterRole"), (Scope::Namespace, "Role")] {
+        for (group, resource, verb, name) in grants(scope) {
+            out.insert((
+                kind.into(),
+                group.into(),
+                resource.into(),
+                verb.into(),
+                name != Name::Any,
+            ));
+        }
+    }
+    out
+}
+
+/// The verbs a role grants that the code never sends, and those the code sends that no role
+/// grants: both must be empty.
+fn rbac_difference(docs: &[Value]) -> (Vec<Grant>, Vec<Grant>) {
+    let (granted, sent) = (granted(docs), sent());
+    (granted.difference(&sent).cloned().collect(), sent.difference(&granted).cloned().collect())
+}
+
+fn chart_rbac() -> Vec<Value> {
+    documents(&pseudo_render(&read(chart().join("templates/rbac.yaml"))))
+}
+
+fn base_rbac() -> Vec<Value> {
+    documents(&read(Path::new(REPO).join("deploy/base/rbac.yaml")))
+}
+
+#[test]
+fn chart_and_kustomize_roles_grant_exactly_the_requests_the_code_sends() {
+    for (which, docs) in [("chart", chart_rbac()), ("deploy/base", base_rbac())] {
+        let (extra, missing) = rbac_difference(&docs);
+        assert!(
+            extra.is_empty(),
+            "{which}: granted but never sent (src/cluster/access.rs): {extra:#?}"
+        );
+        assert!(missing.is_empty(), "{which}: sent but not granted: {missing:#?}");
+    }
+}
+
+/// The check above fails on one verb too many and on one too few (a test that cannot fail is
+/// no test).
+#[test]
+fn the_rbac_check_catches_an_added_and_a_removed_verb() {
+    let mut docs = base_rbac();
+    let role = docs.iter_mut().find(|d| d["kind"] == json!("ClusterRole")).expect("ClusterRole");
+    let nodes = role["rules"]
+        .as_array_mut()
+        .and_then(|rules| rules.iter_mut().find(|r| r["resources"] == json!(["nodes"])))
+        .expect("the nodes rule");
+    nodes["verbs"].as_array_mut().expect("verbs").push(json!("update"));
+    let (extra, missing) = rbac_difference(&docs);
+    assert_eq!(
+        extra,
+        [("ClusterRole".into(), "".into(), "nodes".into(), "update".into(), false)],
+        "an added verb"
+    );
+    assert!(missing.is_empty());
+    let mut docs = base_rbac();
+    let role = docs.iter_mut().find(|d| d["kind"] == json!("Role")).expect("Role");
+    let pods = role["rules"]
+        .as_array_mut()
+        .and_then(|rules| rules.iter_mut().find(|r| r["resources"] == json!(["pods"])))
+        .expect("the pods rule");
+    pods["verbs"].as_array_mut().expect("verbs").retain(|v| v != "watch");
+    let (extra, missing) = rbac_difference(&docs);
+    assert!(extra.is_empty());
+    assert_eq!(
+        missing,
+        [("Role".into(), "".into(), "pods".into(), "watch".into(), false)],
+        "a removed verb"
+    );
+}
+
 #[test]
 fn chart_and_kustomize_rbac_grant_what_uninstall_needs() {
-    let chart_rbac = documents(&pseudo_render(&read(chart().join("templates/rbac.yaml"))));
-    assert_uninstall_rbac(&chart_rbac, "chart");
-    let base = documents(&read(Path::new(REPO).join("deploy/base/rbac.yaml")));
-    assert_uninstall_rbac(&base, "deploy/base");
+    assert_uninstall_rbac(&chart_rbac(), "chart");
+    assert_uninstall_rbac(&base_rbac(), "deploy/base");
 }
 
 #[test]

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::{RotationPolicy, RotationPolicyStatus};
 
+pub mod access;
 pub mod change;
 pub mod events;
 pub mod fence;

@@ -168,18 +168,6 @@ pub fn rbac_for_user(user: &str) -> Result<String, Error> {
     Ok(docs.join("---\n"))
 }
 
-/// The ClusterRole rules of deploy/base/rbac.yaml.
-pub fn deploy_cluster_role() -> Result<Value, Error> {
-    let text = std::fs::read_to_string(Path::new(REPO).join("deploy/base/rbac.yaml"))?;
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let value: Value = serde::Deserialize::deserialize(doc)?;
-        if value["kind"] == "ClusterRole" {
-            return Ok(value);
-        }
-    }
-    Err("no ClusterRole in deploy/base/rbac.yaml".into())
-}
-
 pub async fn eventually<F, Fut, T>(what: &str, timeout: Duration, mut f: F) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
