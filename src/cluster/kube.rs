@@ -3,8 +3,9 @@
 //! Reads come from reflector stores (NodePools, NodeClaims, Nodes, placeholder Pods, and
 //! RotationPolicies), written by one watcher task per kind; [`Cluster::cache`] turns them into a
 //! [`CacheView`] and rebuilds it only when a store changed since the last call. Fresh reads are
-//! `GET`s; the pods of a node are listed on demand with a `spec.nodeName` field selector (there
-//! is no cache of every pod in the cluster). Writes are JSON merge patches on
+//! `GET`s; the pods of a node are listed on demand with a `spec.nodeName` field selector, served
+//! from the API server's watch cache ([`pods_on_node_params`]; there is no cache of every pod in
+//! the cluster here). Writes are JSON merge patches on
 //! `metadata.annotations` (a `null` value removes a key) and, for nodes, `spec.unschedulable`;
 //! a resourceVersion precondition travels in the patch body as `metadata.resourceVersion`, so
 //! the API server answers 409 when the object moved on. Deletes carry a uid precondition (and
@@ -573,8 +574,7 @@ impl Cluster for KubeCluster {
 
     fn pods_on_node(&self, node: &str) -> ApiResult<Vec<Pod>> {
         let api = Api::<Pod>::all(self.client.clone());
-        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        self.request(api.list(&params), false).map(|list| list.items)
+        self.request(api.list(&pods_on_node_params(node)), false).map(|list| list.items)
     }
 
     fn node_with_provider_id(&self, pool: &str, provider_id: &str) -> ApiResult<Option<Node>> {
@@ -639,6 +639,16 @@ impl Cluster for KubeCluster {
         let note = truncate(&event.message, 1024);
         self.request(self.recorder.publish(&reference, event.warning, &event.reason, &note), true)
     }
+}
+
+/// The list of one node's pods in every namespace: a `spec.nodeName` field selector, served
+/// from the API server's watch cache (`resourceVersion=0`). A consistent list (no
+/// resourceVersion) is read through from etcd on API servers without consistent reads from
+/// cache (before Kubernetes 1.31), and etcd cannot filter by field: every such list would read
+/// every pod of the cluster. The watch cache indexes pods by node and lags etcd by the time a
+/// watch event takes to arrive, which is what every informer-based controller decides on.
+pub fn pods_on_node_params(node: &str) -> ListParams {
+    ListParams::default().fields(&format!("spec.nodeName={node}")).at("0")
 }
 
 /// At most `max` bytes, cut on a character boundary (the Events API limit for `note`).
@@ -726,6 +736,32 @@ mod tests {
         health.failed(ObjectKind::Node, secs(100));
         assert_eq!(health.broken(secs(150)), [ObjectKind::Node]);
         assert!(health.broken(secs(100) + WATCH_RECOVERY).is_empty());
+    }
+
+    #[test]
+    fn the_pods_of_a_node_are_listed_from_the_watch_cache() -> Result<(), kube::core::request::Error>
+    {
+        let request = kube::core::Request::new("/api/v1/pods").list(&pods_on_node_params("n1"))?;
+        let query = request.uri().query().unwrap_or_default().to_string();
+        let pairs: Vec<(String, String)> =
+            url_pairs(&query).into_iter().filter(|(k, _)| k != "timeoutSeconds").collect();
+        assert_eq!(
+            pairs,
+            [
+                ("fieldSelector".to_string(), "spec.nodeName=n1".to_string()),
+                ("resourceVersion".to_string(), "0".to_string())
+            ]
+        );
+        Ok(())
+    }
+
+    /// The decoded `key=value` pairs of a query string.
+    fn url_pairs(query: &str) -> Vec<(String, String)> {
+        query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.replace("%3D", "=").replace("%3d", "=")))
+            .collect()
     }
 
     #[test]
