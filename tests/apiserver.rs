@@ -117,6 +117,45 @@ async fn run_exits_non_zero_naming_the_missing_karpenter_resource() -> TestResul
     result
 }
 
+/// `noderotation run` against a placeholder PriorityClass that is not negative and may preempt:
+/// exit 2 before anything else, naming the class and what to change.
+#[tokio::test]
+async fn run_refuses_a_placeholder_priority_class_that_is_not_negative() -> TestResult {
+    let env = harness!();
+    let class = "noderotation-test-positive";
+    env.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(
+            &json!({
+                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": class}, "value": 1000,
+                "description": "not a placeholder class: positive, preempts (the default policy)"
+            })
+            .to_string(),
+        ),
+    )?;
+    let kubeconfig = env.kubeconfig.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(binary())
+            .args(["run", "--metrics-addr", "127.0.0.1:0", "--log-format", "text"])
+            .args(["--namespace", CONTROLLER_NS, "--priority-class", class])
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+    })
+    .await??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("PriorityClass \"{class}\" is not safe")), "{stderr}");
+    assert!(stderr.contains("its value is 1000 (it must be negative"), "{stderr}");
+    assert!(
+        stderr.contains("preemptionPolicy is PreemptLowerPriority (it must be Never"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("became leader"), "{stderr}");
+    eprintln!("preflight message: {}", stderr.lines().last().unwrap_or_default());
+    Ok(())
+}
+
 // ---- (b) kubectl: examples, printer columns, explain -------------------------------------------
 
 /// The field an invalid example must be rejected for, from its `# Schema:` header line:

@@ -334,7 +334,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
     }
     tracing::info!(
         priority_class = %args.priority_class,
-        "preflight passed: karpenter.sh/v1 nodepools and nodeclaims are served and readable, the placeholder PriorityClass exists"
+        "preflight passed: karpenter.sh/v1 nodepools and nodeclaims are served and readable, the placeholder PriorityClass exists, is negative and never preempts"
     );
 
     let identity = identity(&args);
