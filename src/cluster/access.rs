@@ -27,6 +27,8 @@ pub enum Name {
     Lease,
     /// The operator's own Deployment (`noderotation uninstall --stop-deployment`).
     Deployment,
+    /// The placeholders' PriorityClass (`--priority-class`).
+    PriorityClass,
 }
 
 /// Which part of the operator needs a request.
@@ -110,12 +112,19 @@ pub const REQUESTS: &[Access] = &[
     run("noderotation.io", "rotationpolicies", "watch", Cluster, "the policy watch"),
     run("noderotation.io", "rotationpolicies", "get", Cluster, "a status write without a read"),
     run("noderotation.io", "rotationpolicies/status", "update", Cluster, "policy status (PUT)"),
-    run(
-        "scheduling.k8s.io",
-        "priorityclasses",
-        "get",
-        Cluster,
-        "preflight: the placeholder PriorityClass",
+    // The placeholders' PriorityClass: checked by the preflight, then watched by name (a
+    // metadata.name field selector) so that no placeholder is created while it is unsafe.
+    named(
+        run("scheduling.k8s.io", "priorityclasses", "get", Cluster, "preflight"),
+        Name::PriorityClass,
+    ),
+    named(
+        run("scheduling.k8s.io", "priorityclasses", "list", Cluster, "its watch"),
+        Name::PriorityClass,
+    ),
+    named(
+        run("scheduling.k8s.io", "priorityclasses", "watch", Cluster, "its watch"),
+        Name::PriorityClass,
     ),
     // Leader election (kube-lease-manager: get, create when missing, patch; no update).
     run("coordination.k8s.io", "leases", "create", Namespace, "the leader Lease, when missing"),

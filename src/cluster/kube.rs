@@ -1,7 +1,8 @@
 //! [`KubeCluster`]: the [`Cluster`] interface over kube-rs, for `noderotation run`.
 //!
-//! Reads come from reflector stores (NodePools, NodeClaims, Nodes, placeholder Pods, and
-//! RotationPolicies), written by one watcher task per kind; [`Cluster::cache`] turns them into a
+//! Reads come from reflector stores (NodePools, NodeClaims, Nodes, placeholder Pods,
+//! RotationPolicies and, for `run`, the placeholders' PriorityClass), written by one watcher task
+//! per kind; [`Cluster::cache`] turns them into a
 //! [`CacheView`] and rebuilds it only when a store changed since the last call. Fresh reads are
 //! `GET`s; the pods of a node are listed on demand with a `spec.nodeName` field selector, served
 //! from the API server's watch cache ([`pods_on_node_params`]; there is no cache of every pod in
@@ -29,6 +30,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch as KubePatch, PatchParams,
     PostParams, Preconditions,
@@ -131,6 +133,8 @@ struct Stores {
     nodes: Store<Node>,
     placeholders: Store<Pod>,
     policies: Store<RotationPolicy>,
+    /// The placeholders' PriorityClass, watched by name (`run` only).
+    placeholder_class: Option<Store<PriorityClass>>,
 }
 
 /// The client of the requests (reads, writes, Events) and the bound of each.
@@ -178,13 +182,17 @@ struct Sinks {
     watches: Arc<WatchHealth>,
 }
 
+/// What a reflector reports besides rebuilding the view: its changes, as `wrap` makes them,
+/// and its health under `kind`. `None`: a watch whose changes wake no pool (the placeholder
+/// PriorityClass), only logged when it fails.
+type Report<K> = Option<(fn(Arc<K>) -> Watched, ObjectKind)>;
+
 fn spawn_reflector<K>(
     api: Api<K>,
     config: watcher::Config,
     modify: fn(&mut K),
     sinks: Sinks,
-    wrap: fn(Arc<K>) -> Watched,
-    kind: ObjectKind,
+    report: Report<K>,
 ) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -196,8 +204,14 @@ where
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
-            match event {
-                Ok(event) => {
+            match (event, report) {
+                (Ok(_), None) => {
+                    generation.fetch_add(1, Ordering::AcqRel);
+                }
+                (Err(err), None) => {
+                    tracing::warn!(kind = K::kind(&()).as_ref(), error = %err, "watch failed; retrying with backoff")
+                }
+                (Ok(event), Some((wrap, kind))) => {
                     watches.delivered(kind);
                     generation.fetch_add(1, Ordering::AcqRel);
                     let change = match event {
@@ -209,7 +223,7 @@ where
                     // The receiver is gone only at shutdown.
                     let _ = tx.send(change);
                 }
-                Err(err) => {
+                (Err(err), Some((_, kind))) => {
                     watches.failed(kind, std::time::Instant::now());
                     tracing::warn!(kind = ?kind, error = %err, "watch failed; retrying with backoff")
                 }
@@ -256,15 +270,18 @@ impl KubeCluster {
         reporter: Reporter,
     ) -> (Arc<KubeCluster>, mpsc::UnboundedReceiver<Change>) {
         let requests = Requests { client: client.clone(), timeout: None };
-        KubeCluster::start_with(client, requests, namespace, reporter)
+        KubeCluster::start_with(client, requests, namespace, reporter, None)
     }
 
-    /// [`KubeCluster::start`] with the watches on `client` and every request on `requests`.
+    /// [`KubeCluster::start`] with the watches on `client` and every request on `requests`, and
+    /// a sixth watch of the PriorityClass `placeholder_class` when given (its changes only
+    /// rebuild the cached view: see [`CacheView::placeholder_class`]).
     pub fn start_with(
         client: Client,
         requests: Requests,
         namespace: impl Into<String>,
         reporter: Reporter,
+        placeholder_class: Option<&str>,
     ) -> (Arc<KubeCluster>, mpsc::UnboundedReceiver<Change>) {
         let namespace = namespace.into();
         let generation = Arc::new(AtomicU64::new(0));
@@ -278,41 +295,46 @@ impl KubeCluster {
                 all.clone(),
                 strip,
                 sinks.clone(),
-                Watched::Pool,
-                ObjectKind::NodePool,
+                Some((Watched::Pool, ObjectKind::NodePool)),
             ),
             claims: spawn_reflector(
                 Api::<NodeClaim>::all(client.clone()),
                 all.clone(),
                 strip,
                 sinks.clone(),
-                Watched::Claim,
-                ObjectKind::NodeClaim,
+                Some((Watched::Claim, ObjectKind::NodeClaim)),
             ),
             nodes: spawn_reflector(
                 Api::<Node>::all(client.clone()),
                 all.clone(),
                 strip_node,
                 sinks.clone(),
-                Watched::Node,
-                ObjectKind::Node,
+                Some((Watched::Node, ObjectKind::Node)),
             ),
             placeholders: spawn_reflector(
                 Api::<Pod>::namespaced(client.clone(), &namespace),
                 watcher::Config::default().labels(&placeholder_selector()),
                 strip,
                 sinks.clone(),
-                Watched::Placeholder,
-                ObjectKind::Pod,
+                Some((Watched::Placeholder, ObjectKind::Pod)),
             ),
             policies: spawn_reflector(
                 Api::<RotationPolicy>::all(client.clone()),
                 all,
                 strip,
-                sinks,
-                Watched::Policy,
-                ObjectKind::RotationPolicy,
+                sinks.clone(),
+                Some((Watched::Policy, ObjectKind::RotationPolicy)),
             ),
+            // By name (a metadata.name field selector), so RBAC can narrow it to that class.
+            placeholder_class: placeholder_class.map(|name| {
+                spawn_reflector(
+                    Api::<PriorityClass>::all(client.clone()),
+                    watcher::Config::default().fields(&format!("metadata.name={name}")),
+                    strip,
+                    sinks,
+                    None,
+                )
+            }),
         };
         let recorder =
             EventSink::new(requests.client.clone(), reporter.controller, reporter.instance);
@@ -354,6 +376,7 @@ impl KubeCluster {
             .await?,
             policies: list_into_store(Api::<RotationPolicy>::all(client.clone()), &all, strip)
                 .await?,
+            placeholder_class: None,
         };
         let recorder = EventSink::new(client.clone(), reporter.controller, reporter.instance);
         Ok(Arc::new(KubeCluster {
@@ -377,6 +400,9 @@ impl KubeCluster {
         self.stores.nodes.wait_until_ready().await?;
         self.stores.placeholders.wait_until_ready().await?;
         self.stores.policies.wait_until_ready().await?;
+        if let Some(class) = &self.stores.placeholder_class {
+            class.wait_until_ready().await?;
+        }
         self.synced.store(true, Ordering::Release);
         Ok(())
     }
@@ -547,6 +573,11 @@ impl Cluster for KubeCluster {
             nodes: index(&self.stores.nodes),
             placeholders: index(&self.stores.placeholders),
             policies: index(&self.stores.policies),
+            placeholder_class: self
+                .stores
+                .placeholder_class
+                .as_ref()
+                .and_then(|store| store.state().into_iter().next()),
         });
         *view = Some((generation, fresh.clone()));
         fresh

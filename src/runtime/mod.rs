@@ -343,8 +343,13 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
         client: client.clone(),
         timeout: Some(Duration::from_secs(args.api_request_timeout)),
     };
-    let (cluster, changes) =
-        KubeCluster::start_with(watch_client, requests, args.namespace.clone(), reporter);
+    let (cluster, changes) = KubeCluster::start_with(
+        watch_client,
+        requests,
+        args.namespace.clone(),
+        reporter,
+        Some(&args.priority_class),
+    );
     let queue = Arc::new(WorkQueue::new());
     let state = Arc::new(State {
         cluster: cluster.clone(),
