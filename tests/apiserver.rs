@@ -99,7 +99,15 @@ async fn run_exits_non_zero_naming_the_missing_karpenter_resource() -> TestResul
         let kubeconfig = kubeconfig.to_string();
         let out = tokio::task::spawn_blocking(move || {
             std::process::Command::new(binary())
-                .args(["run", "--metrics-addr", "127.0.0.1:0", "--log-format", "text"])
+                .args([
+                    "run",
+                    "--metrics-addr",
+                    "127.0.0.1:0",
+                    "--health-addr",
+                    "127.0.0.1:0",
+                    "--log-format",
+                    "text",
+                ])
                 .env("KUBECONFIG", kubeconfig)
                 .output()
         })
@@ -137,7 +145,15 @@ async fn run_refuses_a_placeholder_priority_class_that_is_not_negative() -> Test
     let kubeconfig = env.kubeconfig.clone();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(binary())
-            .args(["run", "--metrics-addr", "127.0.0.1:0", "--log-format", "text"])
+            .args([
+                "run",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--health-addr",
+                "127.0.0.1:0",
+                "--log-format",
+                "text",
+            ])
             .args(["--namespace", CONTROLLER_NS, "--priority-class", class])
             .env("KUBECONFIG", kubeconfig)
             .output()
@@ -442,8 +458,8 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
             "metadata": {"name": "kc-semantics-placeholder", "namespace": CONTROLLER_NS,
                          "labels": {"app.kubernetes.io/managed-by": "noderotation"},
                          "annotations": {"noderotation.io/surge-for": claim}},
-            "spec": {"priorityClassName": "noderotation-placeholder",
-                     "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}
+            "spec": restricted(json!({"priorityClassName": "noderotation-placeholder",
+                     "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}))
         }))?;
         c.create_pod(&pod)?;
         assert_eq!(c.create_pod(&pod), Err(ApiError::AlreadyExists));
@@ -584,8 +600,8 @@ async fn rbac_allows_the_controller_writes_and_denies_creating_nodeclaims() -> T
     .await?;
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "rbac-placeholder", "labels": {"app.kubernetes.io/managed-by": "noderotation"}},
-        "spec": {"priorityClassName": "noderotation-placeholder",
-                 "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}
+        "spec": restricted(json!({"priorityClassName": "noderotation-placeholder",
+                 "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}))
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
     pods.delete("rbac-placeholder", &DeleteParams::default()).await?;
@@ -1229,6 +1245,122 @@ async fn helm_lint_is_clean_and_every_ci_values_file_passes_a_server_dry_run() -
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    Ok(())
+}
+
+/// A Pod with the pod template of `deployment` (a rendered Deployment), in `ns`.
+fn pod_of(deployment: &Value, name: &str, ns: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": deployment["spec"]["template"]["spec"].clone(),
+    })
+}
+
+/// The documents of a rendering (`helm template`), by kind.
+fn rendered(manifest: &str, kind: &str) -> Result<Vec<Value>, Error> {
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(manifest) {
+        let value: Value = serde::Deserialize::deserialize(doc)?;
+        if value["kind"] == kind {
+            out.push(value);
+        }
+    }
+    Ok(out)
+}
+
+/// The chart's namespace option renders the restricted Pod Security labels, and a namespace
+/// enforcing them admits the operator's pod (chart and kustomize base) and a placeholder as the
+/// controller builds it, while it refuses a pod without a security context.
+#[tokio::test]
+async fn the_operator_and_placeholder_pods_pass_the_restricted_pod_security_standard() -> TestResult
+{
+    let env = harness!();
+    let ns = "noderotation-pss";
+    let manifest =
+        helm(&env, &["template", "nr", CHART, "-n", ns, "--set", "namespace.create=true"])?;
+    let namespace = rendered(&manifest, "Namespace")?.pop().ok_or("no Namespace rendered")?;
+    assert_eq!(namespace["metadata"]["name"], ns);
+    for mode in ["enforce", "warn", "audit"] {
+        assert_eq!(
+            namespace["metadata"]["labels"][format!("pod-security.kubernetes.io/{mode}")],
+            "restricted",
+            "{namespace}"
+        );
+    }
+    assert!(
+        rendered(&helm(&env, &["template", "nr", CHART, "-n", ns])?, "Namespace")?.is_empty(),
+        "no Namespace unless asked"
+    );
+    env.kubectl_ok(&["apply", "-f", "-"], Some(&namespace.to_string()))?;
+    let dry_run = |pod: &Value| {
+        env.kubectl_as(
+            &env.kubeconfig,
+            &["create", "--dry-run=server", "-f", "-"],
+            Some(&pod.to_string()),
+        )
+    };
+    let chart = rendered(&manifest, "Deployment")?.pop().ok_or("no Deployment rendered")?;
+    let base: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        Path::new(REPO).join("deploy/base/deployment.yaml"),
+    )?)?;
+    for (which, deployment) in [("chart", &chart), ("kustomize base", &base)] {
+        let out = dry_run(&pod_of(deployment, "operator", ns));
+        assert!(
+            out.status.success(),
+            "{which}: the operator's pod is refused: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A placeholder, built as the controller builds it.
+    let pool: noderotation::karpenter::NodePool =
+        serde_json::from_value(nodepool_json("pss-pool", "pss"))?;
+    let mut claim_value = nodeclaim_json("pss-claim", "pss-pool");
+    claim_value["status"] = json!({"nodeName": "pss-node",
+        "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}});
+    let claim: noderotation::karpenter::NodeClaim = serde_json::from_value(claim_value)?;
+    let mut node_value = node_json("pss-node", "pss-pool");
+    node_value["status"] = json!({"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}});
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(node_value)?;
+    let app: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "app", "namespace": "default"},
+        "spec": {"nodeName": "pss-node", "containers": [{"name": "app", "image": "app",
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}
+    }))?;
+    let policy: noderotation::policy::crd::RotationPolicySpec = serde_json::from_value(json!({
+        "nodePoolSelector": {},
+        "ageThreshold": "1s",
+        "maintenanceWindows": [{"timezone": "UTC", "days": ["Mon"], "start": "00:00", "end": "01:00"}]
+    }))?;
+    let settings = noderotation::policy::settings::Effective::from_spec(&policy)
+        .map_err(|e| format!("{e:?}"))?;
+    let input = noderotation::placeholder::PlaceholderInput {
+        pool: &pool,
+        claim: &claim,
+        node: Some(&node),
+        pods: std::slice::from_ref(&app),
+        settings: &settings,
+        namespace: ns,
+        priority_class: "noderotation-placeholder",
+        pause_image: "registry.k8s.io/pause:3.10",
+    };
+    let placeholder =
+        noderotation::placeholder::build_placeholder(&input).map_err(|e| format!("{e:?}"))?;
+    let out = dry_run(&serde_json::to_value(&placeholder.pod)?);
+    assert!(
+        out.status.success(),
+        "the placeholder is refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The namespace does enforce: a pod without a security context is refused.
+    let bare = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}});
+    let out = dry_run(&bare);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("violates PodSecurity \"restricted"),
+        "{stderr}"
+    );
     Ok(())
 }
 

@@ -332,7 +332,21 @@ pub async fn ready_claim_and_node(
     Ok(())
 }
 
-/// A bare pod bound to `node` (no scheduler runs in this tier), Running.
+/// `spec` (a pod spec) with the security context the restricted Pod Security Standard asks for,
+/// which the operator's namespace enforces: non-root, RuntimeDefault seccomp, no privilege
+/// escalation, no capabilities.
+pub fn restricted(mut spec: Value) -> Value {
+    spec["securityContext"] = json!({"runAsNonRoot": true, "runAsUser": 65535,
+                                     "seccompProfile": {"type": "RuntimeDefault"}});
+    for c in spec["containers"].as_array_mut().into_iter().flatten() {
+        c["securityContext"] =
+            json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+    }
+    spec
+}
+
+/// A bare pod bound to `node` (no scheduler runs in this tier), Running; admitted under the
+/// restricted Pod Security Standard.
 pub async fn running_pod(
     client: &Client,
     ns: &str,
@@ -344,11 +358,11 @@ pub async fn running_pod(
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {
+        "spec": restricted(json!({
             "nodeName": node,
             "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
                             "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]
-        }
+        }))
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
     pods.patch_status(
