@@ -700,6 +700,9 @@ fn the_deployment_is_hardened() -> TestResult {
     assert!(c["resources"]["requests"].is_object() && c["resources"]["limits"].is_object());
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], json!("/healthz"));
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], json!("/readyz"));
+    // The probes have a port of their own: the metrics port may be closed or authenticated.
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], json!("health"));
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], json!("health"));
     let pc: Value = serde_yaml::from_str(&std::fs::read_to_string(
         Path::new(REPO).join("deploy/base/priorityclass.yaml"),
     )?)?;
@@ -1362,6 +1365,97 @@ async fn the_operator_and_placeholder_pods_pass_the_restricted_pod_security_stan
         "{stderr}"
     );
     Ok(())
+}
+
+/// `metrics.auth.enabled` / `--metrics-auth kubernetes`, under exactly the chart's metrics-auth
+/// ClusterRole: `/metrics` answers 401 without a token or with a forged one, 403 to an identity
+/// without `get /metrics`, and the metrics once that identity is bound to the chart's reader
+/// role; the probes answer on their own port without a token, and not the metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_a_token_allowed_to_get_metrics_when_auth_is_on() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let manifest = helm(
+        &env,
+        &["template", "nrauth", CHART, "-n", CONTROLLER_NS, "--set", "metrics.auth.enabled=true"],
+    )?;
+    let roles = rendered(&manifest, "ClusterRole")?;
+    let role = |suffix: &str| {
+        roles
+            .iter()
+            .find(|r| r["metadata"]["name"].as_str().is_some_and(|n| n.ends_with(suffix)))
+            .cloned()
+            .ok_or(format!("no ClusterRole *{suffix} rendered"))
+    };
+    let (auth, reader) = (role("-metrics-auth")?, role("-metrics-reader")?);
+    let bind = |role: &Value, name: &str| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role["metadata"]["name"]},
+            "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": CONTROLLER_USER}]
+        })
+    };
+    let _ =
+        env.kubectl(&["delete", "clusterrolebinding", "nrauth-test-reader", "--ignore-not-found"]);
+    for doc in [&auth, &reader, &bind(&auth, "nrauth-test-auth")] {
+        env.kubectl_ok(&["apply", "-f", "-"], Some(&doc.to_string()))?;
+    }
+    let dir = scratch("metrics-auth");
+    let ctl = ControllerProcess::start_in(
+        CONTROLLER_NS,
+        &env.controller_kubeconfig,
+        "metrics-auth",
+        "noderotation",
+        &dir.join("controller.log"),
+        &["--metrics-auth", "kubernetes"],
+    )?;
+    let result = async {
+        let port = ctl.metrics_port;
+        eventually("the metrics listener", Duration::from_secs(60), || async {
+            http_get(port, "/metrics", None).await.ok()
+        })
+        .await?;
+        let status = |out: &str| out.lines().next().unwrap_or_default().to_string();
+        let none = http_get(port, "/metrics", None).await?;
+        assert_eq!(status(&none), "HTTP/1.1 401 Unauthorized", "{none}");
+        assert!(none.contains("a bearer token is required"), "{none}");
+        let forged = http_get(port, "/metrics", Some("not-a-token")).await?;
+        assert_eq!(status(&forged), "HTTP/1.1 401 Unauthorized", "{forged}");
+        // The harness's controller user: authenticated, but not allowed to get /metrics.
+        let user = kubeconfig_token(&env.controller_kubeconfig)?;
+        let denied = http_get(port, "/metrics", Some(&user)).await?;
+        assert_eq!(status(&denied), "HTTP/1.1 403 Forbidden", "{denied}");
+        assert!(denied.contains("noderotation-controller may not get /metrics"), "{denied}");
+        // Bound to the chart's reader role, it may (RBAC takes effect within moments).
+        env.kubectl_ok(
+            &["apply", "-f", "-"],
+            Some(&bind(&reader, "nrauth-test-reader").to_string()),
+        )?;
+        let allowed =
+            eventually("the reader role to allow a scrape", Duration::from_secs(20), || async {
+                let out = http_get(port, "/metrics", Some(&user)).await.ok()?;
+                (status(&out) == "HTTP/1.1 200 OK").then_some(out)
+            })
+            .await?;
+        assert!(allowed.contains("noderotation_build_info"), "{allowed}");
+        // The probes: their own port, no token needed, no metrics there.
+        let health = ctl.health_port;
+        let live = http_get(health, "/healthz", None).await?;
+        assert_eq!(status(&live), "HTTP/1.1 200 OK", "{live}");
+        let elsewhere = http_get(health, "/metrics", Some(&user)).await?;
+        assert_eq!(status(&elsewhere), "HTTP/1.1 404 Not Found", "{elsewhere}");
+        Ok::<(), Error>(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("controller log:\n{}", ctl.log_text());
+    }
+    drop(ctl);
+    let _ =
+        env.kubectl(&["delete", "clusterrolebinding", "nrauth-test-auth", "nrauth-test-reader"]);
+    result
 }
 
 /// A pod of the uninstall hook and of the operator, played by [`kubelet::PodContainer`]: when

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use noderotation::cluster::access::Gate;
 use serde_json::{Value, json};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -362,12 +363,12 @@ fn granted(docs: &[Value]) -> BTreeSet<Grant> {
     out
 }
 
-/// What the code sends (`src/cluster/access.rs`), as the roles must grant it.
-fn sent() -> BTreeSet<Grant> {
+/// What the code sends (`src/cluster/access.rs`) under `gate`, as the roles must grant it.
+fn sent(gate: Gate) -> BTreeSet<Grant> {
     use noderotation::cluster::access::{Name, Scope, grants};
     let mut out = BTreeSet::new();
     for (scope, kind) in [(Scope::Cluster, "ClusterRole"), (Scope::Namespace, "Role")] {
-        for (group, resource, verb, name) in grants(scope) {
+        for (group, resource, verb, name) in grants(scope, gate) {
             out.insert((
                 kind.into(),
                 group.into(),
@@ -382,8 +383,8 @@ fn sent() -> BTreeSet<Grant> {
 
 /// The verbs a role grants that the code never sends, and those the code sends that no role
 /// grants: both must be empty.
-fn rbac_difference(docs: &[Value]) -> (Vec<Grant>, Vec<Grant>) {
-    let (granted, sent) = (granted(docs), sent());
+fn rbac_difference(docs: &[Value], gate: Gate) -> (Vec<Grant>, Vec<Grant>) {
+    let (granted, sent) = (granted(docs), sent(gate));
     (granted.difference(&sent).cloned().collect(), sent.difference(&granted).cloned().collect())
 }
 
@@ -395,10 +396,25 @@ fn base_rbac() -> Vec<Value> {
     documents(&read(Path::new(REPO).join("deploy/base/rbac.yaml")))
 }
 
+/// The chart's roles bound to the operator when `metrics.auth.enabled` (not the reader role it
+/// offers scrapers).
+fn chart_metrics_auth_rbac() -> Vec<Value> {
+    let docs = documents(&pseudo_render(&read(chart().join("templates/metrics-auth.yaml"))));
+    docs.into_iter()
+        .filter(|d| {
+            !d["metadata"]["name"].as_str().unwrap_or_default().ends_with("-metrics-reader")
+        })
+        .collect()
+}
+
 #[test]
 fn chart_and_kustomize_roles_grant_exactly_the_requests_the_code_sends() {
-    for (which, docs) in [("chart", chart_rbac()), ("deploy/base", base_rbac())] {
-        let (extra, missing) = rbac_difference(&docs);
+    for (which, docs, gate) in [
+        ("chart", chart_rbac(), Gate::Always),
+        ("deploy/base", base_rbac(), Gate::Always),
+        ("chart with metrics.auth", chart_metrics_auth_rbac(), Gate::MetricsAuth),
+    ] {
+        let (extra, missing) = rbac_difference(&docs, gate);
         assert!(
             extra.is_empty(),
             "{which}: granted but never sent (src/cluster/access.rs): {extra:#?}"
@@ -418,7 +434,7 @@ fn the_rbac_check_catches_an_added_and_a_removed_verb() {
         .and_then(|rules| rules.iter_mut().find(|r| r["resources"] == json!(["nodes"])))
         .expect("the nodes rule");
     nodes["verbs"].as_array_mut().expect("verbs").push(json!("update"));
-    let (extra, missing) = rbac_difference(&docs);
+    let (extra, missing) = rbac_difference(&docs, Gate::Always);
     assert_eq!(
         extra,
         [("ClusterRole".into(), "".into(), "nodes".into(), "update".into(), false)],
@@ -432,7 +448,7 @@ fn the_rbac_check_catches_an_added_and_a_removed_verb() {
         .and_then(|rules| rules.iter_mut().find(|r| r["resources"] == json!(["pods"])))
         .expect("the pods rule");
     pods["verbs"].as_array_mut().expect("verbs").retain(|v| v != "watch");
-    let (extra, missing) = rbac_difference(&docs);
+    let (extra, missing) = rbac_difference(&docs, Gate::Always);
     assert!(extra.is_empty());
     assert_eq!(
         missing,

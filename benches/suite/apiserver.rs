@@ -612,12 +612,13 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
             proxy.addr
         ),
     )?;
-    let mport = free_port()?;
+    let (mport, hport) = (free_port()?, free_port()?);
     let log = std::fs::File::create(scratch.join("operator.log"))?;
     let started = Instant::now();
     let operator = Proc {
         child: operator_command(c)
             .args(["run", "--namespace", NS, "--metrics-addr", &format!("127.0.0.1:{mport}")])
+            .args(["--health-addr", &format!("127.0.0.1:{hport}")])
             .args(["--identity", "bench", "--log-level", "info", "--log-format", "json"])
             .env("KUBECONFIG", &op_kc)
             .stdin(Stdio::null())
@@ -629,7 +630,7 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
     let pid = operator.pid();
     let mut sync = None;
     while started.elapsed() < Duration::from_secs(180) {
-        if http_get(mport, "/readyz").starts_with("HTTP/1.1 200") {
+        if http_get(hport, "/readyz").starts_with("HTTP/1.1 200") {
             sync = Some(started.elapsed());
             break;
         }

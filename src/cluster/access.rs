@@ -40,6 +40,15 @@ pub enum Who {
     Uninstall,
 }
 
+/// When a request is sent, and so which manifest grants it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Gate {
+    /// Always: the roles of `deploy/base/rbac.yaml` and the chart's `templates/rbac.yaml`.
+    Always,
+    /// Only with `--metrics-auth kubernetes`: the chart's `templates/metrics-auth.yaml`.
+    MetricsAuth,
+}
+
 /// One request the code sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Access {
@@ -51,6 +60,7 @@ pub struct Access {
     pub scope: Scope,
     pub name: Name,
     pub who: Who,
+    pub gate: Gate,
     /// What sends it.
     pub why: &'static str,
 }
@@ -62,7 +72,11 @@ const fn run(
     scope: Scope,
     why: &'static str,
 ) -> Access {
-    Access { group, resource, verb, scope, name: Name::Any, who: Who::Run, why }
+    Access { group, resource, verb, scope, name: Name::Any, who: Who::Run, gate: Gate::Always, why }
+}
+
+const fn gated(access: Access, gate: Gate) -> Access {
+    Access { gate, ..access }
 }
 
 const fn named(access: Access, name: Name) -> Access {
@@ -133,6 +147,15 @@ pub const REQUESTS: &[Access] = &[
         run("coordination.k8s.io", "leases", "patch", Namespace, "acquire, renew, release"),
         Name::Lease,
     ),
+    // `--metrics-auth kubernetes`: who a scraper is, and whether it may get /metrics.
+    gated(
+        run("authentication.k8s.io", "tokenreviews", "create", Cluster, "a scrape's token"),
+        Gate::MetricsAuth,
+    ),
+    gated(
+        run("authorization.k8s.io", "subjectaccessreviews", "create", Cluster, "get /metrics?"),
+        Gate::MetricsAuth,
+    ),
     // `noderotation uninstall --stop-deployment`: scale the operator to zero before cleaning up.
     named(
         by_uninstall(run("apps", "deployments", "get", Namespace, "its selector")),
@@ -144,11 +167,12 @@ pub const REQUESTS: &[Access] = &[
     ),
 ];
 
-/// The requests of `scope`, as `(group, resource, verb, name)`, sorted and without duplicates.
-pub fn grants(scope: Scope) -> Vec<(&'static str, &'static str, &'static str, Name)> {
+/// The requests of `scope` under `gate`, as `(group, resource, verb, name)`, sorted and without
+/// duplicates.
+pub fn grants(scope: Scope, gate: Gate) -> Vec<(&'static str, &'static str, &'static str, Name)> {
     let mut out: Vec<_> = REQUESTS
         .iter()
-        .filter(|a| a.scope == scope)
+        .filter(|a| a.scope == scope && a.gate == gate)
         .map(|a| (a.group, a.resource, a.verb, a.name))
         .collect();
     out.sort();

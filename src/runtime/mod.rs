@@ -5,7 +5,7 @@
 //!                                                                     │
 //! Lease (kube-lease-manager) ── leader? ──► worker (spawn_blocking): startup_sweep, then
 //!                                           reconcile_pool(key) one at a time, tick()
-//! /metrics /healthz /readyz (one port)
+//! /metrics (its own port, optionally authenticated); /healthz /readyz (the probes' port)
 //! ```
 //!
 //! The [`Controller`] and [`KubeCluster`] are synchronous; the worker runs on a blocking thread
@@ -43,6 +43,7 @@ use crate::engine::Engine;
 use crate::reconcile::{Controller, ControllerConfig};
 
 pub mod http;
+pub mod metrics_auth;
 pub mod preflight;
 pub mod queue;
 
@@ -55,9 +56,16 @@ pub struct RunArgs {
     /// Namespace of the controller: placeholder pods and the leader-election Lease live here.
     #[arg(long, env = "NODEROTATION_NAMESPACE", default_value = "noderotation-system")]
     pub namespace: String,
-    /// Address of /metrics, /healthz and /readyz.
+    /// Address of /metrics (nothing else is served there).
     #[arg(long, env = "NODEROTATION_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
+    /// How a scrape of /metrics is authorized: `none`, or `kubernetes` (a bearer token, checked
+    /// with a TokenReview, whose identity a SubjectAccessReview must allow to get /metrics).
+    #[arg(long, env = "NODEROTATION_METRICS_AUTH", default_value = "none", value_parser = ["none", "kubernetes"])]
+    pub metrics_auth: String,
+    /// Address of the probes, /healthz (/livez) and /readyz: never authenticated.
+    #[arg(long, env = "NODEROTATION_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    pub health_addr: SocketAddr,
     /// Log filter: a level (`info`) or tracing directives (`noderotation=debug,kube=info`).
     #[arg(long, env = "NODEROTATION_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -360,10 +368,19 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
         heartbeat: AtomicU64::new(0),
         leading: AtomicBool::new(false),
     });
-    let bound = http::serve(args.metrics_addr, state.clone())
+    let authorizer: Option<Arc<dyn http::Authorizer>> = match args.metrics_auth.as_str() {
+        "kubernetes" => Some(Arc::new(metrics_auth::TokenAccessReview { client: client.clone() })),
+        _ => None,
+    };
+    let authenticated = authorizer.is_some();
+    let bound = http::serve(args.metrics_addr, state.clone(), http::Listener::Metrics(authorizer))
         .await
-        .with_context(|| format!("binding {}", args.metrics_addr))?;
-    tracing::info!(addr = %bound, "serving /metrics /healthz /readyz");
+        .with_context(|| format!("binding {} (--metrics-addr)", args.metrics_addr))?;
+    tracing::info!(addr = %bound, authenticated, "serving /metrics");
+    let bound = http::serve(args.health_addr, state.clone(), http::Listener::Probes)
+        .await
+        .with_context(|| format!("binding {} (--health-addr)", args.health_addr))?;
+    tracing::info!(addr = %bound, "serving /healthz /readyz");
 
     tokio::spawn(map_changes(changes, cluster.clone(), queue.clone()));
 

@@ -394,6 +394,8 @@ pub struct ControllerProcess {
     pub child: Child,
     pub log: PathBuf,
     pub metrics_port: u16,
+    /// `/healthz` and `/readyz`.
+    pub health_port: u16,
 }
 
 pub fn free_port() -> Result<u16, Error> {
@@ -412,15 +414,29 @@ impl ControllerProcess {
         lease: &str,
         log: &Path,
     ) -> Result<Self, Error> {
-        let port = free_port()?;
+        Self::start_in(CONTROLLER_NS, kubeconfig, identity, lease, log, &[])
+    }
+
+    /// [`ControllerProcess::start`] in namespace `ns`, with `extra` flags.
+    pub fn start_in(
+        ns: &str,
+        kubeconfig: &Path,
+        identity: &str,
+        lease: &str,
+        log: &Path,
+        extra: &[&str],
+    ) -> Result<Self, Error> {
+        let (port, health_port) = (free_port()?, free_port()?);
         let file = std::fs::File::create(log)?;
         let child = Command::new(binary())
             .args([
                 "run",
                 "--namespace",
-                CONTROLLER_NS,
+                ns,
                 "--metrics-addr",
                 &format!("127.0.0.1:{port}"),
+                "--health-addr",
+                &format!("127.0.0.1:{health_port}"),
                 "--leader-election-id",
                 lease,
                 "--identity",
@@ -428,12 +444,13 @@ impl ControllerProcess {
             ])
             .args(FAST_RUN_FLAGS)
             .args(["--log-level", "info,noderotation=debug"])
+            .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)
             .spawn()?;
-        Ok(ControllerProcess { child, log: log.to_path_buf(), metrics_port: port })
+        Ok(ControllerProcess { child, log: log.to_path_buf(), metrics_port: port, health_port })
     }
 
     pub fn kill(&mut self) {
@@ -466,12 +483,30 @@ impl ControllerProcess {
 
 /// `GET /metrics` from a controller listening on 127.0.0.1:`port`: the whole response.
 pub async fn scrape(port: u16) -> Result<String, Error> {
+    http_get(port, "/metrics", None).await
+}
+
+/// `GET path` from 127.0.0.1:`port`, with `token` as its bearer token: the whole response.
+pub async fn http_get(port: u16, path: &str, token: Option<&str>) -> Result<String, Error> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await?;
     let mut out = String::new();
     s.read_to_string(&mut out).await?;
     Ok(out)
+}
+
+/// The bearer token of the first user of a kubeconfig (the harness's are token users).
+pub fn kubeconfig_token(path: &Path) -> Result<String, Error> {
+    let kc: Value = serde_yaml::from_str(&std::fs::read_to_string(path)?)?;
+    kc["users"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find_map(|u| u["user"]["token"].as_str().map(str::to_string))
+        .ok_or_else(|| format!("{}: no token user", path.display()).into())
 }
 
 impl Drop for ControllerProcess {
