@@ -1145,21 +1145,42 @@ async fn in_cluster_the_kustomize_base_completes_a_rotation_under_its_own_rbac()
     let _one = ROTATION.lock().await;
     let overlay = scratch("kustomize-overlay");
     let base = relative(&overlay, &Path::new(REPO).join("deploy/base"));
+    // The base's admission policy, renamed with its ServiceAccount by the overlay, binds the
+    // operator under test; narrowed to this test's pool (claims and nodes carry its label) so
+    // that the rest of the tier, running meanwhile, is not under it.
+    let pool = format!("kz-rot-{}", std::process::id());
     std::fs::write(
         overlay.join("kustomization.yaml"),
         format!(
             "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-             namespace: noderotation-kz\nnamePrefix: kz-\nresources:\n  - {}\n",
+             namespace: noderotation-kz\nnamePrefix: kz-\nresources:\n  - {}\n\
+             patches:\n  - target: {{kind: ValidatingAdmissionPolicyBinding}}\n    patch: |-\n\
+             \x20     - op: add\n        path: /spec/matchResources\n\
+             \x20       value: {{objectSelector: {{matchLabels: {{{NODEPOOL_LABEL}: {pool}}}}}}}\n",
             base.display()
         ),
     )?;
     env.kubectl_ok(&["apply", "-k", &overlay.display().to_string()], None)?;
+    let binding: Value = serde_json::from_str(&env.kubectl_ok(
+        &["get", "validatingadmissionpolicybinding", "kz-noderotation-annotations", "-o", "json"],
+        None,
+    )?)?;
+    assert_eq!(binding["spec"]["policyName"], "kz-noderotation-annotations");
+    assert_eq!(
+        binding["spec"]["paramRef"],
+        json!({"name": "kz-noderotation", "namespace": "noderotation-kz", "parameterNotFoundAction": "Allow"})
+    );
     let deployment: Value = serde_json::from_str(&env.kubectl_ok(
         &["get", "deployment", "kz-noderotation", "-n", "noderotation-kz", "-o", "json"],
         None,
     )?)?;
     assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], "kz-noderotation");
-    in_cluster_rotation(&env, &deployment, "kz-noderotation-0", "kz-rot").await
+    // The operator's own writes pass the policy (its claim and node are under it).
+    let result = in_cluster_rotation(&env, &deployment, "kz-noderotation-0", "kz-rot").await;
+    for kind in ["validatingadmissionpolicybinding", "validatingadmissionpolicy"] {
+        let _ = env.kubectl(&["delete", kind, "kz-noderotation-annotations", "--ignore-not-found"]);
+    }
+    result
 }
 
 // ---- (g) the Helm chart under real Helm ----------------------------------------------------------
@@ -1455,6 +1476,131 @@ async fn metrics_need_a_token_allowed_to_get_metrics_when_auth_is_on() -> TestRe
     drop(ctl);
     let _ =
         env.kubectl(&["delete", "clusterrolebinding", "nrauth-test-auth", "nrauth-test-reader"]);
+    result
+}
+
+/// A client acting as `user` (impersonated by the harness admin).
+async fn impersonating(env: &Env, user: &str) -> Result<kube::Client, Error> {
+    let kc = kube::config::Kubeconfig::read_from(&env.kubeconfig)?;
+    let mut config =
+        Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+    config.auth_info.impersonate = Some(user.to_string());
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// A merge patch of `annotations` (a null value removes the key) on a cluster-scoped object.
+async fn annotate(
+    client: &kube::Client,
+    kind: &str,
+    name: &str,
+    annotations: Value,
+) -> Result<(), kube::Error> {
+    let patch = json!({"metadata": {"annotations": annotations}});
+    dyn_api(client, kind).patch(name, &PatchParams::default(), &KubePatch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// The chart's admission policy (rendered by Helm; its binding narrowed to this test's objects
+/// with an object selector, so the rest of the tier is not under it): a user's hand-written
+/// anchor is refused with a message naming the key, so is the removal of the operator's key;
+/// `noderotation.io/freeze` is the user's to set; the operator's ServiceAccount writes pass.
+#[tokio::test]
+async fn admission_policy_refuses_a_users_anchor_and_allows_freeze() -> TestResult {
+    let env = harness!();
+    let (release, ns) = ("vap", "noderotation-vap");
+    let pool = format!("vap-pool-{}", std::process::id());
+    let _ = env.kubectl(&["create", "namespace", ns]);
+    let manifest = helm(&env, &["template", release, CHART, "-n", ns])?;
+    let one = |kind: &str| -> Result<Value, Error> {
+        rendered(&manifest, kind)?.into_iter().next().ok_or_else(|| format!("no {kind}").into())
+    };
+    let (policy, mut binding) =
+        (one("ValidatingAdmissionPolicy")?, one("ValidatingAdmissionPolicyBinding")?);
+    let operator = format!("system:serviceaccount:{ns}:{release}-noderotation");
+    assert_eq!(
+        binding["spec"]["paramRef"],
+        json!({"name": format!("{release}-noderotation"),
+        "namespace": ns, "parameterNotFoundAction": "Allow"})
+    );
+    binding["spec"]["matchResources"] =
+        json!({"objectSelector": {"matchLabels": {TEST_LABEL: pool}}});
+    for doc in
+        [one("ServiceAccount")?, one("ClusterRole")?, one("ClusterRoleBinding")?, policy, binding]
+    {
+        env.kubectl_ok(&["apply", "-f", "-"], Some(&doc.to_string()))?;
+    }
+    let admin = env.admin().await?;
+    let _ = dyn_api(&admin, "NodePool").delete(&pool, &DeleteParams::default()).await;
+    eventually("the old pool gone", Duration::from_secs(20), || async {
+        dyn_api(&admin, "NodePool").get_opt(&pool).await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    create(&admin, &nodepool_json(&pool, &pool)).await?;
+    let result = async {
+        // A person hand-writes an anchor: refused once the API server has loaded the policy
+        // (a new value each try, so that a try before then is not an unchanged key after).
+        let mut attempt = 0;
+        let refusal =
+            eventually("the policy to refuse a user's anchor", Duration::from_secs(30), || {
+                attempt += 1;
+                let (admin, pool) = (admin.clone(), pool.clone());
+                async move {
+                    let anchor =
+                        json!({"noderotation.io/active-rotation.1": format!("claim-{attempt}")});
+                    match annotate(&admin, "NodePool", &pool, anchor).await {
+                        Ok(()) => None,
+                        Err(err) => Some(err.to_string()),
+                    }
+                }
+            })
+            .await?;
+        assert!(refusal.contains("noderotation.io/active-rotation.1"), "{refusal}");
+        assert!(
+            refusal.contains(&format!("only the noderotation operator ({operator})")),
+            "{refusal}"
+        );
+        // The freeze is the user's.
+        annotate(
+            &admin,
+            "NodePool",
+            &pool,
+            json!({"noderotation.io/freeze": "2099-01-01T00:00:00Z"}),
+        )
+        .await?;
+        // The operator writes its keys, and removes the anchor a try may have left.
+        let as_operator = impersonating(&env, &operator).await?;
+        annotate(
+            &as_operator,
+            "NodePool",
+            &pool,
+            json!({"noderotation.io/last-rotation-at": "2026-01-01T00:00:00Z",
+                   "noderotation.io/active-rotation.1": null}),
+        )
+        .await?;
+        // A person may not remove them either, nor change them.
+        let removal =
+            annotate(&admin, "NodePool", &pool, json!({"noderotation.io/last-rotation-at": null}))
+                .await
+                .err()
+                .ok_or("a user removed the operator's key")?;
+        assert!(removal.to_string().contains("noderotation.io/last-rotation-at"), "{removal}");
+        let unfrozen =
+            annotate(&admin, "NodePool", &pool, json!({"noderotation.io/freeze": null})).await;
+        assert!(unfrozen.is_ok(), "lifting the freeze: {unfrozen:?}");
+        let ann = dyn_api(&admin, "NodePool").get(&pool).await?.annotations().clone();
+        assert_eq!(
+            ann.get("noderotation.io/last-rotation-at").map(String::as_str),
+            Some("2026-01-01T00:00:00Z")
+        );
+        assert!(!ann.contains_key("noderotation.io/active-rotation.1"), "{ann:?}");
+        Ok::<(), Error>(())
+    }
+    .await;
+    let name = format!("{release}-noderotation-annotations");
+    let _ =
+        env.kubectl(&["delete", "validatingadmissionpolicybinding", &name, "--ignore-not-found"]);
+    let _ = env.kubectl(&["delete", "validatingadmissionpolicy", &name, "--ignore-not-found"]);
+    let _ = dyn_api(&admin, "NodePool").delete(&pool, &DeleteParams::default()).await;
     result
 }
 

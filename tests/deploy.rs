@@ -457,6 +457,51 @@ fn the_rbac_check_catches_an_added_and_a_removed_verb() {
     );
 }
 
+// ---- the admission policy on our annotations -----------------------------------------------------
+
+#[test]
+fn chart_and_kustomize_ship_the_same_admission_policy_on_by_default() {
+    let text = read(chart().join("templates/admission-policy.yaml"));
+    assert!(text.starts_with("{{- if .Values.admissionPolicy.enabled }}"));
+    assert_eq!(values_with(None)["admissionPolicy"]["enabled"], json!(true));
+    let rendered = documents(&pseudo_render(&text));
+    let base = documents(&read(Path::new(REPO).join("deploy/base/admission-policy.yaml")));
+    let of = |docs: &[Value], kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == json!(kind))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    // The policy itself, CEL and all, is the same text in both.
+    let policy = of(&base, "ValidatingAdmissionPolicy");
+    assert_eq!(of(&rendered, "ValidatingAdmissionPolicy")["spec"], policy["spec"]);
+    let (chart_binding, base_binding) = (
+        of(&rendered, "ValidatingAdmissionPolicyBinding"),
+        of(&base, "ValidatingAdmissionPolicyBinding"),
+    );
+    for field in ["validationActions", "matchResources"] {
+        assert_eq!(chart_binding["spec"][field], base_binding["spec"][field], "{field}");
+    }
+    assert_eq!(
+        chart_binding["spec"]["paramRef"]["parameterNotFoundAction"],
+        base_binding["spec"]["paramRef"]["parameterNotFoundAction"]
+    );
+    assert_eq!(base_binding["spec"]["validationActions"], json!(["Deny"]));
+    assert_eq!(policy["spec"]["paramKind"], json!({"apiVersion": "v1", "kind": "ServiceAccount"}));
+    // The base's binding names the base's ServiceAccount, and kustomize renames it with it.
+    assert_eq!(base_binding["spec"]["paramRef"]["name"], json!("noderotation"));
+    let kustomization = yaml(Path::new(REPO).join("deploy/base/kustomization.yaml"));
+    assert!(
+        kustomization["resources"]
+            .as_array()
+            .is_some_and(|r| r.contains(&json!("admission-policy.yaml")))
+    );
+    assert_eq!(kustomization["configurations"], json!(["kustomizeconfig.yaml"]));
+    // The uninstall hook lifts it first.
+    let hook = read(chart().join("templates/uninstall-job.yaml"));
+    assert!(hook.contains("- --admission-policy-binding"), "the hook deletes the binding");
+}
+
 #[test]
 fn chart_and_kustomize_rbac_grant_what_uninstall_needs() {
     assert_uninstall_rbac(&chart_rbac(), "chart");

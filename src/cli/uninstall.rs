@@ -35,12 +35,13 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Args;
+use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use kube::api::{Api, ListParams, Patch as KubePatch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch as KubePatch, PatchParams};
 use kube::runtime::events::Reporter;
 
 use crate::clock::{Clock, SystemClock};
@@ -75,6 +76,11 @@ pub struct UninstallArgs {
     /// How long to wait for the operator to stop, in seconds.
     #[arg(long, default_value_t = 180)]
     pub wait_seconds: u64,
+    /// Delete this ValidatingAdmissionPolicyBinding first (the policy that lets only the
+    /// operator write noderotation.io/ annotations), so that nothing this run leaves behind
+    /// is out of reach of a person finishing by hand.
+    #[arg(long, value_name = "NAME")]
+    pub admission_policy_binding: Option<String>,
 }
 
 /// One change, applied or (with `--dry-run`) planned.
@@ -320,6 +326,13 @@ pub fn run(args: &UninstallArgs) -> anyhow::Result<i32> {
 async fn run_async(args: UninstallArgs) -> anyhow::Result<i32> {
     let client = crate::runtime::client().await?;
     let clock = SystemClock;
+    if let Some(binding) = &args.admission_policy_binding {
+        if args.dry_run {
+            println!("ValidatingAdmissionPolicyBinding {binding}: would delete it first");
+        } else {
+            lift_admission_policy(&client, binding).await?;
+        }
+    }
     if let Some(deployment) = &args.stop_deployment {
         if args.dry_run {
             println!(
@@ -373,6 +386,26 @@ pub fn print_report(report: &Report) {
         eprintln!("error: {error}");
     }
     println!("{}", report.summary());
+}
+
+/// Deletes the binding of the admission policy that reserves noderotation.io/ annotations for
+/// the operator: the Helm pre-delete hook does this before anything else, so that the keys stay
+/// removable by hand if the hook fails halfway (or a person runs the cleanup).
+async fn lift_admission_policy(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
+    match bindings.delete(name, &DeleteParams::default()).await {
+        Ok(_) => println!(
+            "ValidatingAdmissionPolicyBinding {name}: deleted (noderotation.io/ annotations are no longer reserved for the operator)"
+        ),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            println!("ValidatingAdmissionPolicyBinding {name} does not exist: nothing to lift")
+        }
+        Err(err) => {
+            return Err(err)
+                .with_context(|| format!("deleting ValidatingAdmissionPolicyBinding {name}"));
+        }
+    }
+    Ok(())
 }
 
 async fn stop_deployment(

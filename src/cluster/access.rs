@@ -29,6 +29,9 @@ pub enum Name {
     Deployment,
     /// The placeholders' PriorityClass (`--priority-class`).
     PriorityClass,
+    /// The binding of the admission policy that reserves noderotation.io/ annotations for the
+    /// operator (`noderotation uninstall --admission-policy-binding`).
+    AdmissionPolicyBinding,
 }
 
 /// Which part of the operator needs a request.
@@ -164,6 +167,18 @@ pub const REQUESTS: &[Access] = &[
     named(
         by_uninstall(run("apps", "deployments/scale", "patch", Namespace, "replicas: 0")),
         Name::Deployment,
+    ),
+    // `noderotation uninstall --admission-policy-binding`: first, lift the admission policy
+    // that reserves noderotation.io/ annotations for the operator.
+    named(
+        by_uninstall(run(
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicybindings",
+            "delete",
+            Cluster,
+            "the guard on our annotations, before the cleanup",
+        )),
+        Name::AdmissionPolicyBinding,
     ),
 ];
 
