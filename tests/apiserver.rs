@@ -2076,6 +2076,72 @@ async fn rotation_two_controllers_one_reconciles_and_the_standby_takes_over() ->
     result
 }
 
+/// Two installs of the operator in one cluster (the same RBAC in two namespaces): while the first
+/// leads, the second refuses to, naming the first's Lease and holder; once the first stops, the
+/// second leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_install_refuses_to_lead_and_names_the_first() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let second_ns = "noderotation-second";
+    let _ = env.kubectl(&["create", "namespace", second_ns]);
+    env.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&namespaced_rbac_for_user(CONTROLLER_USER, second_ns)?),
+    )?;
+    let dir = scratch("second-install");
+    let kubeconfig = &env.controller_kubeconfig;
+    let mut first =
+        ControllerProcess::start(kubeconfig, "first-0", "noderotation", &dir.join("first.log"))?;
+    let mut second = None;
+    let result = async {
+        eventually("the first install leads", Duration::from_secs(60), || async {
+            first.log_text().contains("became leader").then_some(())
+        })
+        .await?;
+        let ctl = second.insert(ControllerProcess::start_in(
+            second_ns,
+            kubeconfig,
+            "second-0",
+            "noderotation",
+            &dir.join("second.log"),
+            &[],
+        )?);
+        let named = format!(
+            "another noderotation install leads in this cluster: Lease {CONTROLLER_NS}/noderotation held by first-0"
+        );
+        eventually("the second install to refuse, naming the first", Duration::from_secs(60), || async {
+            ctl.log_text().contains(&named).then_some(())
+        })
+        .await?;
+        assert!(!ctl.log_text().contains("became leader"), "{}", ctl.log_text());
+        let metrics = eventually("the conflict in /metrics", Duration::from_secs(10), || async {
+            let m = ctl.metrics().await.ok()?;
+            m.lines().any(|l| l == "noderotation_install_conflict 1").then_some(m)
+        })
+        .await?;
+        assert!(metrics.lines().any(|l| l == "noderotation_leader 0"), "{metrics}");
+        // The first install goes (SIGTERM releases its Lease): the second leads.
+        first.terminate();
+        eventually("the second install leads", Duration::from_secs(90), || async {
+            ctl.log_text().contains("became leader").then_some(())
+        })
+        .await?;
+        Ok::<(), Error>(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("first install:\n{}", first.log_text());
+        if let Some(ctl) = &second {
+            eprintln!("second install:\n{}", ctl.log_text());
+        }
+    }
+    if let Some(ctl) = second.as_mut() {
+        ctl.terminate();
+    }
+    result
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_releases_the_lease_and_exits_zero() -> TestResult {
     let env = harness!();

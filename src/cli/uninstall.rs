@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chrono::{DateTime, Utc};
 use clap::Args;
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -303,20 +302,8 @@ fn clean_all<K: Resource>(
     }
 }
 
-/// Who holds the leader Lease at `now`, if anyone: a holder whose last renewal plus the lease
-/// duration is still ahead. A released Lease (kube-lease-manager clears the holder on shutdown)
-/// or an expired one is free.
-pub fn lease_holder(lease: &Lease, now: DateTime<Utc>) -> Option<String> {
-    let spec = lease.spec.as_ref()?;
-    let holder = spec.holder_identity.clone().filter(|h| !h.is_empty())?;
-    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?;
-    let renewed = DateTime::from_timestamp(
-        renewed.0.as_second(),
-        renewed.0.subsec_nanosecond().max(0) as u32,
-    )?;
-    let duration = chrono::Duration::seconds(i64::from(spec.lease_duration_seconds.unwrap_or(0)));
-    (renewed + duration > now).then_some(holder)
-}
+/// Who holds the leader Lease at `now` (the one definition `run` shares).
+pub use crate::runtime::install::lease_holder;
 
 /// Runs `noderotation uninstall`; the process exit code.
 pub fn run(args: &UninstallArgs) -> anyhow::Result<i32> {

@@ -154,6 +154,16 @@ fn setup_once(env: &Env) -> Result<(), Error> {
 
 /// deploy/base/rbac.yaml with every binding's subjects replaced by `user`.
 pub fn rbac_for_user(user: &str) -> Result<String, Error> {
+    Ok(base_rbac_for(user, None)?.join("---\n"))
+}
+
+/// The namespaced part of deploy/base/rbac.yaml (Role, RoleBinding) for `user` in `ns`: what a
+/// second install of the operator, in another namespace, would have.
+pub fn namespaced_rbac_for_user(user: &str, ns: &str) -> Result<String, Error> {
+    Ok(base_rbac_for(user, Some(ns))?.join("---\n"))
+}
+
+fn base_rbac_for(user: &str, ns: Option<&str>) -> Result<Vec<String>, Error> {
     let text = std::fs::read_to_string(Path::new(REPO).join("deploy/base/rbac.yaml"))?;
     let mut docs = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
@@ -163,9 +173,15 @@ pub fn rbac_for_user(user: &str) -> Result<String, Error> {
             value["subjects"] =
                 json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}]);
         }
+        if let Some(ns) = ns {
+            if !kind.starts_with("Role") {
+                continue;
+            }
+            value["metadata"]["namespace"] = json!(ns);
+        }
         docs.push(serde_yaml::to_string(&value)?);
     }
-    Ok(docs.join("---\n"))
+    Ok(docs)
 }
 
 pub async fn eventually<F, Fut, T>(what: &str, timeout: Duration, mut f: F) -> Result<T, Error>
