@@ -10,6 +10,10 @@ mod actor;
 mod kubelet;
 #[path = "apiserver/support.rs"]
 mod support;
+// The bench suite's recording proxy: what the operator sends, request by request.
+#[allow(dead_code)]
+#[path = "../benches/suite/proxy.rs"]
+mod proxy;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -637,6 +641,151 @@ async fn rbac_allows_the_controller_writes_and_denies_creating_nodeclaims() -> T
     })
     .await??;
     remove_finalizers(&admin, "NodeClaim", claim).await?;
+    Ok(())
+}
+
+/// (group, resource with subresource, namespace) of an API request target; `None` for
+/// discovery and other non-resource paths.
+fn api_object(target: &str) -> Option<(String, String, Option<String>)> {
+    let path = target.split('?').next().unwrap_or(target);
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, rest) = match segs.as_slice() {
+        ["api", _version, rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, more @ ..] if !more.is_empty() => (Some(ns.to_string()), more),
+        other => (None, other),
+    };
+    let resource = match rest {
+        [] => return None,
+        [r] | [r, _] => r.to_string(),
+        [r, _, sub, ..] => format!("{r}/{sub}"),
+    };
+    Some((group.to_string(), resource, namespace))
+}
+
+/// The RBAC verb of a request the recording proxy classified (`get`, `list`, `watch`, or the
+/// HTTP method in lower case).
+fn rbac_verb(verb: &str) -> &str {
+    match verb {
+        "post" => "create",
+        "put" => "update",
+        other => other,
+    }
+}
+
+/// A `kubectl proxy` child, stopped on drop.
+struct KubectlProxy(std::process::Child);
+
+impl Drop for KubectlProxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The operator (`run` through a rotation, then `uninstall --dry-run`) under the base's roles,
+/// talking through a recording proxy: every request it sends is one `src/cluster/access.rs`
+/// lists (so the roles, which the deploy tests hold to that table, grant nothing it does not
+/// send), and the pods of a node are listed from the watch cache (`resourceVersion=0`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> TestResult {
+    use noderotation::cluster::access::{REQUESTS, Scope};
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    // kubectl proxy (the controller identity's credentials) <- recording proxy <- the operator.
+    let kport = free_port()?;
+    let _kubectl_proxy = KubectlProxy(
+        std::process::Command::new(env.kubectl_path())
+            .args(["proxy", "--address=127.0.0.1", &format!("--port={kport}")])
+            .env("KUBECONFIG", &env.controller_kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?,
+    );
+    eventually("kubectl proxy", Duration::from_secs(20), || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", kport)).await.ok().map(|_| ())
+    })
+    .await?;
+    let recorder = proxy::Proxy::start(([127, 0, 0, 1], kport).into())?;
+    let fx = Rotation::new(&env, "rot-access", surge("2m")).await?;
+    let kubeconfig = fx.dir.join("recorded.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: p, cluster: {{server: \"http://{}\"}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: p, context: {{cluster: p, user: u}}}}]\n\
+             current-context: p\n",
+            recorder.addr
+        ),
+    )?;
+    let actor = actor::Actor::start(
+        fx.admin.clone(),
+        &fx.pool,
+        actor::Mode::Ready,
+        Duration::from_secs(3),
+        Duration::from_secs(3),
+    );
+    let mut ctl =
+        ControllerProcess::start(&kubeconfig, "access-a", "noderotation", &fx.dir.join("a.log"))?;
+    full_surge(&fx, actor, &ctl).await?;
+    ctl.terminate();
+    let uninstall = std::process::Command::new(binary())
+        .args(["uninstall", "--dry-run", "--namespace", CONTROLLER_NS])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()?;
+    assert!(uninstall.status.success(), "{}", String::from_utf8_lossy(&uninstall.stderr));
+
+    let requests = recorder.log.all();
+    let mut unlisted = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    for r in &requests {
+        let Some((group, resource, namespace)) = api_object(&r.target) else { continue };
+        let verb = rbac_verb(&r.verb);
+        let here = namespace.as_deref() == Some(CONTROLLER_NS);
+        // The operator's namespace first: a request there is the Role's when the Role has it.
+        let mut candidates = REQUESTS
+            .iter()
+            .filter(|a| a.group == group && a.resource == resource && a.verb == verb);
+        let listed = candidates
+            .clone()
+            .find(|a| a.scope == Scope::Namespace && here)
+            .or_else(|| candidates.find(|a| a.scope == Scope::Cluster));
+        match listed {
+            Some(a) => {
+                seen.insert((a.group, a.resource, a.verb, a.scope));
+            }
+            None => {
+                unlisted
+                    .insert(format!("{verb} {group}/{resource} in {namespace:?}: {}", r.target));
+            }
+        }
+    }
+    assert!(requests.len() > 20, "the proxy recorded {} requests", requests.len());
+    assert!(unlisted.is_empty(), "sent but not in src/cluster/access.rs: {unlisted:#?}");
+    let never: Vec<_> = REQUESTS
+        .iter()
+        .filter(|a| !seen.contains(&(a.group, a.resource, a.verb, a.scope)))
+        .map(|a| format!("{} {}/{} ({:?}, {:?})", a.verb, a.group, a.resource, a.scope, a.who))
+        .collect();
+    eprintln!(
+        "{} requests; {} of the {} listed seen; not sent in this run: {never:#?}",
+        requests.len(),
+        seen.len(),
+        REQUESTS.len()
+    );
+    // The pods of a node: listed from the watch cache, by field selector.
+    let node_lists: Vec<_> = requests
+        .iter()
+        .filter(|r| r.verb == "list" && r.target.starts_with("/api/v1/pods?"))
+        .collect();
+    assert!(!node_lists.is_empty(), "no pod list by node was sent");
+    for r in node_lists {
+        assert!(r.target.contains("fieldSelector=spec.nodeName"), "{}", r.target);
+        assert!(r.target.contains("resourceVersion=0"), "{}", r.target);
+    }
     Ok(())
 }
 
