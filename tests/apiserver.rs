@@ -1764,7 +1764,7 @@ async fn play_uninstall_hook(
     deployment: &str,
     operator: &mut Option<kubelet::PodContainer>,
     dir: &Path,
-) -> TestResult {
+) -> Result<String, Error> {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::batch::v1::Job;
     let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
@@ -1811,7 +1811,7 @@ async fn play_uninstall_hook(
     )
     .await?;
     eprintln!("uninstall hook log:\n{log}");
-    Ok(())
+    Ok(log)
 }
 
 /// `helm install`, the image under the chart's ServiceAccount completes a surge rotation, a
@@ -1828,7 +1828,11 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
     }
     let _one = ROTATION.lock().await;
     let (release, ns) = ("nr", "noderotation-helm");
-    // The placeholder PriorityClass exists already (the harness setup applies deploy/base's).
+    // The namespace option as operations.md documents it: the namespace exists (Helm records
+    // the release there first) and the chart takes it over with its Pod Security labels, so the
+    // placeholders below are admitted under `restricted`. The placeholder PriorityClass exists
+    // already (the harness setup applies deploy/base's).
+    let _ = env.kubectl(&["create", "namespace", ns]);
     helm(
         &env,
         &[
@@ -1837,16 +1841,25 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
             CHART,
             "-n",
             ns,
-            "--create-namespace",
+            "--take-ownership",
+            "--set",
+            "namespace.create=true",
             "--set",
             "placeholder.priorityClass.create=false",
         ],
     )?;
+    let namespace: Value =
+        serde_json::from_str(&env.kubectl_ok(&["get", "namespace", ns, "-o", "json"], None)?)?;
+    assert_eq!(namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted");
     let name = format!("{release}-noderotation");
     let deployment: Value = serde_json::from_str(
         &env.kubectl_ok(&["get", "deployment", &name, "-n", ns, "-o", "json"], None)?,
     )?;
     assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], name.as_str());
+    // The admission policy is on by default: the rotation below passes it (the operator's own
+    // writes), a person's hand-written anchor does not.
+    let guard = format!("{name}-annotations");
+    env.kubectl_ok(&["get", "validatingadmissionpolicybinding", &guard], None)?;
 
     // A short cooldown: the second rotation starts soon after the first, once the test has put
     // a workload on the surge node (an empty node is refused a placeholder).
@@ -1882,6 +1895,23 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
             (completed(&m, &fx.pool, "success") == Some(1.0)).then_some(())
         })
         .await?;
+        // A person cannot start a rotation by hand (once the API server has the policy).
+        let mut attempt = 0;
+        let refusal = eventually(
+            "the installed policy to refuse a hand-written anchor",
+            Duration::from_secs(30),
+            || {
+                attempt += 1;
+                let (admin, pool) = (fx.admin.clone(), fx.pool.clone());
+                async move {
+                    let anchor =
+                        json!({"noderotation.io/active-rotation.2": format!("by-hand-{attempt}")});
+                    annotate(&admin, "NodePool", &pool, anchor).await.err().map(|e| e.to_string())
+                }
+            },
+        )
+        .await?;
+        assert!(refusal.contains("noderotation.io/active-rotation.2"), "{refusal}");
         // The user's own markers, which uninstall must leave alone.
         let user_pool = format!("{}-user", fx.pool);
         let mut frozen = nodepool_json(&user_pool, &user_pool);
@@ -1917,9 +1947,21 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
                 helm(&env, &["uninstall", release, "-n", ns, "--timeout", "5m"])
             })
         };
-        play_uninstall_hook(&env, &fx.admin, ns, &name, &mut operator, &fx.dir).await?;
+        let hook_log =
+            play_uninstall_hook(&env, &fx.admin, ns, &name, &mut operator, &fx.dir).await?;
         let out = uninstall.await??;
         assert!(out.contains("uninstalled"), "{out}");
+        // The hook lifted the admission policy before it stopped the operator or cleaned up,
+        // and the policy went with the release.
+        let lifted = hook_log
+            .find(&format!("ValidatingAdmissionPolicyBinding {guard}: deleted"))
+            .ok_or(format!("the hook did not delete the binding:\n{hook_log}"))?;
+        let stopped = hook_log.find("scaled to 0").ok_or("the hook did not stop the operator")?;
+        assert!(lifted < stopped, "{hook_log}");
+        for kind in ["validatingadmissionpolicybinding", "validatingadmissionpolicy"] {
+            let out = env.kubectl(&["get", kind, &guard]);
+            assert!(!out.status.success(), "{kind} {guard} is left after helm uninstall");
+        }
 
         // Nothing of ours: no noderotation.io key on the pool, the claims or any node but the
         // user's freeze; no cordon or do-not-disrupt of ours; no placeholder.
