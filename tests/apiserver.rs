@@ -76,6 +76,21 @@ async fn preflight_names_a_resource_rbac_cannot_read() -> TestResult {
     Ok(())
 }
 
+/// `noderotation run` with `extra` flags as `kubeconfig`, expected to stop at its preflight: the
+/// whole output.
+async fn run_to_preflight(
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> Result<std::process::Output, Error> {
+    let mut command = std::process::Command::new(binary());
+    command
+        .args(["run", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"])
+        .args(["--log-format", "text"])
+        .args(extra)
+        .env("KUBECONFIG", kubeconfig);
+    Ok(tokio::task::spawn_blocking(move || command.output()).await??)
+}
+
 /// The binary against a second, bare API server (no Karpenter CRDs): non-zero exit, and the
 /// message names the missing resource.
 #[tokio::test]
@@ -100,22 +115,7 @@ async fn run_exits_non_zero_naming_the_missing_karpenter_resource() -> TestResul
         })
         .await?;
         let kubeconfig = info["kubeconfig"].as_str().ok_or("no kubeconfig in the ready file")?;
-        let kubeconfig = kubeconfig.to_string();
-        let out = tokio::task::spawn_blocking(move || {
-            std::process::Command::new(binary())
-                .args([
-                    "run",
-                    "--metrics-addr",
-                    "127.0.0.1:0",
-                    "--health-addr",
-                    "127.0.0.1:0",
-                    "--log-format",
-                    "text",
-                ])
-                .env("KUBECONFIG", kubeconfig)
-                .output()
-        })
-        .await??;
+        let out = run_to_preflight(Path::new(kubeconfig), &[]).await?;
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(stderr.contains("error: preflight:"), "{stderr}");
@@ -146,23 +146,8 @@ async fn run_refuses_a_placeholder_priority_class_that_is_not_negative() -> Test
             .to_string(),
         ),
     )?;
-    let kubeconfig = env.kubeconfig.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(binary())
-            .args([
-                "run",
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--health-addr",
-                "127.0.0.1:0",
-                "--log-format",
-                "text",
-            ])
-            .args(["--namespace", CONTROLLER_NS, "--priority-class", class])
-            .env("KUBECONFIG", kubeconfig)
-            .output()
-    })
-    .await??;
+    let extra = ["--namespace", CONTROLLER_NS, "--priority-class", class];
+    let out = run_to_preflight(&env.kubeconfig, &extra).await?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(&format!("PriorityClass \"{class}\" is not safe")), "{stderr}");
@@ -712,22 +697,8 @@ async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> Tes
     let recorder = proxy::Proxy::start(([127, 0, 0, 1], kport).into())?;
     let fx = Rotation::new(&env, "rot-access", surge("2m")).await?;
     let kubeconfig = fx.dir.join("recorded.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: p, cluster: {{server: \"http://{}\"}}}}]\n\
-             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: p, context: {{cluster: p, user: u}}}}]\n\
-             current-context: p\n",
-            recorder.addr
-        ),
-    )?;
-    let actor = actor::Actor::start(
-        fx.admin.clone(),
-        &fx.pool,
-        actor::Mode::Ready,
-        Duration::from_secs(3),
-        Duration::from_secs(3),
-    );
+    std::fs::write(&kubeconfig, recorder.kubeconfig())?;
+    let actor = fx.ready_actor();
     let mut ctl =
         ControllerProcess::start(&kubeconfig, "access-a", "noderotation", &fx.dir.join("a.log"))?;
     full_surge(&fx, actor, &ctl).await?;
@@ -932,6 +903,17 @@ impl Rotation {
             node,
             ns: CONTROLLER_NS.to_string(),
         })
+    }
+
+    /// Karpenter and the kubelet for this pool, capacity Ready after 3 s each step.
+    fn ready_actor(&self) -> actor::Actor {
+        actor::Actor::start(
+            self.admin.clone(),
+            &self.pool,
+            actor::Mode::Ready,
+            Duration::from_secs(3),
+            Duration::from_secs(3),
+        )
     }
 
     fn controller(&self, name: &str) -> Result<ControllerProcess, Error> {
@@ -1149,13 +1131,7 @@ async fn rotation_full_surge_completes_once_and_counts_one_success() -> TestResu
     let env = harness!();
     let _one = ROTATION.lock().await;
     let fx = Rotation::new(&env, "rot-full", surge("2m")).await?;
-    let actor = actor::Actor::start(
-        fx.admin.clone(),
-        &fx.pool,
-        actor::Mode::Ready,
-        Duration::from_secs(3),
-        Duration::from_secs(3),
-    );
+    let actor = fx.ready_actor();
     let ctl = fx.controller("full-a")?;
     full_surge(&fx, actor, &ctl).await
 }
@@ -1246,13 +1222,7 @@ fn image_or_skip(test: &str) -> Result<bool, Error> {
 async fn in_cluster_rotation(env: &Env, deployment: &Value, pod: &str, test: &str) -> TestResult {
     let mut fx = Rotation::new(env, test, surge("2m")).await?;
     fx.ns = deployment["metadata"]["namespace"].as_str().ok_or("namespace")?.to_string();
-    let actor = actor::Actor::start(
-        fx.admin.clone(),
-        &fx.pool,
-        actor::Mode::Ready,
-        Duration::from_secs(3),
-        Duration::from_secs(3),
-    );
+    let actor = fx.ready_actor();
     // The Lease timings of the other rotation tests (busy CI cores); the metrics address is a
     // free host port, since the container shares the host's network.
     let mut ctl = kubelet::PodContainer::start(
@@ -1866,13 +1836,7 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
     let policy = json!({"readyTimeout": "10m", "cooldownAfter": "20s", "retryBackoff": "30m"});
     let mut fx = Rotation::new(&env, "helm-rot", policy).await?;
     fx.ns = ns.to_string();
-    let mut actor = Some(actor::Actor::start(
-        fx.admin.clone(),
-        &fx.pool,
-        actor::Mode::Ready,
-        Duration::from_secs(3),
-        Duration::from_secs(3),
-    ));
+    let mut actor = Some(fx.ready_actor());
     let mut operator = Some(kubelet::PodContainer::start(
         &env,
         &deployment,
@@ -2179,12 +2143,10 @@ async fn killed_in(test: &str, kill: Kill) -> TestResult {
         Ok::<(), Error>(())
     }
     .await;
-    if result.is_err() {
-        eprintln!("first controller log:\n{}", first.log_text());
-        if let Some(next) = &second {
-            eprintln!("second controller log:\n{}", next.log_text());
-        }
-    }
+    print_logs_on_error(
+        &result,
+        &[("first controller", Some(&first)), ("second controller", second.as_ref())],
+    );
     actor.stop().await;
     fx.cleanup().await;
     result
@@ -2267,6 +2229,17 @@ async fn rotation_two_controllers_one_reconciles_and_the_standby_takes_over() ->
     result
 }
 
+/// The log of each controller that started, when `result` is an error.
+fn print_logs_on_error(result: &TestResult, controllers: &[(&str, Option<&ControllerProcess>)]) {
+    if result.is_err() {
+        for (name, ctl) in controllers {
+            if let Some(ctl) = ctl {
+                eprintln!("{name} log:\n{}", ctl.log_text());
+            }
+        }
+    }
+}
+
 /// Two installs of the operator in one cluster (the same RBAC in two namespaces): while the first
 /// leads, the second refuses to, naming the first's Lease and holder; once the first stops, the
 /// second leads.
@@ -2321,12 +2294,10 @@ async fn a_second_install_refuses_to_lead_and_names_the_first() -> TestResult {
         Ok::<(), Error>(())
     }
     .await;
-    if result.is_err() {
-        eprintln!("first install:\n{}", first.log_text());
-        if let Some(ctl) = &second {
-            eprintln!("second install:\n{}", ctl.log_text());
-        }
-    }
+    print_logs_on_error(
+        &result,
+        &[("first install", Some(&first)), ("second install", second.as_ref())],
+    );
     if let Some(ctl) = second.as_mut() {
         ctl.terminate();
     }

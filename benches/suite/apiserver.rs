@@ -603,15 +603,7 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
     let scratch = std::env::temp_dir().join(format!("noderotation-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let op_kc = scratch.join("operator.kubeconfig");
-    std::fs::write(
-        &op_kc,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: p, cluster: {{server: \"http://{}\"}}}}]\n\
-             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: p, context: {{cluster: p, user: u}}}}]\n\
-             current-context: p\n",
-            proxy.addr
-        ),
-    )?;
+    std::fs::write(&op_kc, proxy.kubeconfig())?;
     let (mport, hport) = (free_port()?, free_port()?);
     let log = std::fs::File::create(scratch.join("operator.log"))?;
     let started = Instant::now();

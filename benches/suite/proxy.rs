@@ -75,6 +75,19 @@ impl Proxy {
     }
 }
 
+impl Proxy {
+    /// A kubeconfig whose only cluster is this proxy (plain HTTP, no credentials: `kubectl
+    /// proxy` behind it holds them).
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: p, cluster: {{server: \"http://{}\"}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: p, context: {{cluster: p, user: u}}}}]\n\
+             current-context: p\n",
+            self.addr
+        )
+    }
+}
+
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
