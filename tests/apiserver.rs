@@ -10,6 +10,10 @@ mod actor;
 mod kubelet;
 #[path = "apiserver/support.rs"]
 mod support;
+// The bench suite's recording proxy: what the operator sends, request by request.
+#[allow(dead_code)]
+#[path = "../benches/suite/proxy.rs"]
+mod proxy;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -72,6 +76,21 @@ async fn preflight_names_a_resource_rbac_cannot_read() -> TestResult {
     Ok(())
 }
 
+/// `noderotation run` with `extra` flags as `kubeconfig`, expected to stop at its preflight: the
+/// whole output.
+async fn run_to_preflight(
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> Result<std::process::Output, Error> {
+    let mut command = std::process::Command::new(binary());
+    command
+        .args(["run", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"])
+        .args(["--log-format", "text"])
+        .args(extra)
+        .env("KUBECONFIG", kubeconfig);
+    Ok(tokio::task::spawn_blocking(move || command.output()).await??)
+}
+
 /// The binary against a second, bare API server (no Karpenter CRDs): non-zero exit, and the
 /// message names the missing resource.
 #[tokio::test]
@@ -96,14 +115,7 @@ async fn run_exits_non_zero_naming_the_missing_karpenter_resource() -> TestResul
         })
         .await?;
         let kubeconfig = info["kubeconfig"].as_str().ok_or("no kubeconfig in the ready file")?;
-        let kubeconfig = kubeconfig.to_string();
-        let out = tokio::task::spawn_blocking(move || {
-            std::process::Command::new(binary())
-                .args(["run", "--metrics-addr", "127.0.0.1:0", "--log-format", "text"])
-                .env("KUBECONFIG", kubeconfig)
-                .output()
-        })
-        .await??;
+        let out = run_to_preflight(Path::new(kubeconfig), &[]).await?;
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(stderr.contains("error: preflight:"), "{stderr}");
@@ -153,6 +165,38 @@ async fn plan_reads_the_nodepool_from_the_cluster() -> TestResult {
     assert_eq!(missing.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&missing.stderr);
     assert!(stderr.contains("--from-cluster: cannot read NodePool \"no-such-pool\""), "{stderr}");
+    Ok(())
+}
+
+/// `noderotation run` against a placeholder PriorityClass that is not negative and may preempt:
+/// exit 2 before anything else, naming the class and what to change.
+#[tokio::test]
+async fn run_refuses_a_placeholder_priority_class_that_is_not_negative() -> TestResult {
+    let env = harness!();
+    let class = "noderotation-test-positive";
+    env.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(
+            &json!({
+                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": class}, "value": 1000,
+                "description": "not a placeholder class: positive, preempts (the default policy)"
+            })
+            .to_string(),
+        ),
+    )?;
+    let extra = ["--namespace", CONTROLLER_NS, "--priority-class", class];
+    let out = run_to_preflight(&env.kubeconfig, &extra).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("PriorityClass \"{class}\" is not safe")), "{stderr}");
+    assert!(stderr.contains("its value is 1000 (it must be negative"), "{stderr}");
+    assert!(
+        stderr.contains("preemptionPolicy is PreemptLowerPriority (it must be Never"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("became leader"), "{stderr}");
+    eprintln!("preflight message: {}", stderr.lines().last().unwrap_or_default());
     Ok(())
 }
 
@@ -442,8 +486,8 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
             "metadata": {"name": "kc-semantics-placeholder", "namespace": CONTROLLER_NS,
                          "labels": {"app.kubernetes.io/managed-by": "noderotation"},
                          "annotations": {"noderotation.io/surge-for": claim}},
-            "spec": {"priorityClassName": "noderotation-placeholder",
-                     "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}
+            "spec": restricted(json!({"priorityClassName": "noderotation-placeholder",
+                     "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}))
         }))?;
         c.create_pod(&pod)?;
         assert_eq!(c.create_pod(&pod), Err(ApiError::AlreadyExists));
@@ -541,47 +585,6 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
 
 // ---- (d) RBAC --------------------------------------------------------------------------------
 
-#[test]
-fn the_cluster_role_is_exactly_the_supplement_list() -> TestResult {
-    let role = deploy_cluster_role()?;
-    let mut got = Vec::new();
-    for rule in role["rules"].as_array().ok_or("no rules")? {
-        for group in rule["apiGroups"].as_array().into_iter().flatten() {
-            for res in rule["resources"].as_array().into_iter().flatten() {
-                let mut verbs: Vec<String> = rule["verbs"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect();
-                verbs.sort();
-                got.push(format!(
-                    "{}/{}: {}",
-                    group.as_str().unwrap_or_default(),
-                    res.as_str().unwrap_or_default(),
-                    verbs.join(",")
-                ));
-            }
-        }
-    }
-    got.sort();
-    let mut want = [
-        "/events: create,patch",
-        "/nodes: get,list,patch,update,watch",
-        "/pods: get,list,watch",
-        "events.k8s.io/events: create,patch",
-        "karpenter.sh/nodeclaims: delete,get,list,patch,update,watch",
-        "karpenter.sh/nodepools: get,list,patch,update,watch",
-        "noderotation.io/rotationpolicies: get,list,watch",
-        "noderotation.io/rotationpolicies/status: patch,update",
-        // Beyond the supplement: the preflight reads the placeholder PriorityClass.
-        "scheduling.k8s.io/priorityclasses: get",
-    ];
-    want.sort();
-    assert_eq!(got, want);
-    Ok(())
-}
-
 #[tokio::test]
 async fn rbac_allows_the_controller_writes_and_denies_creating_nodeclaims() -> TestResult {
     let env = harness!();
@@ -625,8 +628,8 @@ async fn rbac_allows_the_controller_writes_and_denies_creating_nodeclaims() -> T
     .await?;
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "rbac-placeholder", "labels": {"app.kubernetes.io/managed-by": "noderotation"}},
-        "spec": {"priorityClassName": "noderotation-placeholder",
-                 "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}
+        "spec": restricted(json!({"priorityClassName": "noderotation-placeholder",
+                 "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}))
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
     pods.delete("rbac-placeholder", &DeleteParams::default()).await?;
@@ -662,6 +665,137 @@ async fn rbac_allows_the_controller_writes_and_denies_creating_nodeclaims() -> T
     })
     .await??;
     remove_finalizers(&admin, "NodeClaim", claim).await?;
+    Ok(())
+}
+
+/// (group, resource with subresource, namespace) of an API request target; `None` for
+/// discovery and other non-resource paths.
+fn api_object(target: &str) -> Option<(String, String, Option<String>)> {
+    let path = target.split('?').next().unwrap_or(target);
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, rest) = match segs.as_slice() {
+        ["api", _version, rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, more @ ..] if !more.is_empty() => (Some(ns.to_string()), more),
+        other => (None, other),
+    };
+    let resource = match rest {
+        [] => return None,
+        [r] | [r, _] => r.to_string(),
+        [r, _, sub, ..] => format!("{r}/{sub}"),
+    };
+    Some((group.to_string(), resource, namespace))
+}
+
+/// The RBAC verb of a request the recording proxy classified (`get`, `list`, `watch`, or the
+/// HTTP method in lower case).
+fn rbac_verb(verb: &str) -> &str {
+    match verb {
+        "post" => "create",
+        "put" => "update",
+        other => other,
+    }
+}
+
+/// A `kubectl proxy` child, stopped on drop.
+struct KubectlProxy(std::process::Child);
+
+impl Drop for KubectlProxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The operator (`run` through a rotation, then `uninstall --dry-run`) under the base's roles,
+/// talking through a recording proxy: every request it sends is one `src/cluster/access.rs`
+/// lists (so the roles, which the deploy tests hold to that table, grant nothing it does not
+/// send), and the pods of a node are listed from the watch cache (`resourceVersion=0`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> TestResult {
+    use noderotation::cluster::access::{REQUESTS, Scope};
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    // kubectl proxy (the controller identity's credentials) <- recording proxy <- the operator.
+    let kport = free_port()?;
+    let _kubectl_proxy = KubectlProxy(
+        std::process::Command::new(env.kubectl_path())
+            .args(["proxy", "--address=127.0.0.1", &format!("--port={kport}")])
+            .env("KUBECONFIG", &env.controller_kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?,
+    );
+    eventually("kubectl proxy", Duration::from_secs(20), || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", kport)).await.ok().map(|_| ())
+    })
+    .await?;
+    let recorder = proxy::Proxy::start(([127, 0, 0, 1], kport).into())?;
+    let fx = Rotation::new(&env, "rot-access", surge("2m")).await?;
+    let kubeconfig = fx.dir.join("recorded.kubeconfig");
+    std::fs::write(&kubeconfig, recorder.kubeconfig())?;
+    let actor = fx.ready_actor();
+    let mut ctl =
+        ControllerProcess::start(&kubeconfig, "access-a", "noderotation", &fx.dir.join("a.log"))?;
+    full_surge(&fx, actor, &ctl).await?;
+    ctl.terminate();
+    let uninstall = std::process::Command::new(binary())
+        .args(["uninstall", "--dry-run", "--namespace", CONTROLLER_NS])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()?;
+    assert!(uninstall.status.success(), "{}", String::from_utf8_lossy(&uninstall.stderr));
+
+    let requests = recorder.log.all();
+    let mut unlisted = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    for r in &requests {
+        let Some((group, resource, namespace)) = api_object(&r.target) else { continue };
+        let verb = rbac_verb(&r.verb);
+        let here = namespace.as_deref() == Some(CONTROLLER_NS);
+        // The operator's namespace first: a request there is the Role's when the Role has it.
+        let mut candidates = REQUESTS
+            .iter()
+            .filter(|a| a.group == group && a.resource == resource && a.verb == verb);
+        let listed = candidates
+            .clone()
+            .find(|a| a.scope == Scope::Namespace && here)
+            .or_else(|| candidates.find(|a| a.scope == Scope::Cluster));
+        match listed {
+            Some(a) => {
+                seen.insert((a.group, a.resource, a.verb, a.scope));
+            }
+            None => {
+                unlisted
+                    .insert(format!("{verb} {group}/{resource} in {namespace:?}: {}", r.target));
+            }
+        }
+    }
+    assert!(requests.len() > 20, "the proxy recorded {} requests", requests.len());
+    assert!(unlisted.is_empty(), "sent but not in src/cluster/access.rs: {unlisted:#?}");
+    let never: Vec<_> = REQUESTS
+        .iter()
+        .filter(|a| !seen.contains(&(a.group, a.resource, a.verb, a.scope)))
+        .map(|a| format!("{} {}/{} ({:?}, {:?})", a.verb, a.group, a.resource, a.scope, a.who))
+        .collect();
+    eprintln!(
+        "{} requests; {} of the {} listed seen; not sent in this run: {never:#?}",
+        requests.len(),
+        seen.len(),
+        REQUESTS.len()
+    );
+    // The pods of a node: listed from the watch cache, by field selector.
+    let node_lists: Vec<_> = requests
+        .iter()
+        .filter(|r| r.verb == "list" && r.target.starts_with("/api/v1/pods?"))
+        .collect();
+    assert!(!node_lists.is_empty(), "no pod list by node was sent");
+    for r in node_lists {
+        assert!(r.target.contains("fieldSelector=spec.nodeName"), "{}", r.target);
+        assert!(r.target.contains("resourceVersion=0"), "{}", r.target);
+    }
     Ok(())
 }
 
@@ -725,6 +859,9 @@ fn the_deployment_is_hardened() -> TestResult {
     assert!(c["resources"]["requests"].is_object() && c["resources"]["limits"].is_object());
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], json!("/healthz"));
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], json!("/readyz"));
+    // The probes have a port of their own: the metrics port may be closed or authenticated.
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], json!("health"));
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], json!("health"));
     let pc: Value = serde_norway::from_str(&std::fs::read_to_string(
         Path::new(REPO).join("deploy/base/priorityclass.yaml"),
     )?)?;
@@ -816,6 +953,17 @@ impl Rotation {
             node,
             ns: CONTROLLER_NS.to_string(),
         })
+    }
+
+    /// Karpenter and the kubelet for this pool, capacity Ready after 3 s each step.
+    fn ready_actor(&self) -> actor::Actor {
+        actor::Actor::start(
+            self.admin.clone(),
+            &self.pool,
+            actor::Mode::Ready,
+            Duration::from_secs(3),
+            Duration::from_secs(3),
+        )
     }
 
     fn controller(&self, name: &str) -> Result<ControllerProcess, Error> {
@@ -1033,13 +1181,7 @@ async fn rotation_full_surge_completes_once_and_counts_one_success() -> TestResu
     let env = harness!();
     let _one = ROTATION.lock().await;
     let fx = Rotation::new(&env, "rot-full", surge("2m")).await?;
-    let actor = actor::Actor::start(
-        fx.admin.clone(),
-        &fx.pool,
-        actor::Mode::Ready,
-        Duration::from_secs(3),
-        Duration::from_secs(3),
-    );
+    let actor = fx.ready_actor();
     let ctl = fx.controller("full-a")?;
     full_surge(&fx, actor, &ctl).await
 }
@@ -1130,13 +1272,7 @@ fn image_or_skip(test: &str) -> Result<bool, Error> {
 async fn in_cluster_rotation(env: &Env, deployment: &Value, pod: &str, test: &str) -> TestResult {
     let mut fx = Rotation::new(env, test, surge("2m")).await?;
     fx.ns = deployment["metadata"]["namespace"].as_str().ok_or("namespace")?.to_string();
-    let actor = actor::Actor::start(
-        fx.admin.clone(),
-        &fx.pool,
-        actor::Mode::Ready,
-        Duration::from_secs(3),
-        Duration::from_secs(3),
-    );
+    let actor = fx.ready_actor();
     // The Lease timings of the other rotation tests (busy CI cores); the metrics address is a
     // free host port, since the container shares the host's network.
     let mut ctl = kubelet::PodContainer::start(
@@ -1178,21 +1314,42 @@ async fn in_cluster_the_kustomize_base_completes_a_rotation_under_its_own_rbac()
     let _one = ROTATION.lock().await;
     let overlay = scratch("kustomize-overlay");
     let base = relative(&overlay, &Path::new(REPO).join("deploy/base"));
+    // The base's admission policy, renamed with its ServiceAccount by the overlay, binds the
+    // operator under test; narrowed to this test's pool (claims and nodes carry its label) so
+    // that the rest of the tier, running meanwhile, is not under it.
+    let pool = format!("kz-rot-{}", std::process::id());
     std::fs::write(
         overlay.join("kustomization.yaml"),
         format!(
             "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-             namespace: noderotation-kz\nnamePrefix: kz-\nresources:\n  - {}\n",
+             namespace: noderotation-kz\nnamePrefix: kz-\nresources:\n  - {}\n\
+             patches:\n  - target: {{kind: ValidatingAdmissionPolicyBinding}}\n    patch: |-\n\
+             \x20     - op: add\n        path: /spec/matchResources\n\
+             \x20       value: {{objectSelector: {{matchLabels: {{{NODEPOOL_LABEL}: {pool}}}}}}}\n",
             base.display()
         ),
     )?;
     env.kubectl_ok(&["apply", "-k", &overlay.display().to_string()], None)?;
+    let binding: Value = serde_json::from_str(&env.kubectl_ok(
+        &["get", "validatingadmissionpolicybinding", "kz-noderotation-annotations", "-o", "json"],
+        None,
+    )?)?;
+    assert_eq!(binding["spec"]["policyName"], "kz-noderotation-annotations");
+    assert_eq!(
+        binding["spec"]["paramRef"],
+        json!({"name": "kz-noderotation", "namespace": "noderotation-kz", "parameterNotFoundAction": "Allow"})
+    );
     let deployment: Value = serde_json::from_str(&env.kubectl_ok(
         &["get", "deployment", "kz-noderotation", "-n", "noderotation-kz", "-o", "json"],
         None,
     )?)?;
     assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], "kz-noderotation");
-    in_cluster_rotation(&env, &deployment, "kz-noderotation-0", "kz-rot").await
+    // The operator's own writes pass the policy (its claim and node are under it).
+    let result = in_cluster_rotation(&env, &deployment, "kz-noderotation-0", "kz-rot").await;
+    for kind in ["validatingadmissionpolicybinding", "validatingadmissionpolicy"] {
+        let _ = env.kubectl(&["delete", kind, "kz-noderotation-annotations", "--ignore-not-found"]);
+    }
+    result
 }
 
 // ---- (g) the Helm chart under real Helm ----------------------------------------------------------
@@ -1310,6 +1467,338 @@ async fn helm_lint_is_clean_and_every_ci_values_file_passes_a_server_dry_run() -
     Ok(())
 }
 
+/// A Pod with the pod template of `deployment` (a rendered Deployment), in `ns`.
+fn pod_of(deployment: &Value, name: &str, ns: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": deployment["spec"]["template"]["spec"].clone(),
+    })
+}
+
+/// The documents of a rendering (`helm template`), by kind.
+fn rendered(manifest: &str, kind: &str) -> Result<Vec<Value>, Error> {
+    let mut out = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(manifest) {
+        let value: Value = serde::Deserialize::deserialize(doc)?;
+        if value["kind"] == kind {
+            out.push(value);
+        }
+    }
+    Ok(out)
+}
+
+/// The chart's namespace option renders the restricted Pod Security labels, and a namespace
+/// enforcing them admits the operator's pod (chart and kustomize base) and a placeholder as the
+/// controller builds it, while it refuses a pod without a security context.
+#[tokio::test]
+async fn the_operator_and_placeholder_pods_pass_the_restricted_pod_security_standard() -> TestResult
+{
+    let env = harness!();
+    let ns = "noderotation-pss";
+    let manifest =
+        helm(&env, &["template", "nr", CHART, "-n", ns, "--set", "namespace.create=true"])?;
+    let namespace = rendered(&manifest, "Namespace")?.pop().ok_or("no Namespace rendered")?;
+    assert_eq!(namespace["metadata"]["name"], ns);
+    for mode in ["enforce", "warn", "audit"] {
+        assert_eq!(
+            namespace["metadata"]["labels"][format!("pod-security.kubernetes.io/{mode}")],
+            "restricted",
+            "{namespace}"
+        );
+    }
+    assert!(
+        rendered(&helm(&env, &["template", "nr", CHART, "-n", ns])?, "Namespace")?.is_empty(),
+        "no Namespace unless asked"
+    );
+    env.kubectl_ok(&["apply", "-f", "-"], Some(&namespace.to_string()))?;
+    let dry_run = |pod: &Value| {
+        env.kubectl_as(
+            &env.kubeconfig,
+            &["create", "--dry-run=server", "-f", "-"],
+            Some(&pod.to_string()),
+        )
+    };
+    let chart = rendered(&manifest, "Deployment")?.pop().ok_or("no Deployment rendered")?;
+    let base: Value = serde_norway::from_str(&std::fs::read_to_string(
+        Path::new(REPO).join("deploy/base/deployment.yaml"),
+    )?)?;
+    for (which, deployment) in [("chart", &chart), ("kustomize base", &base)] {
+        let out = dry_run(&pod_of(deployment, "operator", ns));
+        assert!(
+            out.status.success(),
+            "{which}: the operator's pod is refused: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A placeholder, built as the controller builds it.
+    let pool: noderotation::karpenter::NodePool =
+        serde_json::from_value(nodepool_json("pss-pool", "pss"))?;
+    let mut claim_value = nodeclaim_json("pss-claim", "pss-pool");
+    claim_value["status"] = json!({"nodeName": "pss-node",
+        "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}});
+    let claim: noderotation::karpenter::NodeClaim = serde_json::from_value(claim_value)?;
+    let mut node_value = node_json("pss-node", "pss-pool");
+    node_value["status"] = json!({"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}});
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(node_value)?;
+    let app: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "app", "namespace": "default"},
+        "spec": {"nodeName": "pss-node", "containers": [{"name": "app", "image": "app",
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}
+    }))?;
+    let policy: noderotation::policy::crd::RotationPolicySpec = serde_json::from_value(json!({
+        "nodePoolSelector": {},
+        "ageThreshold": "1s",
+        "maintenanceWindows": [{"timezone": "UTC", "days": ["Mon"], "start": "00:00", "end": "01:00"}]
+    }))?;
+    let settings = noderotation::policy::settings::Effective::from_spec(&policy)
+        .map_err(|e| format!("{e:?}"))?;
+    let input = noderotation::placeholder::PlaceholderInput {
+        pool: &pool,
+        claim: &claim,
+        node: Some(&node),
+        pods: std::slice::from_ref(&app),
+        settings: &settings,
+        namespace: ns,
+        priority_class: "noderotation-placeholder",
+        pause_image: "registry.k8s.io/pause:3.10",
+    };
+    let placeholder =
+        noderotation::placeholder::build_placeholder(&input).map_err(|e| format!("{e:?}"))?;
+    let out = dry_run(&serde_json::to_value(&placeholder.pod)?);
+    assert!(
+        out.status.success(),
+        "the placeholder is refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The namespace does enforce: a pod without a security context is refused.
+    let bare = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}});
+    let out = dry_run(&bare);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("violates PodSecurity \"restricted"),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+/// `metrics.auth.enabled` / `--metrics-auth kubernetes`, under exactly the chart's metrics-auth
+/// ClusterRole: `/metrics` answers 401 without a token or with a forged one, 403 to an identity
+/// without `get /metrics`, and the metrics once that identity is bound to the chart's reader
+/// role; the probes answer on their own port without a token, and not the metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_a_token_allowed_to_get_metrics_when_auth_is_on() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let manifest = helm(
+        &env,
+        &["template", "nrauth", CHART, "-n", CONTROLLER_NS, "--set", "metrics.auth.enabled=true"],
+    )?;
+    let roles = rendered(&manifest, "ClusterRole")?;
+    let role = |suffix: &str| {
+        roles
+            .iter()
+            .find(|r| r["metadata"]["name"].as_str().is_some_and(|n| n.ends_with(suffix)))
+            .cloned()
+            .ok_or(format!("no ClusterRole *{suffix} rendered"))
+    };
+    let (auth, reader) = (role("-metrics-auth")?, role("-metrics-reader")?);
+    let bind = |role: &Value, name: &str| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role["metadata"]["name"]},
+            "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": CONTROLLER_USER}]
+        })
+    };
+    let _ =
+        env.kubectl(&["delete", "clusterrolebinding", "nrauth-test-reader", "--ignore-not-found"]);
+    for doc in [&auth, &reader, &bind(&auth, "nrauth-test-auth")] {
+        env.kubectl_ok(&["apply", "-f", "-"], Some(&doc.to_string()))?;
+    }
+    let dir = scratch("metrics-auth");
+    let ctl = ControllerProcess::start_in(
+        CONTROLLER_NS,
+        &env.controller_kubeconfig,
+        "metrics-auth",
+        "noderotation",
+        &dir.join("controller.log"),
+        &["--metrics-auth", "kubernetes"],
+    )?;
+    let result = async {
+        let port = ctl.metrics_port;
+        eventually("the metrics listener", Duration::from_secs(60), || async {
+            http_get(port, "/metrics", None).await.ok()
+        })
+        .await?;
+        let status = |out: &str| out.lines().next().unwrap_or_default().to_string();
+        let none = http_get(port, "/metrics", None).await?;
+        assert_eq!(status(&none), "HTTP/1.1 401 Unauthorized", "{none}");
+        assert!(none.contains("a bearer token is required"), "{none}");
+        let forged = http_get(port, "/metrics", Some("not-a-token")).await?;
+        assert_eq!(status(&forged), "HTTP/1.1 401 Unauthorized", "{forged}");
+        // The harness's controller user: authenticated, but not allowed to get /metrics.
+        let user = kubeconfig_token(&env.controller_kubeconfig)?;
+        let denied = http_get(port, "/metrics", Some(&user)).await?;
+        assert_eq!(status(&denied), "HTTP/1.1 403 Forbidden", "{denied}");
+        assert!(denied.contains("noderotation-controller may not get /metrics"), "{denied}");
+        // Bound to the chart's reader role, it may (RBAC takes effect within moments).
+        env.kubectl_ok(
+            &["apply", "-f", "-"],
+            Some(&bind(&reader, "nrauth-test-reader").to_string()),
+        )?;
+        let allowed =
+            eventually("the reader role to allow a scrape", Duration::from_secs(20), || async {
+                let out = http_get(port, "/metrics", Some(&user)).await.ok()?;
+                (status(&out) == "HTTP/1.1 200 OK").then_some(out)
+            })
+            .await?;
+        assert!(allowed.contains("noderotation_build_info"), "{allowed}");
+        // The probes: their own port, no token needed, no metrics there.
+        let health = ctl.health_port;
+        let live = http_get(health, "/healthz", None).await?;
+        assert_eq!(status(&live), "HTTP/1.1 200 OK", "{live}");
+        let elsewhere = http_get(health, "/metrics", Some(&user)).await?;
+        assert_eq!(status(&elsewhere), "HTTP/1.1 404 Not Found", "{elsewhere}");
+        Ok::<(), Error>(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("controller log:\n{}", ctl.log_text());
+    }
+    drop(ctl);
+    let _ =
+        env.kubectl(&["delete", "clusterrolebinding", "nrauth-test-auth", "nrauth-test-reader"]);
+    result
+}
+
+/// A client acting as `user` (impersonated by the harness admin).
+async fn impersonating(env: &Env, user: &str) -> Result<kube::Client, Error> {
+    let kc = kube::config::Kubeconfig::read_from(&env.kubeconfig)?;
+    let mut config =
+        Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+    config.auth_info.impersonate = Some(user.to_string());
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// A merge patch of `annotations` (a null value removes the key) on a cluster-scoped object.
+async fn annotate(
+    client: &kube::Client,
+    kind: &str,
+    name: &str,
+    annotations: Value,
+) -> Result<(), kube::Error> {
+    let patch = json!({"metadata": {"annotations": annotations}});
+    dyn_api(client, kind).patch(name, &PatchParams::default(), &KubePatch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// The chart's admission policy (rendered by Helm; its binding narrowed to this test's objects
+/// with an object selector, so the rest of the tier is not under it): a user's hand-written
+/// anchor is refused with a message naming the key, so is the removal of the operator's key;
+/// `noderotation.io/freeze` is the user's to set; the operator's ServiceAccount writes pass.
+#[tokio::test]
+async fn admission_policy_refuses_a_users_anchor_and_allows_freeze() -> TestResult {
+    let env = harness!();
+    let (release, ns) = ("vap", "noderotation-vap");
+    let pool = format!("vap-pool-{}", std::process::id());
+    let _ = env.kubectl(&["create", "namespace", ns]);
+    let manifest = helm(&env, &["template", release, CHART, "-n", ns])?;
+    let one = |kind: &str| -> Result<Value, Error> {
+        rendered(&manifest, kind)?.into_iter().next().ok_or_else(|| format!("no {kind}").into())
+    };
+    let (policy, mut binding) =
+        (one("ValidatingAdmissionPolicy")?, one("ValidatingAdmissionPolicyBinding")?);
+    let operator = format!("system:serviceaccount:{ns}:{release}-noderotation");
+    assert_eq!(
+        binding["spec"]["paramRef"],
+        json!({"name": format!("{release}-noderotation"),
+        "namespace": ns, "parameterNotFoundAction": "Allow"})
+    );
+    binding["spec"]["matchResources"] =
+        json!({"objectSelector": {"matchLabels": {TEST_LABEL: pool}}});
+    for doc in
+        [one("ServiceAccount")?, one("ClusterRole")?, one("ClusterRoleBinding")?, policy, binding]
+    {
+        env.kubectl_ok(&["apply", "-f", "-"], Some(&doc.to_string()))?;
+    }
+    let admin = env.admin().await?;
+    let _ = dyn_api(&admin, "NodePool").delete(&pool, &DeleteParams::default()).await;
+    eventually("the old pool gone", Duration::from_secs(20), || async {
+        dyn_api(&admin, "NodePool").get_opt(&pool).await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    create(&admin, &nodepool_json(&pool, &pool)).await?;
+    let result = async {
+        // A person hand-writes an anchor: refused once the API server has loaded the policy
+        // (a new value each try, so that a try before then is not an unchanged key after).
+        let mut attempt = 0;
+        let refusal =
+            eventually("the policy to refuse a user's anchor", Duration::from_secs(30), || {
+                attempt += 1;
+                let (admin, pool) = (admin.clone(), pool.clone());
+                async move {
+                    let anchor =
+                        json!({"noderotation.io/active-rotation.1": format!("claim-{attempt}")});
+                    match annotate(&admin, "NodePool", &pool, anchor).await {
+                        Ok(()) => None,
+                        Err(err) => Some(err.to_string()),
+                    }
+                }
+            })
+            .await?;
+        assert!(refusal.contains("noderotation.io/active-rotation.1"), "{refusal}");
+        assert!(
+            refusal.contains(&format!("only the noderotation operator ({operator})")),
+            "{refusal}"
+        );
+        // The freeze is the user's.
+        annotate(
+            &admin,
+            "NodePool",
+            &pool,
+            json!({"noderotation.io/freeze": "2099-01-01T00:00:00Z"}),
+        )
+        .await?;
+        // The operator writes its keys, and removes the anchor a try may have left.
+        let as_operator = impersonating(&env, &operator).await?;
+        annotate(
+            &as_operator,
+            "NodePool",
+            &pool,
+            json!({"noderotation.io/last-rotation-at": "2026-01-01T00:00:00Z",
+                   "noderotation.io/active-rotation.1": null}),
+        )
+        .await?;
+        // A person may not remove them either, nor change them.
+        let removal =
+            annotate(&admin, "NodePool", &pool, json!({"noderotation.io/last-rotation-at": null}))
+                .await
+                .err()
+                .ok_or("a user removed the operator's key")?;
+        assert!(removal.to_string().contains("noderotation.io/last-rotation-at"), "{removal}");
+        let unfrozen =
+            annotate(&admin, "NodePool", &pool, json!({"noderotation.io/freeze": null})).await;
+        assert!(unfrozen.is_ok(), "lifting the freeze: {unfrozen:?}");
+        let ann = dyn_api(&admin, "NodePool").get(&pool).await?.annotations().clone();
+        assert_eq!(
+            ann.get("noderotation.io/last-rotation-at").map(String::as_str),
+            Some("2026-01-01T00:00:00Z")
+        );
+        assert!(!ann.contains_key("noderotation.io/active-rotation.1"), "{ann:?}");
+        Ok::<(), Error>(())
+    }
+    .await;
+    let name = format!("{release}-noderotation-annotations");
+    let _ =
+        env.kubectl(&["delete", "validatingadmissionpolicybinding", &name, "--ignore-not-found"]);
+    let _ = env.kubectl(&["delete", "validatingadmissionpolicy", &name, "--ignore-not-found"]);
+    let _ = dyn_api(&admin, "NodePool").delete(&pool, &DeleteParams::default()).await;
+    result
+}
+
 /// A pod of the uninstall hook and of the operator, played by [`kubelet::PodContainer`]: when
 /// the hook's Job appears its pod runs to completion and the Job is marked Complete; when the
 /// Deployment is scaled to zero the operator's container is stopped (SIGTERM), as the
@@ -1321,7 +1810,7 @@ async fn play_uninstall_hook(
     deployment: &str,
     operator: &mut Option<kubelet::PodContainer>,
     dir: &Path,
-) -> TestResult {
+) -> Result<String, Error> {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::batch::v1::Job;
     let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
@@ -1368,7 +1857,7 @@ async fn play_uninstall_hook(
     )
     .await?;
     eprintln!("uninstall hook log:\n{log}");
-    Ok(())
+    Ok(log)
 }
 
 /// The README's quick start: `helm install` with a RotationPolicy from the chart's values
@@ -1387,6 +1876,10 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
     }
     let _one = ROTATION.lock().await;
     let (release, ns) = ("nr", "noderotation-helm");
+    // The namespace option as operations.md documents it: the namespace exists (Helm records
+    // the release there first) and the chart takes it over with its Pod Security labels, so the
+    // placeholders below are admitted under `restricted`.
+    let _ = env.kubectl(&["create", "namespace", ns]);
     // A short cooldown: the second rotation starts soon after the first, once the test has put
     // a workload on the surge node (an empty node is refused a placeholder).
     let surge = json!({"readyTimeout": "10m", "cooldownAfter": "20s", "retryBackoff": "30m"});
@@ -1413,26 +1906,29 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
             CHART,
             "-n",
             ns,
-            "--create-namespace",
+            "--take-ownership",
+            "--set",
+            "namespace.create=true",
             "-f",
             &values_file.display().to_string(),
         ],
     )?;
     let listed = env.kubectl_ok(&["get", "rotationpolicies"], None)?;
     assert!(listed.contains(&fx.pool), "kubectl get rotationpolicies:\n{listed}");
+    let namespace: Value =
+        serde_json::from_str(&env.kubectl_ok(&["get", "namespace", ns, "-o", "json"], None)?)?;
+    assert_eq!(namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted");
     let name = format!("{release}-noderotation");
     let deployment: Value = serde_json::from_str(
         &env.kubectl_ok(&["get", "deployment", &name, "-n", ns, "-o", "json"], None)?,
     )?;
     assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], name.as_str());
+    // The admission policy is on by default: the rotation below passes it (the operator's own
+    // writes), a person's hand-written anchor does not.
+    let guard = format!("{name}-annotations");
+    env.kubectl_ok(&["get", "validatingadmissionpolicybinding", &guard], None)?;
 
-    let mut actor = Some(actor::Actor::start(
-        fx.admin.clone(),
-        &fx.pool,
-        actor::Mode::Ready,
-        Duration::from_secs(3),
-        Duration::from_secs(3),
-    ));
+    let mut actor = Some(fx.ready_actor());
     let mut operator = Some(kubelet::PodContainer::start(
         &env,
         &deployment,
@@ -1455,6 +1951,23 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
             (completed(&m, &fx.pool, "success") == Some(1.0)).then_some(())
         })
         .await?;
+        // A person cannot start a rotation by hand (once the API server has the policy).
+        let mut attempt = 0;
+        let refusal = eventually(
+            "the installed policy to refuse a hand-written anchor",
+            Duration::from_secs(30),
+            || {
+                attempt += 1;
+                let (admin, pool) = (fx.admin.clone(), fx.pool.clone());
+                async move {
+                    let anchor =
+                        json!({"noderotation.io/active-rotation.2": format!("by-hand-{attempt}")});
+                    annotate(&admin, "NodePool", &pool, anchor).await.err().map(|e| e.to_string())
+                }
+            },
+        )
+        .await?;
+        assert!(refusal.contains("noderotation.io/active-rotation.2"), "{refusal}");
         // The user's own markers, which uninstall must leave alone.
         let user_pool = format!("{}-user", fx.pool);
         let mut frozen = nodepool_json(&user_pool, &user_pool);
@@ -1490,11 +2003,23 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
                 helm(&env, &["uninstall", release, "-n", ns, "--timeout", "5m"])
             })
         };
-        play_uninstall_hook(&env, &fx.admin, ns, &name, &mut operator, &fx.dir).await?;
+        let hook_log =
+            play_uninstall_hook(&env, &fx.admin, ns, &name, &mut operator, &fx.dir).await?;
         let out = uninstall.await??;
         assert!(out.contains("uninstalled"), "{out}");
         let policies = env.kubectl_ok(&["get", "rotationpolicies", "-o", "name"], None)?;
         assert!(!policies.contains(&fx.pool), "the release's policy outlived it: {policies}");
+        // The hook lifted the admission policy before it stopped the operator or cleaned up,
+        // and the policy went with the release.
+        let lifted = hook_log
+            .find(&format!("ValidatingAdmissionPolicyBinding {guard}: deleted"))
+            .ok_or(format!("the hook did not delete the binding:\n{hook_log}"))?;
+        let stopped = hook_log.find("scaled to 0").ok_or("the hook did not stop the operator")?;
+        assert!(lifted < stopped, "{hook_log}");
+        for kind in ["validatingadmissionpolicybinding", "validatingadmissionpolicy"] {
+            let out = env.kubectl(&["get", kind, &guard]);
+            assert!(!out.status.success(), "{kind} {guard} is left after helm uninstall");
+        }
 
         // Nothing of ours: no noderotation.io key on the pool, the claims or any node but the
         // user's freeze; no cordon or do-not-disrupt of ours; no placeholder.
@@ -1712,12 +2237,10 @@ async fn killed_in(test: &str, kill: Kill) -> TestResult {
         Ok::<(), Error>(())
     }
     .await;
-    if result.is_err() {
-        eprintln!("first controller log:\n{}", first.log_text());
-        if let Some(next) = &second {
-            eprintln!("second controller log:\n{}", next.log_text());
-        }
-    }
+    print_logs_on_error(
+        &result,
+        &[("first controller", Some(&first)), ("second controller", second.as_ref())],
+    );
     actor.stop().await;
     fx.cleanup().await;
     result
@@ -1797,6 +2320,81 @@ async fn rotation_two_controllers_one_reconciles_and_the_standby_takes_over() ->
     }
     actor.stop().await;
     fx.cleanup().await;
+    result
+}
+
+/// The log of each controller that started, when `result` is an error.
+fn print_logs_on_error(result: &TestResult, controllers: &[(&str, Option<&ControllerProcess>)]) {
+    if result.is_err() {
+        for (name, ctl) in controllers {
+            if let Some(ctl) = ctl {
+                eprintln!("{name} log:\n{}", ctl.log_text());
+            }
+        }
+    }
+}
+
+/// Two installs of the operator in one cluster (the same RBAC in two namespaces): while the first
+/// leads, the second refuses to, naming the first's Lease and holder; once the first stops, the
+/// second leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_install_refuses_to_lead_and_names_the_first() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let second_ns = "noderotation-second";
+    let _ = env.kubectl(&["create", "namespace", second_ns]);
+    env.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&namespaced_rbac_for_user(CONTROLLER_USER, second_ns)?),
+    )?;
+    let dir = scratch("second-install");
+    let kubeconfig = &env.controller_kubeconfig;
+    let mut first =
+        ControllerProcess::start(kubeconfig, "first-0", "noderotation", &dir.join("first.log"))?;
+    let mut second = None;
+    let result = async {
+        eventually("the first install leads", Duration::from_secs(60), || async {
+            first.log_text().contains("became leader").then_some(())
+        })
+        .await?;
+        let ctl = second.insert(ControllerProcess::start_in(
+            second_ns,
+            kubeconfig,
+            "second-0",
+            "noderotation",
+            &dir.join("second.log"),
+            &[],
+        )?);
+        let named = format!(
+            "another noderotation install leads in this cluster: Lease {CONTROLLER_NS}/noderotation held by first-0"
+        );
+        eventually("the second install to refuse, naming the first", Duration::from_secs(60), || async {
+            ctl.log_text().contains(&named).then_some(())
+        })
+        .await?;
+        assert!(!ctl.log_text().contains("became leader"), "{}", ctl.log_text());
+        let metrics = eventually("the conflict in /metrics", Duration::from_secs(10), || async {
+            let m = ctl.metrics().await.ok()?;
+            m.lines().any(|l| l == "noderotation_install_conflict 1").then_some(m)
+        })
+        .await?;
+        assert!(metrics.lines().any(|l| l == "noderotation_leader 0"), "{metrics}");
+        // The first install goes (SIGTERM releases its Lease): the second leads.
+        first.terminate();
+        eventually("the second install leads", Duration::from_secs(90), || async {
+            ctl.log_text().contains("became leader").then_some(())
+        })
+        .await?;
+        Ok::<(), Error>(())
+    }
+    .await;
+    print_logs_on_error(
+        &result,
+        &[("first install", Some(&first)), ("second install", second.as_ref())],
+    );
+    if let Some(ctl) = second.as_mut() {
+        ctl.terminate();
+    }
     result
 }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use noderotation::cluster::access::Gate;
 use serde_json::{Value, json};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -458,6 +459,7 @@ fn assert_uninstall_rbac(docs: &[Value], which: &str) {
         ("ClusterRole", "", "nodes", "patch"),
         ("ClusterRole", "", "pods", "list"),
         ("ClusterRole", "noderotation.io", "rotationpolicies", "list"),
+        ("Role", "", "pods", "list"),
         ("Role", "", "pods", "delete"),
         ("Role", "coordination.k8s.io", "leases", "get"),
         ("Role", "apps", "deployments", "get"),
@@ -470,12 +472,183 @@ fn assert_uninstall_rbac(docs: &[Value], which: &str) {
     }
 }
 
+// ---- RBAC: exactly the requests the code sends ---------------------------------------------------
+
+/// One granted verb: (role kind, group, resource, verb, narrowed to resourceNames).
+type Grant = (String, String, String, String, bool);
+
+/// Every verb the ClusterRoles and Roles of `docs` grant, one entry per (group, resource, verb).
+fn granted(docs: &[Value]) -> BTreeSet<Grant> {
+    let mut out = BTreeSet::new();
+    for doc in
+        docs.iter().filter(|d| d["kind"] == json!("ClusterRole") || d["kind"] == json!("Role"))
+    {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        for rule in doc["rules"].as_array().into_iter().flatten() {
+            let strings = |field: &str| -> Vec<String> {
+                rule[field]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            };
+            let named = !strings("resourceNames").is_empty();
+            for group in strings("apiGroups") {
+                for resource in strings("resources") {
+                    for verb in strings("verbs") {
+                        out.insert((kind.into(), group.clone(), resource.clone(), verb, named));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What the code sends (`src/cluster/access.rs`) under `gate`, as the roles must grant it.
+fn sent(gate: Gate) -> BTreeSet<Grant> {
+    use noderotation::cluster::access::{Name, Scope, grants};
+    let mut out = BTreeSet::new();
+    for (scope, kind) in [(Scope::Cluster, "ClusterRole"), (Scope::Namespace, "Role")] {
+        for (group, resource, verb, name) in grants(scope, gate) {
+            out.insert((
+                kind.into(),
+                group.into(),
+                resource.into(),
+                verb.into(),
+                name != Name::Any,
+            ));
+        }
+    }
+    out
+}
+
+/// The verbs a role grants that the code never sends, and those the code sends that no role
+/// grants: both must be empty.
+fn rbac_difference(docs: &[Value], gate: Gate) -> (Vec<Grant>, Vec<Grant>) {
+    let (granted, sent) = (granted(docs), sent(gate));
+    (granted.difference(&sent).cloned().collect(), sent.difference(&granted).cloned().collect())
+}
+
+fn chart_rbac() -> Vec<Value> {
+    documents(&pseudo_render(&read(chart().join("templates/rbac.yaml"))))
+}
+
+fn base_rbac() -> Vec<Value> {
+    documents(&read(Path::new(REPO).join("deploy/base/rbac.yaml")))
+}
+
+/// The chart's roles bound to the operator when `metrics.auth.enabled` (not the reader role it
+/// offers scrapers).
+fn chart_metrics_auth_rbac() -> Vec<Value> {
+    let docs = documents(&pseudo_render(&read(chart().join("templates/metrics-auth.yaml"))));
+    docs.into_iter()
+        .filter(|d| {
+            !d["metadata"]["name"].as_str().unwrap_or_default().ends_with("-metrics-reader")
+        })
+        .collect()
+}
+
+#[test]
+fn chart_and_kustomize_roles_grant_exactly_the_requests_the_code_sends() {
+    for (which, docs, gate) in [
+        ("chart", chart_rbac(), Gate::Always),
+        ("deploy/base", base_rbac(), Gate::Always),
+        ("chart with metrics.auth", chart_metrics_auth_rbac(), Gate::MetricsAuth),
+    ] {
+        let (extra, missing) = rbac_difference(&docs, gate);
+        assert!(
+            extra.is_empty(),
+            "{which}: granted but never sent (src/cluster/access.rs): {extra:#?}"
+        );
+        assert!(missing.is_empty(), "{which}: sent but not granted: {missing:#?}");
+    }
+}
+
+/// The check above fails on one verb too many and on one too few (a test that cannot fail is
+/// no test).
+#[test]
+fn the_rbac_check_catches_an_added_and_a_removed_verb() {
+    let mut docs = base_rbac();
+    let role = docs.iter_mut().find(|d| d["kind"] == json!("ClusterRole")).expect("ClusterRole");
+    let nodes = role["rules"]
+        .as_array_mut()
+        .and_then(|rules| rules.iter_mut().find(|r| r["resources"] == json!(["nodes"])))
+        .expect("the nodes rule");
+    nodes["verbs"].as_array_mut().expect("verbs").push(json!("update"));
+    let (extra, missing) = rbac_difference(&docs, Gate::Always);
+    assert_eq!(
+        extra,
+        [("ClusterRole".into(), "".into(), "nodes".into(), "update".into(), false)],
+        "an added verb"
+    );
+    assert!(missing.is_empty());
+    let mut docs = base_rbac();
+    let role = docs.iter_mut().find(|d| d["kind"] == json!("Role")).expect("Role");
+    let pods = role["rules"]
+        .as_array_mut()
+        .and_then(|rules| rules.iter_mut().find(|r| r["resources"] == json!(["pods"])))
+        .expect("the pods rule");
+    pods["verbs"].as_array_mut().expect("verbs").retain(|v| v != "watch");
+    let (extra, missing) = rbac_difference(&docs, Gate::Always);
+    assert!(extra.is_empty());
+    assert_eq!(
+        missing,
+        [("Role".into(), "".into(), "pods".into(), "watch".into(), false)],
+        "a removed verb"
+    );
+}
+
+// ---- the admission policy on our annotations -----------------------------------------------------
+
+#[test]
+fn chart_and_kustomize_ship_the_same_admission_policy_on_by_default() {
+    let text = read(chart().join("templates/admission-policy.yaml"));
+    assert!(text.starts_with("{{- if .Values.admissionPolicy.enabled }}"));
+    assert_eq!(values_with(None)["admissionPolicy"]["enabled"], json!(true));
+    let rendered = documents(&pseudo_render(&text));
+    let base = documents(&read(Path::new(REPO).join("deploy/base/admission-policy.yaml")));
+    let of = |docs: &[Value], kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == json!(kind))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    // The policy itself, CEL and all, is the same text in both.
+    let policy = of(&base, "ValidatingAdmissionPolicy");
+    assert_eq!(of(&rendered, "ValidatingAdmissionPolicy")["spec"], policy["spec"]);
+    let (chart_binding, base_binding) = (
+        of(&rendered, "ValidatingAdmissionPolicyBinding"),
+        of(&base, "ValidatingAdmissionPolicyBinding"),
+    );
+    for field in ["validationActions", "matchResources"] {
+        assert_eq!(chart_binding["spec"][field], base_binding["spec"][field], "{field}");
+    }
+    assert_eq!(
+        chart_binding["spec"]["paramRef"]["parameterNotFoundAction"],
+        base_binding["spec"]["paramRef"]["parameterNotFoundAction"]
+    );
+    assert_eq!(base_binding["spec"]["validationActions"], json!(["Deny"]));
+    assert_eq!(policy["spec"]["paramKind"], json!({"apiVersion": "v1", "kind": "ServiceAccount"}));
+    // The base's binding names the base's ServiceAccount, and kustomize renames it with it.
+    assert_eq!(base_binding["spec"]["paramRef"]["name"], json!("noderotation"));
+    let kustomization = yaml(Path::new(REPO).join("deploy/base/kustomization.yaml"));
+    assert!(
+        kustomization["resources"]
+            .as_array()
+            .is_some_and(|r| r.contains(&json!("admission-policy.yaml")))
+    );
+    assert_eq!(kustomization["configurations"], json!(["kustomizeconfig.yaml"]));
+    // The uninstall hook lifts it first.
+    let hook = read(chart().join("templates/uninstall-job.yaml"));
+    assert!(hook.contains("- --admission-policy-binding"), "the hook deletes the binding");
+}
+
 #[test]
 fn chart_and_kustomize_rbac_grant_what_uninstall_needs() {
-    let chart_rbac = documents(&pseudo_render(&read(chart().join("templates/rbac.yaml"))));
-    assert_uninstall_rbac(&chart_rbac, "chart");
-    let base = documents(&read(Path::new(REPO).join("deploy/base/rbac.yaml")));
-    assert_uninstall_rbac(&base, "deploy/base");
+    assert_uninstall_rbac(&chart_rbac(), "chart");
+    assert_uninstall_rbac(&base_rbac(), "deploy/base");
 }
 
 #[test]

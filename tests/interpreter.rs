@@ -178,7 +178,8 @@ impl Facts for Toy {
                 _ => Value::Nil,
             },
             Pred::EffectiveBackoff => Value::Duration(Duration::minutes(30)),
-            Pred::HasPlaceholder
+            Pred::PlaceholderClassUnsafe
+            | Pred::HasPlaceholder
             | Pred::SurgeReady
             | Pred::SurgeHostTaken
             | Pred::SurgeUnschedulable => Value::Bool(false),

@@ -924,6 +924,61 @@ fn a_placeholder_that_would_request_nothing_is_refused_and_rolled_back() {
     assert!(!failed[0].contains("readyTimeout"), "{}", failed[0]);
 }
 
+fn priority_class(
+    value: i32,
+    policy: Option<&str>,
+) -> k8s_openapi::api::scheduling::v1::PriorityClass {
+    k8s_openapi::api::scheduling::v1::PriorityClass {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("noderotation-placeholder".into()),
+            ..Default::default()
+        },
+        value,
+        preemption_policy: policy.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+/// A placeholder requests a node's worth of resources and must never preempt a workload: while
+/// the PriorityClass it names is not negative or may preempt (recreated so while the operator
+/// runs), a pending rotation creates none and warns once; a class made safe again lets the next
+/// pass create it, and one that stays unsafe ends in the readyTimeout rollback.
+#[test]
+fn no_placeholder_is_created_while_its_priority_class_is_unsafe() {
+    let mut fx = Fx::new();
+    fx.world.set_placeholder_class(Some(priority_class(1000, None)));
+    fx.claim("c1", Duration::days(10));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(fx.placeholder("c1").is_none(), "no placeholder under an unsafe class");
+    let warned = fx.event_messages("PlaceholderClassUnsafe");
+    assert_eq!(warned.len(), 1);
+    assert!(warned[0].contains("\"noderotation-placeholder\" is not safe"), "{}", warned[0]);
+    assert!(warned[0].contains("its value is 1000"), "{}", warned[0]);
+    assert!(warned[0].contains("preemptionPolicy is PreemptLowerPriority"), "{}", warned[0]);
+    fx.advance(Duration::minutes(1));
+    fx.pass();
+    assert!(fx.placeholder("c1").is_none());
+    assert_eq!(fx.events("PlaceholderClassUnsafe"), 1, "warned once while it lasts");
+
+    // Recreated safe: the next pass creates the placeholder.
+    fx.world.set_placeholder_class(Some(priority_class(-10, Some("Never"))));
+    fx.advance(Duration::minutes(1));
+    fx.pass();
+    assert!(fx.placeholder("c1").is_some(), "created once the class is safe");
+
+    // Unsafe from the start of another rotation to its readyTimeout: rolled back, no placeholder.
+    let mut fx = Fx::new();
+    fx.world.set_placeholder_class(Some(priority_class(-10, Some("PreemptLowerPriority"))));
+    fx.claim("c1", Duration::days(10));
+    fx.pass();
+    fx.advance(Duration::minutes(16));
+    fx.pass();
+    assert!(fx.placeholder("c1").is_none());
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert_eq!(fx.announced("emit:failure"), 1);
+}
+
 /// An admission webhook or a ResourceQuota rejects the placeholder: the pass fails and is
 /// retried until readyTimeout rolls the rotation back, and the failure names the rejection
 /// instead of claiming the surge was "not ready".
@@ -1063,6 +1118,7 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("expired_cleanup", an_expired_claim_still_anchored_is_cleaned_up_without_announcing),
     ("complete_unowned", completion_already_released_by_another_pass_announces_nothing),
     ("placeholder_refused", a_placeholder_that_would_request_nothing_is_refused_and_rolled_back),
+    ("placeholder_class_unsafe", no_placeholder_is_created_while_its_priority_class_is_unsafe),
     ("expiry_unowned", force_expiry_of_a_finalized_claim_seen_through_a_stale_cache_owns_nothing),
     ("drain_stuck", a_drain_past_tgp_plus_buffer_is_reported_stuck_and_keeps_the_gate),
     ("failed_expired", a_failed_claim_still_anchored_and_force_expired_is_claimed_once),

@@ -603,21 +603,14 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
     let scratch = std::env::temp_dir().join(format!("noderotation-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let op_kc = scratch.join("operator.kubeconfig");
-    std::fs::write(
-        &op_kc,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: p, cluster: {{server: \"http://{}\"}}}}]\n\
-             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: p, context: {{cluster: p, user: u}}}}]\n\
-             current-context: p\n",
-            proxy.addr
-        ),
-    )?;
-    let mport = free_port()?;
+    std::fs::write(&op_kc, proxy.kubeconfig())?;
+    let (mport, hport) = (free_port()?, free_port()?);
     let log = std::fs::File::create(scratch.join("operator.log"))?;
     let started = Instant::now();
     let operator = Proc {
         child: operator_command(c)
             .args(["run", "--namespace", NS, "--metrics-addr", &format!("127.0.0.1:{mport}")])
+            .args(["--health-addr", &format!("127.0.0.1:{hport}")])
             .args(["--identity", "bench", "--log-level", "info", "--log-format", "json"])
             .env("KUBECONFIG", &op_kc)
             .stdin(Stdio::null())
@@ -629,7 +622,7 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
     let pid = operator.pid();
     let mut sync = None;
     while started.elapsed() < Duration::from_secs(180) {
-        if http_get(mport, "/readyz").starts_with("HTTP/1.1 200") {
+        if http_get(hport, "/readyz").starts_with("HTTP/1.1 200") {
             sync = Some(started.elapsed());
             break;
         }

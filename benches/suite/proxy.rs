@@ -1,4 +1,5 @@
-//! A counting HTTP/1.1 proxy on loopback: the operator talks plain HTTP to it, it forwards to
+//! A counting HTTP/1.1 proxy on loopback (the bench suite's, and `tests/apiserver.rs`'s record of
+//! what the operator sends): the operator talks plain HTTP to it, it forwards to
 //! `kubectl proxy` (which holds the credentials and the TLS connection to the API server) and
 //! records every request the operator makes as (time, verb, resource). Requests are parsed
 //! only enough to find their ends (Content-Length or chunked bodies); responses, watch streams
@@ -15,6 +16,10 @@ pub struct Request {
     pub at: Instant,
     pub verb: String,
     pub resource: String,
+    /// The request target as sent: path and query (`tests/apiserver.rs` reads the namespace and
+    /// the query from it).
+    #[allow(dead_code)]
+    pub target: String,
 }
 
 impl Request {
@@ -29,6 +34,12 @@ pub struct Log {
 }
 
 impl Log {
+    /// Every request so far.
+    #[allow(dead_code)]
+    pub fn all(&self) -> Vec<Request> {
+        self.requests.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     pub fn between(&self, from: Instant, to: Instant) -> Vec<Request> {
         let all = self.requests.lock().unwrap_or_else(|e| e.into_inner());
         all.iter().filter(|r| r.at >= from && r.at < to).cloned().collect()
@@ -61,6 +72,19 @@ impl Proxy {
             }
         });
         Ok(Proxy { addr, log, stop })
+    }
+}
+
+impl Proxy {
+    /// A kubeconfig whose only cluster is this proxy (plain HTTP, no credentials: `kubectl
+    /// proxy` behind it holds them).
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: p, cluster: {{server: \"http://{}\"}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: p, context: {{cluster: p, user: u}}}}]\n\
+             current-context: p\n",
+            self.addr
+        )
     }
 }
 
@@ -122,7 +146,7 @@ fn forward_requests(
         if !method.is_empty() {
             let (verb, resource) = classify(&method, &target);
             let mut all = log.requests.lock().unwrap_or_else(|e| e.into_inner());
-            all.push(Request { at: Instant::now(), verb, resource });
+            all.push(Request { at: Instant::now(), verb, resource, target: target.clone() });
         }
         out.write_all(&head)?;
         if chunked {

@@ -33,14 +33,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chrono::{DateTime, Utc};
 use clap::Args;
+use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use kube::api::{Api, ListParams, Patch as KubePatch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch as KubePatch, PatchParams};
 use kube::runtime::events::Reporter;
 
 use crate::clock::{Clock, SystemClock};
@@ -75,6 +75,11 @@ pub struct UninstallArgs {
     /// How long to wait for the operator to stop, in seconds.
     #[arg(long, default_value_t = 180)]
     pub wait_seconds: u64,
+    /// Delete this ValidatingAdmissionPolicyBinding first (the policy that lets only the
+    /// operator write noderotation.io/ annotations), so that nothing this run leaves behind
+    /// is out of reach of a person finishing by hand.
+    #[arg(long, value_name = "NAME")]
+    pub admission_policy_binding: Option<String>,
 }
 
 /// One change, applied or (with `--dry-run`) planned.
@@ -297,20 +302,8 @@ fn clean_all<K: Resource>(
     }
 }
 
-/// Who holds the leader Lease at `now`, if anyone: a holder whose last renewal plus the lease
-/// duration is still ahead. A released Lease (kube-lease-manager clears the holder on shutdown)
-/// or an expired one is free.
-pub fn lease_holder(lease: &Lease, now: DateTime<Utc>) -> Option<String> {
-    let spec = lease.spec.as_ref()?;
-    let holder = spec.holder_identity.clone().filter(|h| !h.is_empty())?;
-    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?;
-    let renewed = DateTime::from_timestamp(
-        renewed.0.as_second(),
-        renewed.0.subsec_nanosecond().max(0) as u32,
-    )?;
-    let duration = chrono::Duration::seconds(i64::from(spec.lease_duration_seconds.unwrap_or(0)));
-    (renewed + duration > now).then_some(holder)
-}
+/// Who holds the leader Lease at `now` (the one definition `run` shares).
+pub use crate::runtime::install::lease_holder;
 
 /// Runs `noderotation uninstall`; the process exit code.
 pub fn run(args: &UninstallArgs) -> anyhow::Result<i32> {
@@ -320,6 +313,13 @@ pub fn run(args: &UninstallArgs) -> anyhow::Result<i32> {
 async fn run_async(args: UninstallArgs) -> anyhow::Result<i32> {
     let client = crate::runtime::client().await?;
     let clock = SystemClock;
+    if let Some(binding) = &args.admission_policy_binding {
+        if args.dry_run {
+            println!("ValidatingAdmissionPolicyBinding {binding}: would delete it first");
+        } else {
+            lift_admission_policy(&client, binding).await?;
+        }
+    }
     if let Some(deployment) = &args.stop_deployment {
         if args.dry_run {
             println!(
@@ -373,6 +373,26 @@ pub fn print_report(report: &Report) {
         eprintln!("error: {error}");
     }
     println!("{}", report.summary());
+}
+
+/// Deletes the binding of the admission policy that reserves noderotation.io/ annotations for
+/// the operator: the Helm pre-delete hook does this before anything else, so that the keys stay
+/// removable by hand if the hook fails halfway (or a person runs the cleanup).
+async fn lift_admission_policy(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
+    match bindings.delete(name, &DeleteParams::default()).await {
+        Ok(_) => println!(
+            "ValidatingAdmissionPolicyBinding {name}: deleted (noderotation.io/ annotations are no longer reserved for the operator)"
+        ),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            println!("ValidatingAdmissionPolicyBinding {name} does not exist: nothing to lift")
+        }
+        Err(err) => {
+            return Err(err)
+                .with_context(|| format!("deleting ValidatingAdmissionPolicyBinding {name}"));
+        }
+    }
+    Ok(())
 }
 
 async fn stop_deployment(

@@ -1,10 +1,12 @@
 //! [`KubeCluster`]: the [`Cluster`] interface over kube-rs, for `noderotation run`.
 //!
-//! Reads come from reflector stores (NodePools, NodeClaims, Nodes, placeholder Pods, and
-//! RotationPolicies), written by one watcher task per kind; [`Cluster::cache`] turns them into a
+//! Reads come from reflector stores (NodePools, NodeClaims, Nodes, placeholder Pods,
+//! RotationPolicies and, for `run`, the placeholders' PriorityClass), written by one watcher task
+//! per kind; [`Cluster::cache`] turns them into a
 //! [`CacheView`] and rebuilds it only when a store changed since the last call. Fresh reads are
-//! `GET`s; the pods of a node are listed on demand with a `spec.nodeName` field selector (there
-//! is no cache of every pod in the cluster). Writes are JSON merge patches on
+//! `GET`s; the pods of a node are listed on demand with a `spec.nodeName` field selector, served
+//! from the API server's watch cache ([`pods_on_node_params`]; there is no cache of every pod in
+//! the cluster here). Writes are JSON merge patches on
 //! `metadata.annotations` (a `null` value removes a key) and, for nodes, `spec.unschedulable`;
 //! a resourceVersion precondition travels in the patch body as `metadata.resourceVersion`, so
 //! the API server answers 409 when the object moved on. Deletes carry a uid precondition (and
@@ -28,6 +30,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch as KubePatch, PatchParams,
     PostParams, Preconditions,
@@ -130,6 +133,8 @@ struct Stores {
     nodes: Store<Node>,
     placeholders: Store<Pod>,
     policies: Store<RotationPolicy>,
+    /// The placeholders' PriorityClass, watched by name (`run` only).
+    placeholder_class: Option<Store<PriorityClass>>,
 }
 
 /// The client of the requests (reads, writes, Events) and the bound of each.
@@ -177,13 +182,17 @@ struct Sinks {
     watches: Arc<WatchHealth>,
 }
 
+/// What a reflector reports besides rebuilding the view: its changes, as `wrap` makes them,
+/// and its health under `kind`. `None`: a watch whose changes wake no pool (the placeholder
+/// PriorityClass), only logged when it fails.
+type Report<K> = Option<(fn(Arc<K>) -> Watched, ObjectKind)>;
+
 fn spawn_reflector<K>(
     api: Api<K>,
     config: watcher::Config,
     modify: fn(&mut K),
     sinks: Sinks,
-    wrap: fn(Arc<K>) -> Watched,
-    kind: ObjectKind,
+    report: Report<K>,
 ) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -195,8 +204,14 @@ where
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
-            match event {
-                Ok(event) => {
+            match (event, report) {
+                (Ok(_), None) => {
+                    generation.fetch_add(1, Ordering::AcqRel);
+                }
+                (Err(err), None) => {
+                    tracing::warn!(kind = K::kind(&()).as_ref(), error = %err, "watch failed; retrying with backoff")
+                }
+                (Ok(event), Some((wrap, kind))) => {
                     watches.delivered(kind);
                     generation.fetch_add(1, Ordering::AcqRel);
                     let change = match event {
@@ -208,7 +223,7 @@ where
                     // The receiver is gone only at shutdown.
                     let _ = tx.send(change);
                 }
-                Err(err) => {
+                (Err(err), Some((_, kind))) => {
                     watches.failed(kind, std::time::Instant::now());
                     tracing::warn!(kind = ?kind, error = %err, "watch failed; retrying with backoff")
                 }
@@ -255,15 +270,18 @@ impl KubeCluster {
         reporter: Reporter,
     ) -> (Arc<KubeCluster>, mpsc::UnboundedReceiver<Change>) {
         let requests = Requests { client: client.clone(), timeout: None };
-        KubeCluster::start_with(client, requests, namespace, reporter)
+        KubeCluster::start_with(client, requests, namespace, reporter, None)
     }
 
-    /// [`KubeCluster::start`] with the watches on `client` and every request on `requests`.
+    /// [`KubeCluster::start`] with the watches on `client` and every request on `requests`, and
+    /// a sixth watch of the PriorityClass `placeholder_class` when given (its changes only
+    /// rebuild the cached view: see [`CacheView::placeholder_class`]).
     pub fn start_with(
         client: Client,
         requests: Requests,
         namespace: impl Into<String>,
         reporter: Reporter,
+        placeholder_class: Option<&str>,
     ) -> (Arc<KubeCluster>, mpsc::UnboundedReceiver<Change>) {
         let namespace = namespace.into();
         let generation = Arc::new(AtomicU64::new(0));
@@ -277,41 +295,46 @@ impl KubeCluster {
                 all.clone(),
                 strip,
                 sinks.clone(),
-                Watched::Pool,
-                ObjectKind::NodePool,
+                Some((Watched::Pool, ObjectKind::NodePool)),
             ),
             claims: spawn_reflector(
                 Api::<NodeClaim>::all(client.clone()),
                 all.clone(),
                 strip,
                 sinks.clone(),
-                Watched::Claim,
-                ObjectKind::NodeClaim,
+                Some((Watched::Claim, ObjectKind::NodeClaim)),
             ),
             nodes: spawn_reflector(
                 Api::<Node>::all(client.clone()),
                 all.clone(),
                 strip_node,
                 sinks.clone(),
-                Watched::Node,
-                ObjectKind::Node,
+                Some((Watched::Node, ObjectKind::Node)),
             ),
             placeholders: spawn_reflector(
                 Api::<Pod>::namespaced(client.clone(), &namespace),
                 watcher::Config::default().labels(&placeholder_selector()),
                 strip,
                 sinks.clone(),
-                Watched::Placeholder,
-                ObjectKind::Pod,
+                Some((Watched::Placeholder, ObjectKind::Pod)),
             ),
             policies: spawn_reflector(
                 Api::<RotationPolicy>::all(client.clone()),
                 all,
                 strip,
-                sinks,
-                Watched::Policy,
-                ObjectKind::RotationPolicy,
+                sinks.clone(),
+                Some((Watched::Policy, ObjectKind::RotationPolicy)),
             ),
+            // By name (a metadata.name field selector), so RBAC can narrow it to that class.
+            placeholder_class: placeholder_class.map(|name| {
+                spawn_reflector(
+                    Api::<PriorityClass>::all(client.clone()),
+                    watcher::Config::default().fields(&format!("metadata.name={name}")),
+                    strip,
+                    sinks,
+                    None,
+                )
+            }),
         };
         let recorder =
             EventSink::new(requests.client.clone(), reporter.controller, reporter.instance);
@@ -353,6 +376,7 @@ impl KubeCluster {
             .await?,
             policies: list_into_store(Api::<RotationPolicy>::all(client.clone()), &all, strip)
                 .await?,
+            placeholder_class: None,
         };
         let recorder = EventSink::new(client.clone(), reporter.controller, reporter.instance);
         Ok(Arc::new(KubeCluster {
@@ -376,6 +400,9 @@ impl KubeCluster {
         self.stores.nodes.wait_until_ready().await?;
         self.stores.placeholders.wait_until_ready().await?;
         self.stores.policies.wait_until_ready().await?;
+        if let Some(class) = &self.stores.placeholder_class {
+            class.wait_until_ready().await?;
+        }
         self.synced.store(true, Ordering::Release);
         Ok(())
     }
@@ -546,6 +573,11 @@ impl Cluster for KubeCluster {
             nodes: index(&self.stores.nodes),
             placeholders: index(&self.stores.placeholders),
             policies: index(&self.stores.policies),
+            placeholder_class: self
+                .stores
+                .placeholder_class
+                .as_ref()
+                .and_then(|store| store.state().into_iter().next()),
         });
         *view = Some((generation, fresh.clone()));
         fresh
@@ -573,8 +605,7 @@ impl Cluster for KubeCluster {
 
     fn pods_on_node(&self, node: &str) -> ApiResult<Vec<Pod>> {
         let api = Api::<Pod>::all(self.client.clone());
-        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        self.request(api.list(&params), false).map(|list| list.items)
+        self.request(api.list(&pods_on_node_params(node)), false).map(|list| list.items)
     }
 
     fn node_with_provider_id(&self, pool: &str, provider_id: &str) -> ApiResult<Option<Node>> {
@@ -639,6 +670,16 @@ impl Cluster for KubeCluster {
         let note = truncate(&event.message, 1024);
         self.request(self.recorder.publish(&reference, event.warning, &event.reason, &note), true)
     }
+}
+
+/// The list of one node's pods in every namespace: a `spec.nodeName` field selector, served
+/// from the API server's watch cache (`resourceVersion=0`). A consistent list (no
+/// resourceVersion) is read through from etcd on API servers without consistent reads from
+/// cache (before Kubernetes 1.31), and etcd cannot filter by field: every such list would read
+/// every pod of the cluster. The watch cache indexes pods by node and lags etcd by the time a
+/// watch event takes to arrive, which is what every informer-based controller decides on.
+pub fn pods_on_node_params(node: &str) -> ListParams {
+    ListParams::default().fields(&format!("spec.nodeName={node}")).at("0")
 }
 
 /// At most `max` bytes, cut on a character boundary (the Events API limit for `note`).
@@ -726,6 +767,32 @@ mod tests {
         health.failed(ObjectKind::Node, secs(100));
         assert_eq!(health.broken(secs(150)), [ObjectKind::Node]);
         assert!(health.broken(secs(100) + WATCH_RECOVERY).is_empty());
+    }
+
+    #[test]
+    fn the_pods_of_a_node_are_listed_from_the_watch_cache() -> Result<(), kube::core::request::Error>
+    {
+        let request = kube::core::Request::new("/api/v1/pods").list(&pods_on_node_params("n1"))?;
+        let query = request.uri().query().unwrap_or_default().to_string();
+        let pairs: Vec<(String, String)> =
+            url_pairs(&query).into_iter().filter(|(k, _)| k != "timeoutSeconds").collect();
+        assert_eq!(
+            pairs,
+            [
+                ("fieldSelector".to_string(), "spec.nodeName=n1".to_string()),
+                ("resourceVersion".to_string(), "0".to_string())
+            ]
+        );
+        Ok(())
+    }
+
+    /// The decoded `key=value` pairs of a query string.
+    fn url_pairs(query: &str) -> Vec<(String, String)> {
+        query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.replace("%3D", "=").replace("%3d", "=")))
+            .collect()
     }
 
     #[test]

@@ -10,10 +10,12 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::{RotationPolicy, RotationPolicyStatus};
 
+pub mod access;
 pub mod change;
 pub mod events;
 pub mod fence;
@@ -125,6 +127,9 @@ pub struct CacheView {
     /// namespace, keyed by name.
     pub placeholders: BTreeMap<String, Arc<Pod>>,
     pub policies: BTreeMap<String, Arc<RotationPolicy>>,
+    /// The PriorityClass placeholders name (`--priority-class`), when the cluster watches it
+    /// and it exists: the controller creates no placeholder while it is unsafe (§3.3).
+    pub placeholder_class: Option<Arc<PriorityClass>>,
 }
 
 /// What every [`Cluster`] call returns.

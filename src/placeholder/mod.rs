@@ -2,7 +2,8 @@
 //! headroom check, and the predicates the reconciler asks about a placeholder once it exists
 //! (`surge_ready`, the surge path, the reap of the induced surge claim).
 //!
-//! One concern a file: `name` (the placeholder's name and its `surge-for` pairing), `census`
+//! One concern a file: `class` (what makes its PriorityClass safe), `name` (the placeholder's
+//! name and its `surge-for` pairing), `census`
 //! (which pods on the candidate node count), `requests` (a pod's effective requests, the sums
 //! the sizing needs, quantities in thousandths), `clamp` (the allocatable clamp), `affinity`
 //! (§3.7 node affinity and the pool's tolerations), `pod` (the pod itself), `headroom` (§3.3
@@ -47,6 +48,7 @@
 mod affinity;
 mod census;
 mod clamp;
+mod class;
 mod headroom;
 mod name;
 mod pod;
@@ -62,6 +64,7 @@ pub use affinity::{
 };
 pub use census::{HOSTNAME_LABEL, MIRROR_POD_ANNOTATION, PodClass, classify, required_node_terms};
 pub use clamp::{Clamp, clamp, clamp_limit, is_container_resource};
+pub use class::{NEVER, class_problems, class_safe};
 pub use headroom::{NODES_RESOURCE, Shortfall, footprint, footprints, node_worth, surge_headroom};
 pub use name::{PLACEHOLDER_PREFIX, placeholder_name, surge_for};
 pub use pod::{

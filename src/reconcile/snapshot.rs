@@ -975,6 +975,12 @@ impl Facts for Snapshot {
                 }
                 _ => Value::Nil,
             },
+            Pred::PlaceholderClassUnsafe => Value::Bool(
+                self.cache
+                    .placeholder_class
+                    .as_deref()
+                    .is_some_and(|c| !placeholder::class_safe(c)),
+            ),
             Pred::HasPlaceholder => match claim {
                 Some(c) => Value::Bool(
                     self.placeholder_named(c.metadata.name.as_deref().unwrap_or(""))

@@ -454,6 +454,20 @@ impl<'c> PassHost<'c> {
             Reason::SurgeClamped => {
                 format!("placeholder requests for {claim} were clamped to the node's allocatable")
             }
+            Reason::PlaceholderClassUnsafe => {
+                let problems = self
+                    .snap
+                    .cache
+                    .placeholder_class
+                    .as_deref()
+                    .map(placeholder::class_problems)
+                    .unwrap_or_default()
+                    .join("; ");
+                format!(
+                    "no placeholder is created for {claim}: the PriorityClass {:?} is not safe ({problems}); the rotation rolls back at readyTimeout unless the class is recreated with a negative value and preemptionPolicy Never",
+                    self.ctx.config.priority_class
+                )
+            }
             Reason::SurgeClampRefused => format!(
                 "placeholder for {claim} would request nothing after the clamp: not created"
             ),

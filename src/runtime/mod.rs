@@ -5,7 +5,7 @@
 //!                                                                     │
 //! Lease (kube-lease-manager) ── leader? ──► worker (spawn_blocking): startup_sweep, then
 //!                                           reconcile_pool(key) one at a time, tick()
-//! /metrics /healthz /readyz (one port)
+//! /metrics (its own port, optionally authenticated); /healthz /readyz (the probes' port)
 //! ```
 //!
 //! The [`Controller`] and [`KubeCluster`] are synchronous; the worker runs on a blocking thread
@@ -43,6 +43,8 @@ use crate::engine::Engine;
 use crate::reconcile::{Controller, ControllerConfig};
 
 pub mod http;
+pub mod install;
+pub mod metrics_auth;
 pub mod preflight;
 pub mod queue;
 
@@ -55,9 +57,16 @@ pub struct RunArgs {
     /// Namespace of the controller: placeholder pods and the leader-election Lease live here.
     #[arg(long, env = "NODEROTATION_NAMESPACE", default_value = "noderotation-system")]
     pub namespace: String,
-    /// Address of /metrics, /healthz and /readyz.
+    /// Address of /metrics (nothing else is served there).
     #[arg(long, env = "NODEROTATION_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
+    /// How a scrape of /metrics is authorized: `none`, or `kubernetes` (a bearer token, checked
+    /// with a TokenReview, whose identity a SubjectAccessReview must allow to get /metrics).
+    #[arg(long, env = "NODEROTATION_METRICS_AUTH", default_value = "none", value_parser = ["none", "kubernetes"])]
+    pub metrics_auth: String,
+    /// Address of the probes, /healthz (/livez) and /readyz: never authenticated.
+    #[arg(long, env = "NODEROTATION_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    pub health_addr: SocketAddr,
     /// Log filter: a level (`info`) or tracing directives (`noderotation=debug,kube=info`).
     #[arg(long, env = "NODEROTATION_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -100,6 +109,7 @@ pub struct RunArgs {
 struct RuntimeMetrics {
     registry: Registry,
     leader: IntGauge,
+    install_conflict: IntGauge,
     queue_depth: IntGauge,
     reconcile_errors: IntCounter,
 }
@@ -109,6 +119,10 @@ impl RuntimeMetrics {
         let registry = Registry::new();
         let leader =
             IntGauge::new("noderotation_leader", "1 while this replica holds the leader Lease")?;
+        let install_conflict = IntGauge::new(
+            "noderotation_install_conflict",
+            "1 while this replica does not lead because another install of the operator leads (or that cannot be checked)",
+        )?;
         let queue_depth =
             IntGauge::new("noderotation_work_queue_depth", "Pools waiting in the work queue")?;
         let reconcile_errors = IntCounter::new(
@@ -116,9 +130,10 @@ impl RuntimeMetrics {
             "Pool passes that returned an error",
         )?;
         registry.register(Box::new(leader.clone()))?;
+        registry.register(Box::new(install_conflict.clone()))?;
         registry.register(Box::new(queue_depth.clone()))?;
         registry.register(Box::new(reconcile_errors.clone()))?;
-        Ok(RuntimeMetrics { registry, leader, queue_depth, reconcile_errors })
+        Ok(RuntimeMetrics { registry, leader, install_conflict, queue_depth, reconcile_errors })
     }
 }
 
@@ -334,7 +349,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
     }
     tracing::info!(
         priority_class = %args.priority_class,
-        "preflight passed: karpenter.sh/v1 nodepools and nodeclaims are served and readable, the placeholder PriorityClass exists"
+        "preflight passed: karpenter.sh/v1 nodepools and nodeclaims are served and readable, the placeholder PriorityClass exists, is negative and never preempts"
     );
 
     let identity = identity(&args);
@@ -343,8 +358,13 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
         client: client.clone(),
         timeout: Some(Duration::from_secs(args.api_request_timeout)),
     };
-    let (cluster, changes) =
-        KubeCluster::start_with(watch_client, requests, args.namespace.clone(), reporter);
+    let (cluster, changes) = KubeCluster::start_with(
+        watch_client,
+        requests,
+        args.namespace.clone(),
+        reporter,
+        Some(&args.priority_class),
+    );
     let queue = Arc::new(WorkQueue::new());
     let state = Arc::new(State {
         cluster: cluster.clone(),
@@ -355,10 +375,19 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
         heartbeat: AtomicU64::new(0),
         leading: AtomicBool::new(false),
     });
-    let bound = http::serve(args.metrics_addr, state.clone())
+    let authorizer: Option<Arc<dyn http::Authorizer>> = match args.metrics_auth.as_str() {
+        "kubernetes" => Some(Arc::new(metrics_auth::TokenAccessReview { client: client.clone() })),
+        _ => None,
+    };
+    let authenticated = authorizer.is_some();
+    let bound = http::serve(args.metrics_addr, state.clone(), http::Listener::Metrics(authorizer))
         .await
-        .with_context(|| format!("binding {}", args.metrics_addr))?;
-    tracing::info!(addr = %bound, "serving /metrics /healthz /readyz");
+        .with_context(|| format!("binding {} (--metrics-addr)", args.metrics_addr))?;
+    tracing::info!(addr = %bound, authenticated, "serving /metrics");
+    let bound = http::serve(args.health_addr, state.clone(), http::Listener::Probes)
+        .await
+        .with_context(|| format!("binding {} (--health-addr)", args.health_addr))?;
+    tracing::info!(addr = %bound, "serving /healthz /readyz");
 
     tokio::spawn(map_changes(changes, cluster.clone(), queue.clone()));
 
@@ -382,6 +411,12 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
     let _ = state.controller_metrics.set(controller_metrics(&controller));
     let mut controller = Some(controller);
 
+    // Marked, so that another install sees this one's leader (see `install`).
+    if let Err(err) =
+        install::mark_own_lease(&client, &args.namespace, &args.leader_election_id).await
+    {
+        tracing::warn!(error = %err, lease = %args.leader_election_id, "marking the leader Lease failed: another install of the operator would not see this one lead");
+    }
     let manager = LeaseManagerBuilder::new(client.clone(), &args.leader_election_id)
         .with_namespace(&args.namespace)
         .with_identity(&identity)
@@ -393,7 +428,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
         .with_context(|| {
             format!("leader election Lease {}/{}", args.namespace, args.leader_election_id)
         })?;
-    let (mut leader_rx, lease_task) = manager.watch().await;
+    let mut election = Some(manager.watch().await);
     tracing::info!(identity = %identity, lease = %args.leader_election_id, "waiting for leadership");
     let request_timeout = Duration::from_secs(args.api_request_timeout);
     let margin = fence::margin(
@@ -413,7 +448,8 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
     let tick = Duration::from_secs(args.tick_seconds.max(1));
     let mut worker: Option<tokio::task::JoinHandle<Controller>> = None;
     let mut exit = 0;
-    loop {
+    while let Some((leader_rx, _)) = election.as_mut() {
+        let mut refused = None;
         tokio::select! {
             _ = &mut shutdown => {
                 tracing::info!("shutting down");
@@ -427,12 +463,21 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
                 }
                 let leading = *leader_rx.borrow_and_update();
                 if leading && worker.is_none() {
+                    let now = SystemClock.now();
+                    match install::find_other_leader(&client, &args.namespace, &args.leader_election_id, now).await {
+                        Ok(Some(other)) => refused = Some(format!("another noderotation install leads in this cluster: {other}")),
+                        Err(err) => refused = Some(format!("cannot tell whether another noderotation install leads in this cluster (listing the leader Leases failed: {err})")),
+                        Ok(None) => {}
+                    }
+                }
+                if leading && worker.is_none() && refused.is_none() {
                     let Some(c) = controller.take() else {
                         tracing::error!("the controller was lost by a previous worker");
                         exit = 1;
                         break;
                     };
                     tracing::info!(identity = %identity, "became leader");
+                    state.metrics.install_conflict.set(0);
                     state.leading.store(true, Ordering::Release);
                     state.metrics.leader.set(1);
                     queue.resume();
@@ -454,6 +499,42 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
                 }
             }
         }
+        let Some(why) = refused else { continue };
+        // Not leading: give this install's Lease up, so that the other install (making the same
+        // check) does not count it, and try again after a random delay (two installs that both
+        // stepped down do not meet again).
+        let retry = lease_wait + lease_wait.mul_f64(jitter());
+        tracing::error!(
+            identity = %identity,
+            retry_in = ?retry,
+            "{why}; this install (Lease {}/{}) does not lead while it does: two installs would each delete the other's placeholders as unowned and rotate the same NodePools. Remove one of them",
+            args.namespace,
+            args.leader_election_id
+        );
+        state.metrics.install_conflict.set(1);
+        let Some((leader_rx, lease_task)) = election.take() else { break };
+        drop(leader_rx);
+        let manager = match lease_task.await {
+            Ok(Ok(manager)) => manager,
+            Ok(Err(err)) => {
+                tracing::error!(error = %err, "releasing the leader Lease failed");
+                exit = 1;
+                break;
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "the lease task failed");
+                exit = 1;
+                break;
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(retry) => {}
+            _ = &mut shutdown => {
+                tracing::info!("shutting down");
+                break;
+            }
+        }
+        election = Some(manager.watch().await);
     }
 
     queue.stop();
@@ -465,14 +546,24 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
     state.leading.store(false, Ordering::Release);
     state.metrics.leader.set(0);
     // Dropping the receiver makes the lease task release the Lease and return.
-    drop(leader_rx);
-    match tokio::time::timeout(Duration::from_secs(10), lease_task).await {
-        Ok(Ok(Ok(_))) => tracing::info!("leader Lease released"),
-        Ok(Ok(Err(err))) => tracing::warn!(error = %err, "releasing the leader Lease failed"),
-        Ok(Err(err)) => tracing::warn!(error = %err, "the lease task failed"),
-        Err(_) => tracing::warn!("releasing the leader Lease timed out"),
+    if let Some((leader_rx, lease_task)) = election.take() {
+        drop(leader_rx);
+        match tokio::time::timeout(Duration::from_secs(10), lease_task).await {
+            Ok(Ok(Ok(_))) => tracing::info!("leader Lease released"),
+            Ok(Ok(Err(err))) => tracing::warn!(error = %err, "releasing the leader Lease failed"),
+            Ok(Err(err)) => tracing::warn!(error = %err, "the lease task failed"),
+            Err(_) => tracing::warn!("releasing the leader Lease timed out"),
+        }
     }
     Ok(exit)
+}
+
+/// A random fraction in [0, 1): how much longer than a Lease duration a replica that stepped
+/// down for another install waits before it tries again.
+fn jitter() -> f64 {
+    use std::hash::BuildHasher;
+    let bits = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
 async fn shutdown_signal() {

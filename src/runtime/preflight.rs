@@ -27,12 +27,17 @@ pub enum PreflightError {
         "the placeholder PriorityClass {name:?} does not exist: every surge placeholder would be rejected at admission and every rotation rolled back at readyTimeout; apply deploy/base/priorityclass.yaml (the Helm chart installs it too), or set --priority-class / NODEROTATION_PRIORITY_CLASS to an existing PriorityClass"
     )]
     MissingPriorityClass { name: String },
+    #[error(
+        "the placeholder PriorityClass {name:?} is not safe: {}. A placeholder requests a node's worth of resources and must never preempt a workload. Both fields are immutable: delete the class and create it again as deploy/base/priorityclass.yaml does (value -10, preemptionPolicy Never), or set --priority-class / NODEROTATION_PRIORITY_CLASS to a class that is",
+        problems.join("; ")
+    )]
+    UnsafePriorityClass { name: String, problems: Vec<String> },
 }
 
 /// What a GET of the placeholder PriorityClass found (the I/O half of the check).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum PriorityClassLookup {
-    Found,
+    Found(Box<PriorityClass>),
     NotFound,
     /// 401/403, with the API server's message.
     Forbidden(String),
@@ -43,13 +48,19 @@ pub enum PriorityClassLookup {
 const PRIORITY_CLASSES: &str = "priorityclasses.scheduling.k8s.io/v1";
 
 /// The verdict on the placeholder PriorityClass (spec §5.1 preflight, §3.3): the
-/// placeholder names it, and the Priority admission plugin rejects a pod whose class is missing.
+/// placeholder names it, the Priority admission plugin rejects a pod whose class is missing, and
+/// a class that is not negative or may preempt would let a placeholder evict workloads.
 pub fn priority_class_verdict(
     name: &str,
     lookup: PriorityClassLookup,
 ) -> Result<(), PreflightError> {
     match lookup {
-        PriorityClassLookup::Found => Ok(()),
+        PriorityClassLookup::Found(class) => match crate::placeholder::class_problems(&class) {
+            problems if problems.is_empty() => Ok(()),
+            problems => {
+                Err(PreflightError::UnsafePriorityClass { name: name.to_string(), problems })
+            }
+        },
         PriorityClassLookup::NotFound => {
             Err(PreflightError::MissingPriorityClass { name: name.to_string() })
         }
@@ -64,11 +75,11 @@ pub fn priority_class_verdict(
     }
 }
 
-/// Checks that the PriorityClass the placeholders name exists.
+/// Checks that the PriorityClass the placeholders name exists and is safe for them.
 pub async fn check_priority_class(client: &Client, name: &str) -> Result<(), PreflightError> {
     let api = Api::<PriorityClass>::all(client.clone());
     let lookup = match api.get_opt(name).await {
-        Ok(Some(_)) => PriorityClassLookup::Found,
+        Ok(Some(class)) => PriorityClassLookup::Found(Box::new(class)),
         Ok(None) => PriorityClassLookup::NotFound,
         Err(kube::Error::Api(status)) if status.code == 403 || status.code == 401 => {
             PriorityClassLookup::Forbidden(status.message)
@@ -198,9 +209,37 @@ mod tests {
         assert!(text.contains("karpenter.sh/v1 is not served"), "{text}");
     }
 
+    fn found(value: i32, policy: Option<&str>) -> PriorityClassLookup {
+        PriorityClassLookup::Found(Box::new(PriorityClass {
+            value,
+            preemption_policy: policy.map(str::to_string),
+            ..PriorityClass::default()
+        }))
+    }
+
+    #[test]
+    fn an_unsafe_placeholder_priority_class_fails_naming_it_and_what_to_change() {
+        assert_eq!(priority_class_verdict("p", found(-10, Some("Never"))), Ok(()));
+        let err = priority_class_verdict("high", found(1000, Some("PreemptLowerPriority")))
+            .expect_err("a positive, preempting class");
+        let text = err.to_string();
+        assert!(text.contains("PriorityClass \"high\" is not safe"), "{text}");
+        assert!(text.contains("its value is 1000 (it must be negative"), "{text}");
+        assert!(
+            text.contains("preemptionPolicy is PreemptLowerPriority (it must be Never"),
+            "{text}"
+        );
+        assert!(text.contains("delete the class and create it again"), "{text}");
+        assert!(text.contains("--priority-class"), "{text}");
+        let err = priority_class_verdict("p", found(-10, None)).expect_err("may preempt");
+        assert!(
+            matches!(err, PreflightError::UnsafePriorityClass { ref problems, .. } if problems.len() == 1),
+            "{err:?}"
+        );
+    }
+
     #[test]
     fn a_missing_placeholder_priority_class_fails_with_what_to_do() {
-        assert_eq!(priority_class_verdict("p", PriorityClassLookup::Found), Ok(()));
         let err = priority_class_verdict("noderotation-placeholder", PriorityClassLookup::NotFound)
             .expect_err("missing");
         let text = err.to_string();

@@ -113,10 +113,12 @@ impl PodContainer {
             "--volume={}:/var/run/secrets/kubernetes.io/serviceaccount:ro",
             sa_dir.display()
         ));
-        // The pod shares the host's network here: its metrics port becomes a free host port.
+        // The pod shares the host's network here: its metrics and probe ports become free host
+        // ports.
         let metrics = ("NODEROTATION_METRICS_ADDR", format!("127.0.0.1:{metrics_port}"));
+        let health = ("NODEROTATION_HEALTH_ADDR", format!("127.0.0.1:{}", free_port()?));
         let env_overrides: Vec<(&str, String)> =
-            env_overrides.iter().cloned().chain(std::iter::once(metrics)).collect();
+            env_overrides.iter().cloned().chain([metrics, health]).collect();
         for e in container["env"].as_array().into_iter().flatten() {
             let name = e["name"].as_str().ok_or("env without a name")?;
             let value = match env_overrides.iter().find(|(k, _)| *k == name) {

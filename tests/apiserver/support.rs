@@ -154,6 +154,16 @@ fn setup_once(env: &Env) -> Result<(), Error> {
 
 /// deploy/base/rbac.yaml with every binding's subjects replaced by `user`.
 pub fn rbac_for_user(user: &str) -> Result<String, Error> {
+    Ok(base_rbac_for(user, None)?.join("---\n"))
+}
+
+/// The namespaced part of deploy/base/rbac.yaml (Role, RoleBinding) for `user` in `ns`: what a
+/// second install of the operator, in another namespace, would have.
+pub fn namespaced_rbac_for_user(user: &str, ns: &str) -> Result<String, Error> {
+    Ok(base_rbac_for(user, Some(ns))?.join("---\n"))
+}
+
+fn base_rbac_for(user: &str, ns: Option<&str>) -> Result<Vec<String>, Error> {
     let text = std::fs::read_to_string(Path::new(REPO).join("deploy/base/rbac.yaml"))?;
     let mut docs = Vec::new();
     for doc in serde_norway::Deserializer::from_str(&text) {
@@ -163,9 +173,15 @@ pub fn rbac_for_user(user: &str) -> Result<String, Error> {
             value["subjects"] =
                 json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}]);
         }
+        if let Some(ns) = ns {
+            if !kind.starts_with("Role") {
+                continue;
+            }
+            value["metadata"]["namespace"] = json!(ns);
+        }
         docs.push(serde_norway::to_string(&value)?);
     }
-    Ok(docs.join("---\n"))
+    Ok(docs)
 }
 
 /// The ClusterRole rules of deploy/base/rbac.yaml.
@@ -344,7 +360,21 @@ pub async fn ready_claim_and_node(
     Ok(())
 }
 
-/// A bare pod bound to `node` (no scheduler runs in this tier), Running.
+/// `spec` (a pod spec) with the security context the restricted Pod Security Standard asks for,
+/// which the operator's namespace enforces: non-root, RuntimeDefault seccomp, no privilege
+/// escalation, no capabilities.
+pub fn restricted(mut spec: Value) -> Value {
+    spec["securityContext"] = json!({"runAsNonRoot": true, "runAsUser": 65535,
+                                     "seccompProfile": {"type": "RuntimeDefault"}});
+    for c in spec["containers"].as_array_mut().into_iter().flatten() {
+        c["securityContext"] =
+            json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+    }
+    spec
+}
+
+/// A bare pod bound to `node` (no scheduler runs in this tier), Running; admitted under the
+/// restricted Pod Security Standard.
 pub async fn running_pod(
     client: &Client,
     ns: &str,
@@ -356,11 +386,11 @@ pub async fn running_pod(
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {
+        "spec": restricted(json!({
             "nodeName": node,
             "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
                             "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]
-        }
+        }))
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
     pods.patch_status(
@@ -392,6 +422,8 @@ pub struct ControllerProcess {
     pub child: Child,
     pub log: PathBuf,
     pub metrics_port: u16,
+    /// `/healthz` and `/readyz`.
+    pub health_port: u16,
 }
 
 pub fn free_port() -> Result<u16, Error> {
@@ -410,15 +442,29 @@ impl ControllerProcess {
         lease: &str,
         log: &Path,
     ) -> Result<Self, Error> {
-        let port = free_port()?;
+        Self::start_in(CONTROLLER_NS, kubeconfig, identity, lease, log, &[])
+    }
+
+    /// [`ControllerProcess::start`] in namespace `ns`, with `extra` flags.
+    pub fn start_in(
+        ns: &str,
+        kubeconfig: &Path,
+        identity: &str,
+        lease: &str,
+        log: &Path,
+        extra: &[&str],
+    ) -> Result<Self, Error> {
+        let (port, health_port) = (free_port()?, free_port()?);
         let file = std::fs::File::create(log)?;
         let child = Command::new(binary())
             .args([
                 "run",
                 "--namespace",
-                CONTROLLER_NS,
+                ns,
                 "--metrics-addr",
                 &format!("127.0.0.1:{port}"),
+                "--health-addr",
+                &format!("127.0.0.1:{health_port}"),
                 "--leader-election-id",
                 lease,
                 "--identity",
@@ -426,12 +472,13 @@ impl ControllerProcess {
             ])
             .args(FAST_RUN_FLAGS)
             .args(["--log-level", "info,noderotation=debug"])
+            .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)
             .spawn()?;
-        Ok(ControllerProcess { child, log: log.to_path_buf(), metrics_port: port })
+        Ok(ControllerProcess { child, log: log.to_path_buf(), metrics_port: port, health_port })
     }
 
     pub fn kill(&mut self) {
@@ -464,12 +511,30 @@ impl ControllerProcess {
 
 /// `GET /metrics` from a controller listening on 127.0.0.1:`port`: the whole response.
 pub async fn scrape(port: u16) -> Result<String, Error> {
+    http_get(port, "/metrics", None).await
+}
+
+/// `GET path` from 127.0.0.1:`port`, with `token` as its bearer token: the whole response.
+pub async fn http_get(port: u16, path: &str, token: Option<&str>) -> Result<String, Error> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await?;
     let mut out = String::new();
     s.read_to_string(&mut out).await?;
     Ok(out)
+}
+
+/// The bearer token of the first user of a kubeconfig (the harness's are token users).
+pub fn kubeconfig_token(path: &Path) -> Result<String, Error> {
+    let kc: Value = serde_norway::from_str(&std::fs::read_to_string(path)?)?;
+    kc["users"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find_map(|u| u["user"]["token"].as_str().map(str::to_string))
+        .ok_or_else(|| format!("{}: no token user", path.display()).into())
 }
 
 impl Drop for ControllerProcess {

@@ -93,6 +93,7 @@ impl MemoryCluster {
             events: Vec::new(),
             writes: WriteCounts::default(),
             faults: None,
+            placeholder_class: None,
         };
         MemoryCluster { shared: Arc::new(Shared { clock, state: Mutex::new(state) }), client: 0 }
     }

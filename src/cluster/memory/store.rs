@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
@@ -224,6 +225,8 @@ pub(super) struct State {
     pub(super) events: Vec<EventRecord>,
     pub(super) writes: WriteCounts,
     pub(super) faults: Option<Box<dyn Faults>>,
+    /// The placeholders' PriorityClass, when a test sets one (none by default: nothing to judge).
+    pub(super) placeholder_class: Option<Arc<PriorityClass>>,
 }
 
 impl State {
@@ -254,6 +257,7 @@ impl State {
                 .map(cluster)
                 .collect(),
             policies: self.store.policies.iter().map(cluster).collect(),
+            placeholder_class: self.placeholder_class.clone(),
         }
     }
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Resource;
 
 use super::MemoryCluster;
@@ -140,6 +141,17 @@ impl MemoryCluster {
 
     pub fn apply_policy(&self, policy: RotationPolicy) -> Result<Arc<RotationPolicy>, ApiError> {
         self.lock().apply(policy)
+    }
+
+    /// Sets (or removes) the PriorityClass placeholders name, as every controller's watch of it
+    /// sees it at once (a cluster-scoped singleton: no lag is modelled).
+    pub fn set_placeholder_class(&self, class: Option<PriorityClass>) {
+        let mut st = self.lock();
+        let class = class.map(Arc::new);
+        st.placeholder_class.clone_from(&class);
+        for client in &mut st.clients {
+            Arc::make_mut(&mut client.view).placeholder_class.clone_from(&class);
+        }
     }
 
     // Read-modify-write in one step. `None` when the object does not exist; otherwise the
