@@ -293,8 +293,10 @@ impl Controller {
             let short = pool.limits_without_room_for(&snap.node_worth());
             let assessment = self.assessment(&pool, &policy, nodes, short, now);
             snap.fatal = assessment.has_fatal();
+            // `lanes(np)`: `maxUnavailable` for the pool's nodes (`auto`: what the pool needs,
+            // within its limit), decided by feasibility only.
+            snap.lanes = assessment.derived.lanes;
             snap.assessment = Some(assessment);
-            snap.lanes = lanes(&policy.settings, nodes);
             snap.select_candidates();
         }
         snap
@@ -630,13 +632,6 @@ impl Controller {
             }
         }
     }
-}
-
-/// `lanes(np)`: `spec.surge.maxUnavailable` resolved against the pool's nodes
-/// ([`Snapshot::pool_nodes`]: each in-flight rotation's replacement not counted twice). The
-/// simulation's invariants and figures read it too, so the number of lanes is decided here only.
-pub fn lanes(settings: &Effective, nodes: usize) -> usize {
-    settings.max_unavailable.resolve(nodes)
 }
 
 /// Per-pool gauges after a pass (§4.2).

@@ -79,16 +79,33 @@ pub fn pool_facts(pool: &NodePool) -> PoolFacts {
     }
 }
 
-/// The rotations `pool` may have in flight under `settings` (`lanes(np)`), as the controller
-/// decides it ([`crate::reconcile::lanes`]), over the pool's claims in `view` that are not being
-/// deleted.
-pub fn lanes(settings: &Effective, view: &CacheView, pool: &str) -> usize {
-    let nodes = view
-        .claims
+/// The pool's claims in `view` that are not being deleted.
+fn live_claims(view: &CacheView, pool: &str) -> usize {
+    view.claims
         .values()
         .filter(|c| c.node_pool() == Some(pool) && c.metadata.deletion_timestamp.is_none())
-        .count();
-    crate::reconcile::lanes(settings, nodes)
+        .count()
+}
+
+/// The most rotations `pool` may have in flight under `settings`, over the pool's claims in
+/// `view` that are not being deleted: `spec.surge.maxUnavailable`, or with `auto` its
+/// `maxUnavailableLimit` ([`crate::policy::settings::MaxUnavailable::ceiling`]). Invariants
+/// I12 and I13 hold the controller to it: `auto` never puts more in flight than its limit.
+pub fn lanes(settings: &Effective, view: &CacheView, pool: &str) -> usize {
+    settings.max_unavailable.ceiling(live_claims(view, pool))
+}
+
+/// The lanes the controller uses for `pool` at `now` (`auto`: what feasibility says the pool
+/// needs, within its limit), over the pool's claims in `view` that are not being deleted.
+pub fn lanes_in_use(
+    settings: &Effective,
+    view: &CacheView,
+    pool: &NodePool,
+    now: DateTime<Utc>,
+) -> usize {
+    let name = pool.metadata.name.as_deref().unwrap_or("");
+    let facts = PoolFacts { nodes: Some(live_claims(view, name) as u64), ..pool_facts(pool) };
+    feasibility::assess(settings, &facts, now).derived.lanes
 }
 
 /// A layer-1 fatal finding for the pool under `settings` at `now`.
@@ -138,7 +155,7 @@ pub fn unreachable_at_start(
     let dues: Vec<DateTime<Utc>> = queue.iter().map(|(_, due)| *due).collect();
     let tgp = pool.termination_grace_period().ok().flatten();
     let slot = settings.t_rot_est(tgp) + settings.cooldown_after;
-    let lanes = lanes(settings, view, name);
+    let lanes = lanes_in_use(settings, view, pool, now);
     crate::policy::lookahead::reachable_lanes(now, &dues, &open, slot, lanes)
         .into_iter()
         .zip(&queue)
