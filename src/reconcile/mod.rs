@@ -178,6 +178,13 @@ impl Controller {
         self.swept
     }
 
+    /// The lanes `maxUnavailable: auto` chose for `pool` at its last pass (`None` for a fixed
+    /// value or a pool not passed yet): what `simulate` reports as the N in use.
+    pub fn lanes_chosen(&self, pool: &str) -> Option<usize> {
+        let (_, a) = self.assessments.get(pool)?;
+        a.derived.lanes_limit.map(|_| a.derived.lanes)
+    }
+
     fn policy_view(
         &mut self,
         policy: &RotationPolicy,
