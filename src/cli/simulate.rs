@@ -74,6 +74,9 @@ pub fn figures_json(f: &Figures) -> serde_json::Value {
         "longest_pending_seconds": f.longest_pending_seconds,
         "overlap_node_hours": f.overlap_node_hours,
     });
+    if let Some((lo, hi)) = f.lanes_chosen {
+        v["max_unavailable_auto"] = serde_json::json!({"fewest": lo, "most": hi});
+    }
     if !f.per_pool.is_empty() {
         v["writes"] = f.writes.into();
         v["events"] = f.events.into();

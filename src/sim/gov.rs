@@ -163,3 +163,53 @@ pub fn unreachable_at_start(
         .map(|(_, (order, _))| order.name.to_string())
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::karpenter::NodeClaim;
+    use crate::policy::settings::tests::spec_with;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    fn view(claims: usize, deleting: usize) -> CacheView {
+        let mut view = CacheView::default();
+        for i in 0..claims + deleting {
+            let name = format!("c{i}");
+            let labels = [(crate::karpenter::NODEPOOL_LABEL.to_string(), "big".to_string())];
+            let deletion =
+                (i >= claims).then_some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+            let meta = ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(labels.into_iter().collect()),
+                deletion_timestamp: deletion,
+                ..Default::default()
+            };
+            view.claims.insert(name, Arc::new(NodeClaim { metadata: meta, ..Default::default() }));
+        }
+        view
+    }
+
+    fn settings(m: &str, limit: Option<IntOrString>) -> Effective {
+        let mut spec = spec_with(&[("UTC", &["Sat"], "02:00", "06:00")]);
+        spec.surge.max_unavailable = match m.parse::<i32>() {
+            Ok(n) => IntOrString::Int(n),
+            Err(_) => IntOrString::String(m.into()),
+        };
+        spec.surge.max_unavailable_limit = limit;
+        Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// I12 and I13 hold `auto` to its limit (10% of the live claims unless set), whatever number
+    /// the controller computed; a fixed value to itself.
+    #[test]
+    fn the_invariants_hold_auto_to_its_limit() {
+        assert_eq!(lanes(&settings("auto", None), &view(30, 5), "big"), 3, "10% of 30 live");
+        assert_eq!(lanes(&settings("auto", None), &view(31, 0), "big"), 4, "rounded up");
+        let limit = Some(IntOrString::Int(7));
+        assert_eq!(lanes(&settings("auto", limit), &view(300, 0), "big"), 7);
+        assert_eq!(lanes(&settings("2", None), &view(300, 0), "big"), 2);
+    }
+}
