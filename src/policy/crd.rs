@@ -122,6 +122,18 @@ pub fn crd_yaml() -> anyhow::Result<String> {
         json_path = ".status.rotatingNodePools",
         description = "Governed NodePools with a rotation in progress"
     ),
+    printcolumn(
+        name = "Next Window",
+        type_ = "string",
+        json_path = ".status.nextWindow",
+        description = "Start of the maintenance window open now or opening next (UTC)"
+    ),
+    printcolumn(
+        name = "In Flight",
+        type_ = "string",
+        json_path = ".status.inFlight",
+        description = "Rotations in flight / rotations at once allowed (maxUnavailable), over the governed NodePools"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -335,6 +347,23 @@ pub struct RotationPolicyStatus {
     #[serde(default)]
     pub rotating_node_pools: i32,
 
+    /// Start of the maintenance window open now or opening next (RFC 3339, UTC); absent
+    /// without windows and when they are open around the clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<String>,
+
+    /// Rotations in flight / rotations at once allowed (`maxUnavailable` as the controller
+    /// uses it now), summed over the governed NodePools, as `in flight/allowed`: `2/17`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<String>,
+
+    /// Per governed NodePool: the next window, the claims due in it, the rotations in flight
+    /// against maxUnavailable, and the nearest forced-expiry deadline. Written when a pool
+    /// changes and at window edges, not in between.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub node_pools: Vec<NodePoolStatus>,
+
     /// `Ready`: True with reason Accepted when the policy is valid and governs without
     /// conflict; False with reason Invalid (a value the controller cannot use; the message names
     /// the field) or Conflict (an equally specific policy matches the same NodePool). Invalid
@@ -342,6 +371,39 @@ pub struct RotationPolicyStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// One governed NodePool in its policy's status.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolStatus {
+    /// The NodePool.
+    pub name: String,
+
+    /// Start of the window open now or opening next (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<String>,
+
+    /// Claims due for rotation in that window (by its end), not in flight yet.
+    #[serde(default)]
+    pub due: i32,
+
+    /// Rotations in flight.
+    #[serde(default)]
+    pub in_flight: i32,
+
+    /// Rotations at once the controller uses now: spec.surge.maxUnavailable resolved against
+    /// the pool's nodes (with auto, the number it chose).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<i32>,
+
+    /// The nearest forced-expiry deadline among the pool's claims (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nearest_deadline: Option<String>,
+
+    /// The NodeClaim with that deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nearest_deadline_node_claim: Option<String>,
 }
 
 impl Default for Surge {
@@ -562,7 +624,7 @@ mod tests {
         assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
         let columns: Vec<&str> =
             version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
-        assert_eq!(columns, ["Ready", "Matched", "Rotating", "Age"]);
+        assert_eq!(columns, ["Ready", "Matched", "Rotating", "Next Window", "In Flight", "Age"]);
     }
 
     #[test]

@@ -436,6 +436,18 @@ pub struct LocalOccurrence {
     pub end: String,
 }
 
+/// `o` in each of `zones`, RFC 3339 with the zone's offset.
+pub fn local_occurrences(o: &Occurrence, zones: &[chrono_tz::Tz]) -> Vec<LocalOccurrence> {
+    zones
+        .iter()
+        .map(|tz| LocalOccurrence {
+            timezone: tz.name().to_string(),
+            start: o.start.with_timezone(tz).to_rfc3339_opts(SecondsFormat::Secs, true),
+            end: o.end.with_timezone(tz).to_rfc3339_opts(SecondsFormat::Secs, true),
+        })
+        .collect()
+}
+
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
@@ -510,14 +522,7 @@ fn build_report(
                 start: rfc3339(o.start),
                 end: rfc3339(o.end),
                 duration_seconds: secs(o.duration()),
-                local: zones
-                    .iter()
-                    .map(|tz| LocalOccurrence {
-                        timezone: tz.name().to_string(),
-                        start: o.start.with_timezone(tz).to_rfc3339_opts(SecondsFormat::Secs, true),
-                        end: o.end.with_timezone(tz).to_rfc3339_opts(SecondsFormat::Secs, true),
-                    })
-                    .collect(),
+                local: local_occurrences(o, &zones),
             })
             .collect(),
     }
