@@ -782,6 +782,8 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
     if let Some(p) = snap.policy() {
         g.window_active = p.settings.schedule.in_window(now);
         g.window_period = p.period;
+        g.max_unavailable = Some(snap.lanes as u64);
+        g.next_window = summary::current_or_next(&p.settings.schedule, now).map(|o| o.start);
         let period = p.period.unwrap_or(Duration::minutes(1));
         let short = |(_, d): &(&crate::karpenter::NodeClaim, &snapshot::Derived)| {
             let expire = d.expire_after.unwrap_or(crate::policy::duration::ExpireAfter::Never);
@@ -798,6 +800,11 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         g.t_rot_estimate = Some(a.derived.t_rot_est);
         g.t_rot_bound = Some(a.derived.t_rot);
     }
+    g.nearest_deadline = snap
+        .pool_claims_derived()
+        .filter(|(c, _)| !c.is_deleting())
+        .filter_map(|(_, d)| crate::policy::derive::deadline(d.created()?, d.expire_after?))
+        .min();
     if let Some(pool) = &snap.pool {
         g.freeze_until = annotation(&pool.metadata, Key::Freeze)
             .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
