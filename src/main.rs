@@ -28,6 +28,15 @@ enum Command {
     Run(runtime::RunArgs),
     /// Simulate a fleet over weeks of virtual time, next to Karpenter alone (no cluster needed).
     Simulate(cli::simulate::SimulateArgs),
+    /// What will rotate and what is at risk, per NodePool, from the live cluster (read-only):
+    /// the governing policy, the next window, the claims due and in flight, the nearest
+    /// deadlines, the findings and the last failures. Also the kubectl plugin `kubectl
+    /// noderotation` (this binary named or linked as `kubectl-noderotation`).
+    ///
+    /// It needs `list` (with --watch, `watch`) on NodePools, NodeClaims, Nodes and
+    /// RotationPolicies, and on pods in --namespace; a missing permission is named with the rule
+    /// that grants it (exit code 1).
+    Status(cli::status::StatusArgs),
     /// Remove every annotation, cordon, do-not-disrupt and placeholder pod the operator owns.
     /// `noderotation run` must not be running (stop it first, or pass --stop-deployment).
     ///
@@ -46,8 +55,31 @@ enum Command {
     Uninstall(cli::uninstall::UninstallArgs),
 }
 
+/// The name kubectl runs this binary under as the plugin `kubectl noderotation`.
+const KUBECTL_PLUGIN: &str = "kubectl-noderotation";
+
+/// The command line, read as `noderotation status ...` when run as the kubectl plugin
+/// (`kubectl noderotation [status] ...`).
+fn command_line() -> Cli {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let plugin = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|name| name == KUBECTL_PLUGIN);
+    if !plugin {
+        return Cli::parse();
+    }
+    let rest = args.split_off(1.min(args.len()));
+    let rest = match rest.first() {
+        Some(first) if first == "status" => rest[1..].to_vec(),
+        _ => rest,
+    };
+    let argv = ["noderotation", "status"].into_iter().map(Into::into).chain(rest);
+    Cli::parse_from(argv)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = command_line();
     let result = match &cli.command {
         Command::Docs(args) => cli::rules::docs(args),
         Command::Rules(cmd) => cli::rules::rules(cmd),
@@ -55,6 +87,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => cli::plan::run(args),
         Command::Run(args) => runtime::run(args),
         Command::Simulate(args) => cli::simulate::simulate(args),
+        Command::Status(args) => cli::status::run(args),
         Command::Uninstall(args) => cli::uninstall::run(args),
     };
     match result {
