@@ -236,6 +236,8 @@ pub struct Derived {
     /// With `maxUnavailable: auto`, its `maxUnavailableLimit` resolved against the pool's nodes:
     /// `lanes` is `lanes_needed` up to this.
     pub lanes_limit: Option<usize>,
+    /// Why `lanes` is what it is: the policy's value, or what `auto` chose and why.
+    pub lanes_reason: String,
     /// `D` of `C`: the shortest occurrence over the horizon.
     pub shortest_occurrence: Option<Duration>,
     /// The shortest closed gap between occurrences.
@@ -583,7 +585,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
     }
 
     findings.sort_by_key(|f| (f.severity, f.reason));
-    Assessment {
+    let mut assessment = Assessment {
         derived: Derived {
             period,
             always_open: profile.is_some_and(|p| p.always_open),
@@ -599,11 +601,14 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
             lanes,
             lanes_needed,
             lanes_limit,
+            lanes_reason: String::new(),
             shortest_occurrence: profile.and_then(|p| p.shortest_occurrence),
             shortest_gap: profile.and_then(|p| p.shortest_gap),
         },
         findings,
-    }
+    };
+    assessment.derived.lanes_reason = lanes_reason(settings, &assessment.derived, pool);
+    assessment
 }
 
 /// What the throughput checks need: one lane's starts per occurrence (`None`: open 24/7, one
@@ -707,8 +712,8 @@ fn lanes_hint(check: &Check, policy: MaxUnavailable, nodes: u64, lanes: usize) -
 }
 
 /// Why the pool has `d.lanes` lanes: the policy's value, or what `auto` chose and why, for
-/// `plan`, `noderotation status` and the policy status.
-pub fn lanes_reason(settings: &Effective, d: &Derived, pool: &PoolFacts) -> String {
+/// `plan`, `noderotation status` and the policy status ([`Derived::lanes_reason`]).
+fn lanes_reason(settings: &Effective, d: &Derived, pool: &PoolFacts) -> String {
     let k = settings.min_rotation_chances;
     let nodes = pool.nodes;
     let of = |n: Option<u64>| n.map_or("an unknown number of".to_string(), |n| n.to_string());
@@ -1244,7 +1249,7 @@ mod tests {
             let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
             let facts = pool(14, t, nodes);
             let a = assess(&s, &facts, now());
-            let why = lanes_reason(&s, &a.derived, &facts);
+            let why = a.derived.lanes_reason.clone();
             (a, why)
         };
         // 200 nodes need 14 (the worked example above); 10% of 200 is 20.
@@ -1294,10 +1299,7 @@ mod tests {
         facts.nodes = None;
         let a = assess(&s, &facts, now());
         assert_eq!(a.derived.lanes, 1);
-        assert_eq!(
-            lanes_reason(&s, &a.derived, &facts),
-            "auto: 1, the need is unknown (node count unknown)"
-        );
+        assert_eq!(a.derived.lanes_reason, "auto: 1, the need is unknown (node count unknown)");
     }
 
     #[test]

@@ -54,8 +54,6 @@ pub fn report(
     let lifetimes = lifetimes(settings, facts, &assessment, now);
     let mut report =
         build_report(&policy_name, file, pool_input, settings, &assessment, &next, now);
-    report.derived.rotation_lanes_reason =
-        feasibility::lanes_reason(settings, &assessment.derived, facts);
     report.derived.lifetime_used = lifetimes;
     report
 }
@@ -509,7 +507,7 @@ fn build_report(
             rotation_lanes_needed: d.lanes_needed.and_then(|m| u64::try_from(m).ok()),
             rotation_lanes_suffice: d.lanes_needed.map(|needed| d.lanes >= needed),
             rotation_lanes_limit: d.lanes_limit.and_then(|m| u64::try_from(m).ok()),
-            rotation_lanes_reason: String::new(),
+            rotation_lanes_reason: d.lanes_reason.clone(),
             starts_per_occurrence: d.starts_per_occurrence,
             shortest_occurrence_seconds: d.shortest_occurrence.map(secs),
             shortest_gap_seconds: d.shortest_gap.map(secs),

@@ -12,7 +12,7 @@ use super::snapshot::{Snapshot, annotation};
 use crate::engine::{Facts, Key, ObjRef, Pred, Value};
 use crate::policy::crd::NodePoolStatus;
 use crate::policy::derive::{self, Candidacy, ClaimState, RotationOrder};
-use crate::policy::feasibility::{self, Finding};
+use crate::policy::feasibility::Finding;
 use crate::policy::plan::{LocalOccurrence, local_occurrences};
 use crate::policy::window::{HORIZON, Occurrence, Schedule};
 
@@ -284,24 +284,10 @@ pub fn of(snap: &Snapshot, governance: GovernanceSummary) -> PoolSummary {
     out.failure_pause_until =
         out.last_failure_at.map(|t| t + settings.failure_pause).filter(|t| *t > now);
     if let Some(a) = &snap.assessment {
-        let facts = feasibility::PoolFacts {
-            expire_after: snap
-                .pool
-                .as_ref()
-                .and_then(|p| p.expire_after().ok())
-                .unwrap_or(crate::policy::duration::ExpireAfter::Never),
-            termination_grace_period: snap
-                .pool
-                .as_ref()
-                .and_then(|p| p.termination_grace_period().ok().flatten()),
-            nodes: Some(out.nodes as u64),
-            exhausted_limits: Vec::new(),
-            static_pool: false,
-        };
         out.max_unavailable = Some(LanesSummary {
             in_use: snap.lanes,
             written: settings.max_unavailable.to_string(),
-            reason: feasibility::lanes_reason(settings, &a.derived, &facts),
+            reason: a.derived.lanes_reason.clone(),
         });
     }
     let occurrence = current_or_next(&settings.schedule, now);
