@@ -457,7 +457,7 @@ status:
 
     #[test]
     fn decodes_a_realistic_node_pool() {
-        let np: NodePool = serde_yaml::from_str(NODEPOOL).unwrap_or_else(|e| panic!("{e}"));
+        let np: NodePool = serde_norway::from_str(NODEPOOL).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(np.name_any(), "general");
         assert_eq!(np.expire_after(), Ok(ExpireAfter::After(Duration::days(14))));
         assert_eq!(np.termination_grace_period(), Ok(Some(Duration::hours(1))));
@@ -473,7 +473,7 @@ status:
 
     #[test]
     fn limits_without_room_for_one_node() {
-        let mut np: NodePool = serde_yaml::from_str(NODEPOOL).unwrap_or_else(|e| panic!("{e}"));
+        let mut np: NodePool = serde_norway::from_str(NODEPOOL).unwrap_or_else(|e| panic!("{e}"));
         np.spec.limits.get_or_insert_default().insert("nodes".into(), Quantity("21".into()));
         // 924 CPUs and 700Gi left, one node left: a 4-CPU node fits, a 1000-CPU one does not.
         let node = |cpu: i128| BTreeMap::from([("cpu".into(), cpu), ("nodes".into(), 1000)]);
@@ -488,7 +488,7 @@ status:
 
     #[test]
     fn decodes_a_realistic_node_claim() {
-        let nc: NodeClaim = serde_yaml::from_str(NODECLAIM).unwrap_or_else(|e| panic!("{e}"));
+        let nc: NodeClaim = serde_norway::from_str(NODECLAIM).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(nc.node_pool(), Some("general"));
         assert!(nc.is_ready());
         assert!(!nc.is_deleting());
@@ -510,7 +510,7 @@ status:
 
     #[test]
     fn sparse_objects_decode_with_defaults() {
-        let np: NodePool = serde_yaml::from_str(
+        let np: NodePool = serde_norway::from_str(
             "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\nspec: {template: {spec: {}}, replicas: 3}\n",
         )
         .unwrap_or_else(|e| panic!("{e}"));
@@ -518,7 +518,7 @@ status:
         assert_eq!(np.termination_grace_period(), Ok(None));
         assert!(np.is_static());
         assert!(np.exhausted_limits().is_empty());
-        let nc: NodeClaim = serde_yaml::from_str(
+        let nc: NodeClaim = serde_norway::from_str(
             "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: y}\nspec: {expireAfter: Never}\nstatus: {conditions: [{type: Ready, status: Unknown}]}\n",
         )
         .unwrap_or_else(|e| panic!("{e}"));

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use noderotation::{cli, runtime};
 
 #[derive(Debug, Parser)]
@@ -13,25 +13,24 @@ struct Cli {
     command: Command,
 }
 
+/// The operator's commands come first in `--help`; these, for working on the repository, are
+/// listed under a heading of their own.
+const DEVELOPER_COMMANDS: [&str; 2] = ["rules", "docs"];
+
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Regenerate (or with --check, verify) the docs generated from `rules/`.
-    Docs(cli::rules::DocsArgs),
-    /// Work with the rule tables in `rules/`.
-    #[command(subcommand)]
-    Rules(cli::rules::RulesCommand),
-    /// Print the RotationPolicy CustomResourceDefinition.
-    Crd(cli::crd::CrdArgs),
-    /// Show what a RotationPolicy will do to a NodePool: P, A, t_rot, chances, findings.
-    Plan(cli::plan::PlanArgs),
     /// Run the operator: preflight, leader election, watches, reconcile (needs a cluster).
     Run(runtime::RunArgs),
+    /// Show what a RotationPolicy will do to a NodePool: P, A, t_rot, chances, findings.
+    Plan(cli::plan::PlanArgs),
     /// Simulate a fleet over weeks of virtual time, next to Karpenter alone (no cluster needed).
     Simulate(cli::simulate::SimulateArgs),
-    /// What will rotate and what is at risk, per NodePool, from the live cluster (read-only):
-    /// the governing policy, the next window, the claims due and in flight, the nearest
-    /// deadlines, the findings and the last failures. Also the kubectl plugin `kubectl
-    /// noderotation` (this binary named or linked as `kubectl-noderotation`).
+    /// Show what will rotate next and what is at risk, per NodePool, from the live cluster.
+    ///
+    /// Read-only, with your kubeconfig: the governing policy, the window open now or next, the
+    /// claims due and in flight, the nearest deadlines, the findings and the last failures. Also
+    /// the kubectl plugin `kubectl noderotation` (this binary named or linked as
+    /// `kubectl-noderotation`).
     ///
     /// It needs `list` (with --watch, `watch`) on NodePools, NodeClaims, Nodes and
     /// RotationPolicies, and on pods in --namespace; a missing permission is named with the rule
@@ -53,6 +52,40 @@ enum Command {
     /// Idempotent; every write is conditional (fresh read + resourceVersion). Exit code 0 when
     /// everything was cleaned, 1 otherwise.
     Uninstall(cli::uninstall::UninstallArgs),
+    /// Print the RotationPolicy CustomResourceDefinition.
+    Crd(cli::crd::CrdArgs),
+    /// Print a shell completion script: `source <(noderotation completion bash)`.
+    Completion(CompletionArgs),
+    /// Work with the rule tables in `rules/`.
+    #[command(subcommand)]
+    Rules(cli::rules::RulesCommand),
+    /// Regenerate (or with --check, verify) the docs generated from `rules/`.
+    Docs(cli::rules::DocsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CompletionArgs {
+    /// The shell to complete in.
+    shell: clap_complete::Shell,
+}
+
+/// The command line with `--help` listing the operator's commands, then the developer ones.
+fn command() -> clap::Command {
+    let cmd = Cli::command();
+    let line = |c: &clap::Command| {
+        let about = c.get_about().map(ToString::to_string).unwrap_or_default();
+        format!("  {:<12}{}\n", c.get_name(), about.split(". ").next().unwrap_or_default())
+    };
+    let (developer, operator): (Vec<_>, Vec<_>) =
+        cmd.get_subcommands().partition(|c| DEVELOPER_COMMANDS.contains(&c.get_name()));
+    let operator: String = operator.into_iter().map(line).collect();
+    let developer: String = developer.into_iter().map(line).collect();
+    cmd.help_template(format!(
+        "{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\nCommands:\n{operator}  {:<12}\
+         Print this message or the help of the given subcommand(s)\n\nDeveloper commands (in a \
+         checkout of the repository):\n{developer}\nOptions:\n{{options}}{{after-help}}",
+        "help"
+    ))
 }
 
 /// The name kubectl runs this binary under as the plugin `kubectl noderotation`.
@@ -66,16 +99,18 @@ fn command_line() -> Cli {
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
         .is_some_and(|name| name == KUBECTL_PLUGIN);
-    if !plugin {
-        return Cli::parse();
+    if plugin {
+        let rest = args.split_off(1.min(args.len()));
+        let rest = match rest.first() {
+            Some(first) if first == "status" => rest[1..].to_vec(),
+            _ => rest,
+        };
+        args = ["noderotation", "status"].into_iter().map(Into::into).chain(rest).collect();
     }
-    let rest = args.split_off(1.min(args.len()));
-    let rest = match rest.first() {
-        Some(first) if first == "status" => rest[1..].to_vec(),
-        _ => rest,
-    };
-    let argv = ["noderotation", "status"].into_iter().map(Into::into).chain(rest);
-    Cli::parse_from(argv)
+    match Cli::from_arg_matches(&command().get_matches_from(args)) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    }
 }
 
 fn main() -> ExitCode {
@@ -89,6 +124,11 @@ fn main() -> ExitCode {
         Command::Simulate(args) => cli::simulate::simulate(args),
         Command::Status(args) => cli::status::run(args),
         Command::Uninstall(args) => cli::uninstall::run(args),
+        Command::Completion(args) => {
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut command(), "noderotation", &mut script);
+            cli::write_stdout(&String::from_utf8_lossy(&script)).map(|()| 0)
+        }
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

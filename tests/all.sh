@@ -29,16 +29,38 @@ cargo test --locked --test reconcile -- --ignored --test-threads=1 --nocapture e
 step "apiserver tier: build"
 export NODEROTATION_BIN_CACHE="${NODEROTATION_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/noderotation/k8s-harness-bin}"
 tier_build_start=$(date +%s)
-tests/k8s-harness/build.sh >/dev/null
+harness_bin=$(tests/k8s-harness/build.sh)
 tier_build=$(( $(date +%s) - tier_build_start ))
 echo "apiserver tier build: ${tier_build}s"
+# syft (the image's SBOM) is a large Go build: it runs beside the image build and the apiserver
+# tier's tests, after the build above so that the two never install the same tool at once.
+sbom_build_log=$(mktemp)
+(nice -n 5 tests/k8s-harness/build.sh --sbom >/dev/null 2>"$sbom_build_log") &
+sbom_build_pid=$!
+
+# The release workflow (.github/workflows/release.yml) and the rules-diff one: actionlint, which
+# also runs shellcheck over their run: scripts. tests/deploy.rs checks the release build against
+# deploy/Dockerfile.
+step "workflows: actionlint"
+if ! command -v shellcheck >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck >&2 ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck; } >&2
+fi
+"$harness_bin/actionlint" -no-color -oneline .github/workflows/*.yml
 
 # The operator image, in the layout of deploy/Dockerfile's final stage, built with podman from the
 # release binary (no Docker daemon or public registry here); the apiserver tier runs it in-cluster
 # under the ServiceAccount an install creates.
 step "image"
 image_start=$(date +%s)
-cargo build --release --locked --quiet
+# Built as deploy/Dockerfile builds it: cargo auditable embeds the dependency list, so the SBOM
+# names every crate (the same version as the Dockerfile; tests/deploy.rs checks both).
+CARGO_AUDITABLE_VERSION=0.7.7
+# (cargo-auditable has no --version of its own: cargo's record of installed crates tells.)
+if ! grep -qs "^\"cargo-auditable $CARGO_AUDITABLE_VERSION " "${CARGO_HOME:-$HOME/.cargo}/.crates.toml"; then
+  cargo install --locked --quiet "cargo-auditable@$CARGO_AUDITABLE_VERSION"
+fi
+cargo auditable build --release --locked --quiet
 eval "$(tests/image/build.sh)"
 $NODEROTATION_PODMAN run --rm --read-only --user 65532 "$NODEROTATION_IMAGE" --version
 export NODEROTATION_IMAGE_REQUIRED=1
@@ -66,6 +88,11 @@ tests/k8s-harness/stop.sh
 trap - EXIT
 tier_run=$(( $(date +%s) - tier_run_start ))
 echo "apiserver tier: build ${tier_build}s, start + tests + stop ${tier_run}s"
+
+step "image: SBOM (syft, built beside the apiserver tier)"
+wait "$sbom_build_pid" || { cat "$sbom_build_log" >&2; echo "syft build failed" >&2; exit 1; }
+rm -f "$sbom_build_log"
+echo "SBOM: $(tests/image/sbom.sh "$harness_bin/syft" target/noderotation.spdx.json) crates in target/noderotation.spdx.json"
 
 # ---- Deterministic simulation ---------------------------------------------------------------
 # 300 seeds x 2 virtual weeks of the built-in fleet with every fault on (crashes, leader changes,

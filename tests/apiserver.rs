@@ -119,6 +119,45 @@ async fn run_exits_non_zero_naming_the_missing_karpenter_resource() -> TestResul
     result
 }
 
+/// `plan --from-cluster NAME` reads the NodePool from the cluster: the plan is the one the same
+/// NodePool gives from a file; a NodePool that does not exist is named in the error.
+#[tokio::test]
+async fn plan_reads_the_nodepool_from_the_cluster() -> TestResult {
+    let env = harness!();
+    let admin = env.admin().await?;
+    let name = format!("plan-from-cluster-{}", std::process::id());
+    let pool = nodepool_json(&name, &name);
+    create(&admin, &pool).await?;
+    let dir = scratch("plan-from-cluster");
+    let file = dir.join("nodepool.yaml");
+    std::fs::write(&file, serde_norway::to_string(&pool)?)?;
+    let plan = |source: &[&str]| -> Result<std::process::Output, Error> {
+        let policy = format!("{REPO}/deploy/examples/single-pool.yaml");
+        let mut args = vec!["plan", "-f", &policy, "--now", "2026-06-01T00:00:00Z", "-o", "json"];
+        args.extend(source);
+        Ok(std::process::Command::new(binary())
+            .args(args)
+            .env("KUBECONFIG", &env.kubeconfig)
+            .output()?)
+    };
+    let from_cluster = plan(&["--from-cluster", &name])?;
+    let from_file = plan(&["--nodepool", &file.display().to_string()])?;
+    let _ = env.kubectl(&["delete", "nodepool", &name]);
+    assert!(from_cluster.status.success(), "{}", String::from_utf8_lossy(&from_cluster.stderr));
+    let mut a: Value = serde_json::from_slice(&from_cluster.stdout)?;
+    let mut b: Value = serde_json::from_slice(&from_file.stdout)?;
+    assert_eq!(a["nodePool"]["source"], json!(format!("NodePool {name} (cluster)")));
+    assert_eq!(a["nodePool"]["expireAfter"], json!("720h0m0s"), "{}", a["nodePool"]);
+    a["nodePool"]["source"] = Value::Null;
+    b["nodePool"]["source"] = Value::Null;
+    assert_eq!(a, b, "the same NodePool from the cluster and from a file plans alike");
+    let missing = plan(&["--from-cluster", "no-such-pool"])?;
+    assert_eq!(missing.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("--from-cluster: cannot read NodePool \"no-such-pool\""), "{stderr}");
+    Ok(())
+}
+
 // ---- (b) kubectl: examples, printer columns, explain -------------------------------------------
 
 /// The field an invalid example must be rejected for, from its `# Schema:` header line:
@@ -273,7 +312,7 @@ async fn kubectl_get_shows_printer_columns_and_explain_shows_descriptions() -> T
     env.kubectl_ok(&["apply", "-f", "-"], Some(&policy.to_string()))?;
     let table = env.kubectl_ok(&["get", "rotationpolicies", name], None)?;
     let header = table.lines().next().unwrap_or_default().to_string();
-    let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(
+    let crd: Value = serde_norway::from_str(&std::fs::read_to_string(
         Path::new(REPO).join("crds/rotationpolicy.yaml"),
     )?)?;
     let columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
@@ -647,7 +686,7 @@ fn helm_chart_crd_is_the_generated_crd() -> TestResult {
 #[test]
 fn helm_values_are_covered_by_the_schema() -> TestResult {
     let dir = Path::new(REPO).join("deploy/helm/noderotation");
-    let values: Value = serde_yaml::from_str(&std::fs::read_to_string(dir.join("values.yaml"))?)?;
+    let values: Value = serde_norway::from_str(&std::fs::read_to_string(dir.join("values.yaml"))?)?;
     let schema: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("values.schema.json"))?)?;
     fn check(values: &Value, schema: &Value, path: &str, out: &mut Vec<String>) {
@@ -676,7 +715,7 @@ fn helm_values_are_covered_by_the_schema() -> TestResult {
 #[test]
 fn the_deployment_is_hardened() -> TestResult {
     let text = std::fs::read_to_string(Path::new(REPO).join("deploy/base/deployment.yaml"))?;
-    let d: Value = serde_yaml::from_str(&text)?;
+    let d: Value = serde_norway::from_str(&text)?;
     assert_eq!(d["spec"]["replicas"], json!(2));
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], json!(true));
@@ -688,7 +727,7 @@ fn the_deployment_is_hardened() -> TestResult {
     assert!(c["resources"]["requests"].is_object() && c["resources"]["limits"].is_object());
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], json!("/healthz"));
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], json!("/readyz"));
-    let pc: Value = serde_yaml::from_str(&std::fs::read_to_string(
+    let pc: Value = serde_norway::from_str(&std::fs::read_to_string(
         Path::new(REPO).join("deploy/base/priorityclass.yaml"),
     )?)?;
     assert!(pc["value"].as_i64().is_some_and(|v| v < 0));
@@ -734,6 +773,30 @@ struct Rotation {
 
 impl Rotation {
     async fn new(env: &Env, test: &str, surge: Value) -> Result<Rotation, Error> {
+        let fx = Rotation::without_policy(env, test).await?;
+        let policy = json!({
+            "apiVersion": "noderotation.io/v1alpha1", "kind": "RotationPolicy",
+            "metadata": {"name": fx.pool, "labels": {SUITE_LABEL: "rotation"}},
+            "spec": fx.policy_spec(surge),
+        });
+        env.kubectl_ok(&["apply", "-f", "-"], Some(&policy.to_string()))?;
+        Ok(fx)
+    }
+
+    /// The spec of the policy that rotates this pool's claims at once, in an always-open window.
+    fn policy_spec(&self, surge: Value) -> Value {
+        json!({
+            "nodePoolSelector": {"matchLabels": {TEST_LABEL: self.pool}},
+            "ageThreshold": "1s",
+            "maintenanceWindows": [{"timezone": "UTC",
+                "days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
+                "start": "00:00", "end": "00:00"}],
+            "surge": surge
+        })
+    }
+
+    /// The pool, its candidate claim, node and workload, and no policy yet.
+    async fn without_policy(env: &Env, test: &str) -> Result<Rotation, Error> {
         let admin = env.admin().await?;
         // Policies of earlier rotation tests would govern their pools under this controller.
         env.kubectl_ok(
@@ -746,19 +809,6 @@ impl Rotation {
         create(&admin, &nodepool_json(&pool, &pool)).await?;
         ready_claim_and_node(&admin, &candidate, &node, &pool).await?;
         running_pod(&admin, "default", &format!("{pool}-app"), &node, "500m").await?;
-        let policy = json!({
-            "apiVersion": "noderotation.io/v1alpha1", "kind": "RotationPolicy",
-            "metadata": {"name": pool, "labels": {SUITE_LABEL: "rotation"}},
-            "spec": {
-                "nodePoolSelector": {"matchLabels": {TEST_LABEL: pool}},
-                "ageThreshold": "1s",
-                "maintenanceWindows": [{"timezone": "UTC",
-                    "days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
-                    "start": "00:00", "end": "00:00"}],
-                "surge": surge
-            }
-        });
-        env.kubectl_ok(&["apply", "-f", "-"], Some(&policy.to_string()))?;
         Ok(Rotation {
             env: env.clone(),
             admin,
@@ -1259,12 +1309,12 @@ subjects: [{{kind: ServiceAccount, name: status-reader, namespace: default}}]
         );
         env.kubectl_ok(&["apply", "-f", "-"], Some(&rbac))?;
         let token = env.kubectl_ok(&["create", "token", "status-reader", "-n", "default"], None)?;
-        let mut kubeconfig: Value = serde_yaml::from_str(&std::fs::read_to_string(&admin)?)?;
+        let mut kubeconfig: Value = serde_norway::from_str(&std::fs::read_to_string(&admin)?)?;
         for user in kubeconfig["users"].as_array_mut().into_iter().flatten() {
             user["user"] = json!({"token": token.trim()});
         }
         let reader = fx.dir.join("status-reader.kubeconfig");
-        std::fs::write(&reader, serde_yaml::to_string(&kubeconfig)?)?;
+        std::fs::write(&reader, serde_norway::to_string(&kubeconfig)?)?;
         let denied = status_as(&reader, &["--namespace", CONTROLLER_NS]).await?;
         let stderr = String::from_utf8_lossy(&denied.stderr).into_owned();
         assert_eq!(denied.status.code(), Some(1), "{stderr}");
@@ -1422,8 +1472,17 @@ fn apply_monitoring_crds(env: &Env) -> TestResult {
     Ok(())
 }
 
+/// The API server's version (`v1.35.8`): `helm template` renders for it, since the chart's
+/// `kubeVersion` is checked against Helm's built-in default otherwise.
+fn server_version(env: &Env) -> Result<String, Error> {
+    let v: Value = serde_json::from_str(&env.kubectl_ok(&["version", "-o", "json"], None)?)?;
+    Ok(v["serverVersion"]["gitVersion"].as_str().ok_or("no serverVersion")?.to_string())
+}
+
 /// `helm lint` is clean, and `helm template` of the defaults and of every values file in the
-/// chart's `ci/` folder is accepted by `kubectl apply --dry-run=server`.
+/// chart's `ci/` folder is accepted by `kubectl apply --dry-run=server`; Helm refuses a
+/// RotationPolicy in values that the schema rejects, and renders the EKS Auto Mode placement
+/// when the cluster serves Auto Mode's NodeClass API.
 #[tokio::test]
 async fn helm_lint_is_clean_and_every_ci_values_file_passes_a_server_dry_run() -> TestResult {
     let env = harness!();
@@ -1432,23 +1491,40 @@ async fn helm_lint_is_clean_and_every_ci_values_file_passes_a_server_dry_run() -
     apply_monitoring_crds(&env)?;
     let ns = "noderotation-dryrun";
     let _ = env.kubectl(&["create", "namespace", ns]);
+    let version = server_version(&env)?;
+    let template =
+        ["template", "nr", CHART, "-n", ns, "--include-crds", "--kube-version", &version];
     let ci = Path::new(REPO).join(CHART).join("ci");
     let mut files: Vec<_> =
         std::fs::read_dir(&ci)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
     files.sort();
     assert!(files.len() >= 3, "the chart's ci/ folder has values files: {files:?}");
-    let mut renders = vec![(
-        "defaults".to_string(),
-        helm(&env, &["template", "nr", CHART, "-n", ns, "--include-crds"])?,
-    )];
+    let mut renders = vec![("defaults".to_string(), helm(&env, &template)?)];
     for f in &files {
         let name = f.file_name().unwrap_or_default().to_string_lossy().to_string();
-        let out = helm(
-            &env,
-            &["template", "nr", CHART, "-n", ns, "--include-crds", "-f", &f.display().to_string()],
-        )?;
+        let file = f.display().to_string();
+        let out = helm(&env, &[template.as_slice(), &["-f", &file]].concat())?;
         renders.push((name, out));
     }
+    // A typo in a policy from values stops the install, naming the field.
+    let typo = r#"rotationPolicies=[{"name":"p","spec":{"nodePoolSelector":{},"surg":{}}}]"#;
+    let refused = helm(&env, &[template.as_slice(), &["--set-json", typo]].concat())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(refused.contains("surg"), "helm accepted an unknown policy field: {refused}");
+    // EKS Auto Mode, detected: the operator goes to the system pool and tolerates its taint.
+    let auto = helm(
+        &env,
+        &[template.as_slice(), &["--api-versions", "eks.amazonaws.com/v1/NodeClass"]].concat(),
+    )?;
+    let deployment = auto
+        .split("\n---")
+        .find(|d| d.contains("kind: Deployment"))
+        .ok_or("no Deployment rendered")?;
+    assert!(deployment.contains("values:\n                - system"), "{deployment}");
+    assert!(deployment.contains("key: CriticalAddonsOnly"), "{deployment}");
+    renders.push(("eksAutoMode detected".to_string(), auto));
     for (name, manifest) in renders {
         let out = env.kubectl_as(
             &env.kubeconfig,
@@ -1525,11 +1601,13 @@ async fn play_uninstall_hook(
     Ok(())
 }
 
-/// `helm install`, the image under the chart's ServiceAccount completes a surge rotation, a
-/// second one starts, and `helm uninstall` (its pre-delete hook) leaves nothing of ours behind
-/// while the user's own cordon, do-not-disrupt and freeze stay. Uninstall cleans every pool,
-/// claim and node in the cluster, so this runs alone, after the rest of the tier (tests/all.sh:
-/// `cargo test --test apiserver -- --ignored`).
+/// The README's quick start: `helm install` with a RotationPolicy from the chart's values
+/// (`kubectl get rotationpolicies` shows it), the image under the chart's ServiceAccount
+/// completes a surge rotation, a second one starts, and `helm uninstall` (its pre-delete hook)
+/// leaves nothing of ours behind, the policy included, while the user's own cordon,
+/// do-not-disrupt and freeze stay. Uninstall cleans every pool, claim and node in the cluster,
+/// so this runs alone, after the rest of the tier (tests/all.sh: `cargo test --test apiserver
+/// -- --ignored`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "cluster-wide uninstall: tests/all.sh runs it alone after the rest of the tier"]
 async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ours() -> TestResult {
@@ -1539,7 +1617,24 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
     }
     let _one = ROTATION.lock().await;
     let (release, ns) = ("nr", "noderotation-helm");
-    // The placeholder PriorityClass exists already (the harness setup applies deploy/base's).
+    // A short cooldown: the second rotation starts soon after the first, once the test has put
+    // a workload on the surge node (an empty node is refused a placeholder).
+    let surge = json!({"readyTimeout": "10m", "cooldownAfter": "20s", "retryBackoff": "30m"});
+    let mut fx = Rotation::without_policy(&env, "helm-rot").await?;
+    fx.ns = ns.to_string();
+    // The quick start's values file: the policy comes with the release. (The played kubelet runs
+    // the image built here whatever the chart names; the placeholder PriorityClass exists
+    // already: the harness setup applies deploy/base's.)
+    let values = json!({
+        "rotationPolicies": [{
+            "name": fx.pool,
+            "labels": {SUITE_LABEL: "rotation"},
+            "spec": fx.policy_spec(surge),
+        }],
+        "placeholder": {"priorityClass": {"create": false}},
+    });
+    let values_file = fx.dir.join("values.yaml");
+    std::fs::write(&values_file, serde_norway::to_string(&values)?)?;
     helm(
         &env,
         &[
@@ -1549,21 +1644,18 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
             "-n",
             ns,
             "--create-namespace",
-            "--set",
-            "placeholder.priorityClass.create=false",
+            "-f",
+            &values_file.display().to_string(),
         ],
     )?;
+    let listed = env.kubectl_ok(&["get", "rotationpolicies"], None)?;
+    assert!(listed.contains(&fx.pool), "kubectl get rotationpolicies:\n{listed}");
     let name = format!("{release}-noderotation");
     let deployment: Value = serde_json::from_str(
         &env.kubectl_ok(&["get", "deployment", &name, "-n", ns, "-o", "json"], None)?,
     )?;
     assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], name.as_str());
 
-    // A short cooldown: the second rotation starts soon after the first, once the test has put
-    // a workload on the surge node (an empty node is refused a placeholder).
-    let policy = json!({"readyTimeout": "10m", "cooldownAfter": "20s", "retryBackoff": "30m"});
-    let mut fx = Rotation::new(&env, "helm-rot", policy).await?;
-    fx.ns = ns.to_string();
     let mut actor = Some(actor::Actor::start(
         fx.admin.clone(),
         &fx.pool,
@@ -1631,6 +1723,8 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
         play_uninstall_hook(&env, &fx.admin, ns, &name, &mut operator, &fx.dir).await?;
         let out = uninstall.await??;
         assert!(out.contains("uninstalled"), "{out}");
+        let policies = env.kubectl_ok(&["get", "rotationpolicies", "-o", "name"], None)?;
+        assert!(!policies.contains(&fx.pool), "the release's policy outlived it: {policies}");
 
         // Nothing of ours: no noderotation.io key on the pool, the claims or any node but the
         // user's freeze; no cordon or do-not-disrupt of ours; no placeholder.

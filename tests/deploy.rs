@@ -22,7 +22,7 @@ fn read(path: impl AsRef<Path>) -> String {
 
 fn yaml(path: impl AsRef<Path>) -> Value {
     let path = path.as_ref();
-    serde_yaml::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    serde_norway::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 // ---- values against the schema -----------------------------------------------------------------
@@ -177,6 +177,142 @@ fn the_schema_check_rejects_what_helm_would() {
     }
 }
 
+// ---- the published release ---------------------------------------------------------------------
+
+/// The image the release workflow publishes (its `IMAGE` variable).
+fn published_image() -> String {
+    let workflow = read(Path::new(REPO).join(".github/workflows/release.yml"));
+    workflow
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("IMAGE: "))
+        .unwrap_or_else(|| panic!("release.yml sets no IMAGE"))
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn the_chart_installs_the_published_release_as_is() {
+    let meta = yaml(chart().join("Chart.yaml"));
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(meta["version"], json!(version), "chart version = crate version");
+    assert_eq!(meta["appVersion"], json!(version), "appVersion = crate version");
+    for key in ["kubeVersion", "home", "sources", "maintainers", "annotations"] {
+        assert!(meta.get(key).is_some_and(|v| !v.is_null()), "Chart.yaml lacks {key}");
+    }
+    for key in [
+        "artifacthub.io/license",
+        "artifacthub.io/crds",
+        "artifacthub.io/images",
+        "artifacthub.io/links",
+    ] {
+        assert!(meta["annotations"].get(key).is_some(), "Chart.yaml lacks the annotation {key}");
+    }
+    // The default image is the published one, its tag the chart's appVersion.
+    let values = values_with(None);
+    assert_eq!(values["image"]["repository"], json!(published_image()));
+    assert_eq!(values["image"]["tag"], json!(""), "the tag defaults to appVersion");
+    let base = yaml(Path::new(REPO).join("deploy/base/kustomization.yaml"));
+    assert_eq!(
+        base["images"][0],
+        json!({"name": "noderotation", "newName": published_image(), "newTag": version}),
+        "the kustomize base names the published image too"
+    );
+    let images = meta["annotations"]["artifacthub.io/images"].as_str().unwrap_or_default();
+    assert!(images.contains(&format!("{}:{version}", published_image())), "{images}");
+    let changelog = read(Path::new(REPO).join("CHANGELOG.md"));
+    assert!(changelog.contains(&format!("## [{version}] - ")), "CHANGELOG.md has no {version}");
+    let operations = read(Path::new(REPO).join("docs/operations.md"));
+    let crd_changes = operations.split("### CRD changes per release").nth(1).unwrap_or_default();
+    assert!(
+        crd_changes.lines().any(|l| l.starts_with(&format!("| {version} |"))),
+        "docs/operations.md: the CRD changes table has no row for {version}"
+    );
+    let notes = read(chart().join("templates/NOTES.txt"));
+    for command in ["kubectl get rotationpolicies", "rollout status", "noderotation plan"] {
+        assert!(notes.contains(command), "NOTES.txt does not print {command:?}");
+    }
+}
+
+// ---- rotationPolicies from values ---------------------------------------------------------------
+
+/// The CRD's spec schema as the values schema carries it: without descriptions, defaults and the
+/// Kubernetes extensions a JSON Schema validator ignores, and closed (`additionalProperties:
+/// false`) wherever the CRD lists properties, so that a typo in values fails `helm install`.
+fn values_spec_schema() -> Value {
+    fn close(v: &mut Value) {
+        if let Value::Object(m) = v {
+            m.retain(|k, _| {
+                !(k == "description"
+                    || k == "default"
+                    || k == "nullable"
+                    || k.starts_with("x-kubernetes-"))
+            });
+            if m.contains_key("properties") && !m.contains_key("additionalProperties") {
+                m.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            if let Some(Value::Object(props)) = m.get_mut("properties") {
+                props.values_mut().for_each(close);
+            }
+            for key in ["items", "additionalProperties"] {
+                if let Some(sub @ Value::Object(_)) = m.get_mut(key) {
+                    close(sub);
+                }
+            }
+            if let Some(Value::Array(any)) = m.get_mut("anyOf") {
+                any.iter_mut().for_each(close);
+            }
+        }
+    }
+    let crd = serde_json::to_value(noderotation::policy::crd::crd().expect("crd")).expect("json");
+    let mut spec =
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"].clone();
+    close(&mut spec);
+    spec
+}
+
+#[test]
+fn values_schema_checks_each_rotation_policy_as_the_crd_does() {
+    let schema = schema();
+    let item = &schema["properties"]["rotationPolicies"]["items"];
+    let want = values_spec_schema();
+    if item["properties"]["spec"] != want {
+        let out = Path::new(REPO).join("target/values-spec-schema.json");
+        std::fs::write(&out, serde_json::to_string_pretty(&want).expect("json")).expect("write");
+        panic!(
+            "values.schema.json: rotationPolicies.items.properties.spec is not the CRD's spec \
+             schema; replace it with {}",
+            out.display()
+        );
+    }
+    assert_eq!(item["required"], json!(["name", "spec"]));
+    assert_eq!(values_with(None)["rotationPolicies"], json!([]), "no policy by default");
+}
+
+#[test]
+fn the_schema_rejects_a_bad_rotation_policy_in_values() {
+    let schema = schema();
+    let window = json!({"timezone": "UTC", "days": ["Sat"], "start": "02:00", "end": "06:00"});
+    let good =
+        json!({"name": "nights", "spec": {"nodePoolSelector": {}, "maintenanceWindows": [window]}});
+    let check = |policy: &Value| {
+        let mut values = values_with(None);
+        coalesce(&mut values, &json!({"rotationPolicies": [policy]}));
+        let mut errors = Vec::new();
+        validate(&values, &schema, "", &mut errors);
+        errors
+    };
+    assert!(check(&good).is_empty(), "{:?}", check(&good));
+    let mut typo = good.clone();
+    typo["spec"]["maintenanceWindow"] = json!([]);
+    let mut no_selector = good.clone();
+    no_selector["spec"].as_object_mut().expect("spec").remove("nodePoolSelector");
+    let mut day = good.clone();
+    day["spec"]["maintenanceWindows"][0]["days"] = json!("Sat");
+    for bad in [typo, no_selector, day, json!({"spec": good["spec"]})] {
+        assert!(!check(&bad).is_empty(), "{bad} passed the schema");
+    }
+}
+
 #[test]
 fn every_standard_key_is_in_values_schema_and_templates() {
     let values = values_with(None);
@@ -201,6 +337,8 @@ fn every_standard_key_is_in_values_schema_and_templates() {
         "extraEnv",
         "serviceMonitor",
         "uninstallHook",
+        "eksAutoMode",
+        "rotationPolicies",
     ] {
         assert!(values.get(key).is_some(), "values.yaml lacks {key}");
         assert!(schema["properties"].get(key).is_some(), "values.schema.json lacks {key}");
@@ -242,11 +380,16 @@ fn operations_anchors() -> BTreeSet<String> {
 fn every_alert_has_a_description_and_a_runbook_heading_in_operations_md() {
     let rules = read(chart().join("templates/prometheusrule.yaml"));
     let anchors = operations_anchors();
-    assert!(
-        values_with(None)["prometheusRule"]["runbookBaseUrl"]
-            .as_str()
-            .is_some_and(|u| u.ends_with("docs/operations.md"))
-    );
+    // Absolute by default: the operations guide of this release in the published repository.
+    assert_eq!(values_with(None)["prometheusRule"]["runbookBaseUrl"], json!(""));
+    assert!(rules.contains(
+        r#"$runbook := .Values.prometheusRule.runbookBaseUrl | default (include "noderotation.releaseDocs" . | printf "%s/docs/operations.md")"#
+    ));
+    let helpers = read(chart().join("templates/_helpers.tpl"));
+    assert!(helpers.contains(r#"printf "%s/blob/v%s" .Chart.Home .Chart.AppVersion"#), "{helpers}");
+    let meta = yaml(chart().join("Chart.yaml"));
+    let home = meta["home"].as_str().unwrap_or_default();
+    assert!(home.starts_with("https://"), "Chart.yaml home {home:?} is not an absolute URL");
     let blocks: Vec<&str> = rules.split("- alert: ").skip(1).collect();
     assert!(blocks.len() >= 10, "alerts not found");
     for block in blocks {
@@ -292,7 +435,7 @@ fn pseudo_render(text: &str) -> String {
 fn documents(text: &str) -> Vec<Value> {
     text.split("\n---")
         .filter(|d| !d.trim().is_empty())
-        .map(|d| serde_yaml::from_str(d).unwrap_or_else(|e| panic!("{e}\n{d}")))
+        .map(|d| serde_norway::from_str(d).unwrap_or_else(|e| panic!("{e}\n{d}")))
         .collect()
 }
 
@@ -756,4 +899,221 @@ fn the_grafana_dashboard_is_opt_in_and_reads_only_exported_metrics() {
     let mut wrong = board.clone();
     wrong["panels"][0]["targets"][0]["expr"] = json!("noderotation_next_window_start");
     assert_eq!(dashboard::unresolved(&wrong, &t.render()).len(), 1);
+}
+
+// ---- the release workflow builds what deploy/Dockerfile builds ---------------------------------
+
+/// Where `.github/workflows/release.yml` and the image builds drift apart: the workflow must build
+/// `deploy/Dockerfile` from the repository root for exactly the platforms the Dockerfile
+/// cross-compiles, passing every argument the Dockerfile needs and none it lacks; both bases are
+/// pinned by digest; the binary is built with `cargo auditable` at the version CI's SBOM build
+/// uses; and the image CI builds (`tests/image/build.sh`) has the Dockerfile's final stage.
+fn release_drift(workflow: &Value, dockerfile: &str, ci_image: &str, all_sh: &str) -> Vec<String> {
+    let mut drift = Vec::new();
+    let steps = workflow["jobs"]["release"]["steps"].as_array().cloned().unwrap_or_default();
+    let build: Vec<&Value> = steps
+        .iter()
+        .filter(|s| s["uses"].as_str().is_some_and(|u| u.starts_with("docker/build-push-action@")))
+        .collect();
+    let [build] = build.as_slice() else {
+        return vec![format!(
+            "release.yml: {} docker/build-push-action steps, not one",
+            build.len()
+        )];
+    };
+    let with = &build["with"];
+    if with["file"] != json!("deploy/Dockerfile") || with["context"] != json!(".") {
+        drift.push(format!(
+            "release.yml builds {} in {}, not deploy/Dockerfile in .",
+            with["file"], with["context"]
+        ));
+    }
+    // The platforms: linux/<arch> for each TARGETARCH the Dockerfile's case statement accepts.
+    let arches: BTreeSet<String> = dockerfile
+        .lines()
+        .filter_map(|l| l.trim().split_once(") triple=").map(|(arch, _)| format!("linux/{arch}")))
+        .collect();
+    let platforms: BTreeSet<String> = with["platforms"]
+        .as_str()
+        .unwrap_or_default()
+        .split(',')
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if arches.is_empty() || platforms != arches {
+        drift
+            .push(format!("release.yml platforms {platforms:?}, the Dockerfile builds {arches:?}"));
+    }
+    // Build arguments: each one passed is declared, and each declared one without a real default
+    // (`unknown`, or none) is passed. TARGETARCH is buildx's own.
+    let declared: Vec<(String, Option<String>)> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("ARG "))
+        .map(|a| match a.split_once('=') {
+            Some((k, v)) => (k.trim().to_string(), Some(v.trim().to_string())),
+            None => (a.trim().to_string(), None),
+        })
+        .filter(|(k, _)| k != "TARGETARCH")
+        .collect();
+    let passed: BTreeSet<String> = with["build-args"]
+        .as_str()
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k.trim().to_string()))
+        .collect();
+    for p in &passed {
+        if !declared.iter().any(|(k, _)| k == p) {
+            drift.push(format!("release.yml passes {p}, which deploy/Dockerfile does not declare"));
+        }
+    }
+    for (k, default) in &declared {
+        if matches!(default.as_deref(), None | Some("unknown")) && !passed.contains(k) {
+            drift.push(format!("deploy/Dockerfile needs ARG {k}, which release.yml does not pass"));
+        }
+    }
+    for from in dockerfile.lines().filter(|l| l.starts_with("FROM ")) {
+        let image =
+            from.split_whitespace().find(|w| !w.starts_with("--") && *w != "FROM").unwrap_or("");
+        let digest = image.split_once("@sha256:").map(|(_, d)| d).unwrap_or("");
+        if digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit()) {
+            drift.push(format!("deploy/Dockerfile: {image} is not pinned by digest"));
+        }
+    }
+    let version = |text: &str| {
+        text.lines().find_map(|l| {
+            l.split("CARGO_AUDITABLE_VERSION=").nth(1).map(|v| {
+                v.trim_start_matches("${CARGO_AUDITABLE_VERSION:-")
+                    .trim_end_matches('}')
+                    .trim()
+                    .to_string()
+            })
+        })
+    };
+    if !dockerfile.contains("cargo auditable build --release --locked") {
+        drift.push("deploy/Dockerfile does not build with cargo auditable".into());
+    }
+    if !all_sh.contains("cargo auditable build --release --locked")
+        || version(all_sh) != version(dockerfile)
+    {
+        drift.push(format!(
+            "tests/all.sh builds its image binary otherwise than deploy/Dockerfile (cargo-auditable {:?} vs {:?})",
+            version(all_sh),
+            version(dockerfile)
+        ));
+    }
+    // The final stage: what runs, as whom.
+    let last_stage = |text: &str| -> Vec<String> {
+        let stage = text.rsplit("\nFROM ").next().unwrap_or_default();
+        stage
+            .lines()
+            .filter(|l| {
+                ["USER ", "EXPOSE ", "ENTRYPOINT ", "CMD "].iter().any(|k| l.starts_with(k))
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    if last_stage(dockerfile) != last_stage(ci_image) || last_stage(dockerfile).len() != 4 {
+        drift.push(format!(
+            "the final stage differs: deploy/Dockerfile {:?}, tests/image/build.sh {:?}",
+            last_stage(dockerfile),
+            last_stage(ci_image)
+        ));
+    }
+    drift
+}
+
+fn release_inputs() -> (Value, String, String, String) {
+    (
+        yaml(Path::new(REPO).join(".github/workflows/release.yml")),
+        read(Path::new(REPO).join("deploy/Dockerfile")),
+        read(Path::new(REPO).join("tests/image/build.sh")),
+        read(Path::new(REPO).join("tests/all.sh")),
+    )
+}
+
+#[test]
+fn the_release_workflow_builds_what_the_dockerfile_builds() {
+    let (workflow, dockerfile, ci_image, all_sh) = release_inputs();
+    let drift = release_drift(&workflow, &dockerfile, &ci_image, &all_sh);
+    assert!(drift.is_empty(), "{drift:#?}");
+    // The chart the workflow pushes is linted with the Helm CI uses.
+    let helm = |text: &str, key: &str| {
+        text.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix(key)
+                .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
+        })
+    };
+    let harness = read(Path::new(REPO).join("tests/k8s-harness/build.sh"));
+    assert_eq!(
+        helm(&read(Path::new(REPO).join(".github/workflows/release.yml")), "HELM_VERSION: "),
+        helm(&harness, "HELM_VERSION=")
+    );
+}
+
+#[test]
+fn the_release_drift_check_catches_each_kind_of_drift() {
+    let (workflow, dockerfile, ci_image, all_sh) = release_inputs();
+    let step = |w: &mut Value| -> usize {
+        w["jobs"]["release"]["steps"]
+            .as_array()
+            .and_then(|s| {
+                s.iter().position(|s| {
+                    s["uses"].as_str().is_some_and(|u| u.starts_with("docker/build-push-action@"))
+                })
+            })
+            .expect("build step")
+    };
+    // The build step's `with` key set to another value.
+    let edit = |key: &str, value: &str| {
+        let mut w = workflow.clone();
+        let i = step(&mut w);
+        w["jobs"]["release"]["steps"][i]["with"][key] = json!(value);
+        release_drift(&w, &dockerfile, &ci_image, &all_sh)
+    };
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        ("one platform", edit("platforms", "linux/amd64")),
+        ("another Dockerfile", edit("file", "Dockerfile")),
+        ("no GIT_COMMIT", edit("build-args", "")),
+        ("an unknown argument", edit("build-args", "GIT_COMMIT=x\nFEATURES=y")),
+        (
+            "a base by tag",
+            release_drift(
+                &workflow,
+                &dockerfile.replace("nonroot@sha256:", "nonroot-x@sha256:x"),
+                &ci_image,
+                &all_sh,
+            ),
+        ),
+        (
+            "a plain cargo build",
+            release_drift(
+                &workflow,
+                &dockerfile.replace("cargo auditable build", "cargo build"),
+                &ci_image,
+                &all_sh,
+            ),
+        ),
+        (
+            "another entrypoint in CI",
+            release_drift(
+                &workflow,
+                &dockerfile,
+                &ci_image.replace("CMD [\"run\"]", "CMD [\"--help\"]"),
+                &all_sh,
+            ),
+        ),
+        (
+            "CI's binary without auditable",
+            release_drift(
+                &workflow,
+                &dockerfile,
+                &ci_image,
+                &all_sh.replace("cargo auditable build", "cargo build"),
+            ),
+        ),
+    ];
+    for (what, drift) in cases {
+        assert!(!drift.is_empty(), "{what}: not caught");
+    }
 }

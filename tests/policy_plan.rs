@@ -268,14 +268,24 @@ fn unknown_fields_in_the_policy_are_rejected_by_name() {
     // A typo must not yield a confident plan built on the default it silently fell back to.
     let typo = policy_file("typo.yaml", |t| {
         t.replace("readyTimeout: 15m", "readyTimout: 45m")
-            .replace("  ageThreshold: auto", "  ageThreshold: auto\n  minRotationChance: 3")
+            .replace(
+                "  ageThreshold: auto",
+                "  ageThreshold: auto\n  minRotationChance: 3\n  prePul: {}",
+            )
             .replace("  name: api", "  name: api\n  labelz: {a: b}")
     });
     let run = noderotation(&["plan", "-f", &typo, "--expire-after", "14d", "--now", NOW]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     assert!(run.stdout.is_empty(), "no plan: {}", run.stdout);
-    for field in ["spec.surge.readyTimout", "spec.minRotationChance", "metadata.labelz"] {
-        assert!(run.stderr.contains(field), "{field}: {}", run.stderr);
+    // Each named, an empty one too, with the real field it was meant as.
+    for (typo, real) in [
+        ("spec.surge.readyTimout", "spec.surge.readyTimeout"),
+        ("spec.minRotationChance", "spec.minRotationChances"),
+        ("spec.prePul", "spec.prePull"),
+        ("metadata.labelz", "metadata.labels"),
+    ] {
+        let named = format!("\"{typo}\" (did you mean \"{real}\"?)");
+        assert!(run.stderr.contains(&named), "{named}: {}", run.stderr);
     }
     assert!(run.stderr.contains(&typo), "{}", run.stderr);
     assert!(run.stderr.contains("unknown field"), "{}", run.stderr);
@@ -535,4 +545,50 @@ fn plan_shows_what_max_unavailable_auto_uses_and_why() {
     ] {
         assert!(run.stdout.contains(text), "{text:?} in\n{}", run.stdout);
     }
+}
+
+/// A hostile manifest in a scratch file: `plan` must refuse it with exit 1 and a message that
+/// names the problem, without expanding it or overflowing the stack.
+fn hostile(name: &str, text: &str) -> Run {
+    let dir = std::env::temp_dir().join(format!("noderotation-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+    noderotation(&["plan", "-f", &path.to_string_lossy(), "--expire-after", "14d", "--now", NOW])
+}
+
+const POLICY_HEAD: &str =
+    "apiVersion: noderotation.io/v1alpha1\nkind: RotationPolicy\nmetadata:\n  name: hostile\n";
+
+#[test]
+fn a_billion_laughs_manifest_is_refused() {
+    // Ten levels of ten aliases each: 10^10 strings if the aliases were expanded.
+    let mut text = format!("{POLICY_HEAD}  annotations:\n    l0: &l0 lol\n");
+    for level in 1..=10 {
+        let refs = vec![format!("*l{}", level - 1); 10].join(", ");
+        text.push_str(&format!("    l{level}: &l{level} [{refs}]\n"));
+    }
+    text.push_str("spec:\n  nodePoolSelector: {}\n");
+    let run = hostile("laughs.yaml", &text);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("repetition limit"), "{}", run.stderr);
+}
+
+#[test]
+fn a_deeply_nested_manifest_is_refused() {
+    let depth = 100_000;
+    let text =
+        format!("{POLICY_HEAD}  annotations:\n    a: {}{}\n", "[".repeat(depth), "]".repeat(depth));
+    let run = hostile("deep.yaml", &text);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("recursion limit"), "{}", run.stderr);
+}
+
+#[test]
+fn an_oversized_manifest_is_refused_before_parsing() {
+    // Valid YAML, one comment line past the cap: the size alone must stop it.
+    let text = format!("{POLICY_HEAD}# {}\nspec:\n  nodePoolSelector: {{}}\n", "x".repeat(2 << 20));
+    let run = hostile("big.yaml", &text);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("larger than 1 MiB"), "{}", run.stderr);
 }

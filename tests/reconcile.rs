@@ -855,7 +855,7 @@ spec:
   maintenanceWindows: [{timezone: UTC, days: [Sat], start: "00:00", end: "06:00"}]
 "#;
     let policy: noderotation::policy::crd::RotationPolicy =
-        serde_yaml::from_str(yaml).expect("policy");
+        serde_norway::from_str(yaml).expect("policy");
     let mut fx = Fx::with(policy, pool_yaml(""));
     fx.claim("c1", Duration::days(13) + Duration::hours(20));
     fx.pass();
@@ -1237,7 +1237,7 @@ spec:
 "#
     );
     let policy: noderotation::policy::crd::RotationPolicy =
-        serde_yaml::from_str(&yaml).expect("policy");
+        serde_norway::from_str(&yaml).expect("policy");
     let mut fx = Fx::with(policy, pool_yaml(""));
     fx.claim("c1", Duration::days(1));
     fx.world.update_claim("c1", |c| c.spec.expire_after = Some("48h".into())).expect("claim");

@@ -396,24 +396,24 @@ fn json_output_has_per_pool_and_per_seed_figures_that_add_up() {
     let ours = &one["ours"];
     let pools = ours["pools"].as_object().unwrap();
     assert_eq!(pools.keys().collect::<Vec<_>>(), ["api", "batch", "web"]);
-    for key in ["rotations_started", "replacements", "forced_expiries", "replacements_in_window"] {
+    for key in ["rotationsStarted", "replacements", "forcedExpiries", "replacementsInWindow"] {
         let per_pool: u64 = pools.values().map(|p| p[key].as_u64().unwrap()).sum();
         assert_eq!(per_pool, ours[key].as_u64().unwrap(), "{key}: pools do not add up");
     }
-    assert!(ours["rotations_started"].as_u64().unwrap() > 0);
+    assert!(ours["rotationsStarted"].as_u64().unwrap() > 0);
     // Longest Pending: the run's is the longest of its pools'.
-    let longest = |v: &serde_json::Value| v["longest_pending_seconds"].as_f64().unwrap();
+    let longest = |v: &serde_json::Value| v["longestPendingSeconds"].as_f64().unwrap();
     let most = pools.values().map(longest).fold(0.0, f64::max);
     assert_eq!(longest(ours), most, "longest_pending_seconds: not the most over the pools");
     // Lifetime used: a share of expireAfter, the minimum at most the mean, per pool as well.
-    let (mean, min) = (ours["lifetime_used_mean"].as_f64(), ours["lifetime_used_min"].as_f64());
+    let (mean, min) = (ours["lifetimeUsedMean"].as_f64(), ours["lifetimeUsedMin"].as_f64());
     assert!(
         matches!((mean, min), (Some(mean), Some(min)) if 0.0 < min && min <= mean && mean < 1.0)
     );
     for p in pools.values() {
-        assert!(p["lifetime_used_min"].as_f64() >= min, "{p}");
+        assert!(p["lifetimeUsedMin"].as_f64() >= min, "{p}");
     }
-    assert!(one["karpenter_alone"]["pools"].is_object());
+    assert!(one["karpenterAlone"]["pools"].is_object());
     assert!(one["violations"].as_array().unwrap().is_empty());
 
     let sweep = run(&["--seeds", "2", "--jobs", "1"]);
@@ -421,7 +421,7 @@ fn json_output_has_per_pool_and_per_seed_figures_that_add_up() {
     assert_eq!(seeds.iter().map(|s| s["seed"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2]);
     let total: u64 = seeds.iter().map(|s| s["ours"]["replacements"].as_u64().unwrap()).sum();
     assert_eq!(sweep["summary"]["replacements"].as_u64(), Some(total));
-    assert_eq!(sweep["summary"]["with_violations"].as_u64(), Some(0));
+    assert_eq!(sweep["summary"]["withViolations"].as_u64(), Some(0));
 }
 
 /// Anchors removed by hand, a NodePool replaced and one deleted mid-rotation, a pod replacing
@@ -802,8 +802,8 @@ fn longest_pending_is_the_longest_single_wait_and_counts_pods_still_pending() {
     let per_pool = |name: &str| f.per_pool[name].longest_pending_seconds;
     assert_eq!((per_pool("api"), per_pool("web"), per_pool("batch")), (30.0, 40.0, 60.0));
     let json = noderotation::cli::simulate::figures_json(&f);
-    assert_eq!(json["longest_pending_seconds"], 60.0);
-    assert_eq!(json["pools"]["web"]["longest_pending_seconds"], 40.0);
+    assert_eq!(json["longestPendingSeconds"], 60.0);
+    assert_eq!(json["pools"]["web"]["longestPendingSeconds"], 40.0);
     let table = noderotation::sim::metrics::table(&f, Some(&f));
     let row = table.lines().find(|l| l.starts_with("longest Pending (s)")).expect(&table);
     assert_eq!(

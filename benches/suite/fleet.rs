@@ -85,7 +85,7 @@ pub struct Fleet {
 }
 
 fn yaml<T: serde::de::DeserializeOwned>(text: &str) -> anyhow::Result<T> {
-    serde_yaml::from_str(text).with_context(|| format!("bench fixture:\n{text}"))
+    serde_norway::from_str(text).with_context(|| format!("bench fixture:\n{text}"))
 }
 
 fn policy(name: &str, group: &str, age: &str, windows: &str) -> anyhow::Result<RotationPolicy> {

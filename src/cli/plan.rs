@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! noderotation plan -f policy.yaml --nodepool nodepool.yaml
+//! kubectl get rotationpolicy api -o yaml | noderotation plan -f - --from-cluster general
 //! noderotation plan -f policy.yaml --expire-after 14d --tgp 1h --nodes 20 [--output json]
 //! ```
 //!
@@ -18,8 +19,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::policy::duration::{self, ExpireAfter};
 use crate::policy::feasibility::PoolFacts;
 use crate::policy::plan::{
-    PlanReport, PoolInput, parse_policies, pick_policy, pool_from_manifest, render_human, report,
-    settings_of,
+    PlanReport, PoolInput, parse_policies, pick_policy, pool_from_manifest, pool_from_nodepool,
+    render_human, report, settings_of,
 };
 
 /// Exit code when an input file cannot be used: unreadable, not YAML, an invalid value, an unknown
@@ -45,20 +46,38 @@ fn usage(message: impl Into<String>) -> anyhow::Error {
     UsageError(message.into()).into()
 }
 
-/// Output format of `plan`.
+/// Output format of `plan` and `simulate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
     /// For people.
     Human,
-    /// For machines; see [`PlanReport`].
+    /// One JSON document, camelCase keys.
     Json,
+    /// The same document as YAML.
+    Yaml,
+}
+
+impl OutputFormat {
+    /// Whether the output is a document for machines (JSON or YAML) rather than text for people.
+    pub fn is_document(self) -> bool {
+        self != OutputFormat::Human
+    }
+
+    /// `doc` as this format's document, ending in a newline; `None` for [`OutputFormat::Human`].
+    pub fn document(self, doc: &impl serde::Serialize) -> anyhow::Result<Option<String>> {
+        Ok(match self {
+            OutputFormat::Human => None,
+            OutputFormat::Json => Some(format!("{}\n", serde_json::to_string_pretty(doc)?)),
+            OutputFormat::Yaml => Some(serde_norway::to_string(doc)?),
+        })
+    }
 }
 
 /// The command line of `noderotation plan`.
 #[derive(Debug, Args)]
 #[command(after_help = EXIT_CODES_HELP)]
 pub struct PlanArgs {
-    /// The RotationPolicy manifest (YAML).
+    /// The RotationPolicy manifest (YAML); `-` reads it from standard input.
     #[arg(short = 'f', long = "filename", value_name = "POLICY_YAML")]
     pub filename: PathBuf,
 
@@ -69,6 +88,10 @@ pub struct PlanArgs {
     /// A karpenter.sh/v1 NodePool manifest to plan against.
     #[arg(long, value_name = "NODEPOOL_YAML")]
     pub nodepool: Option<PathBuf>,
+
+    /// The NodePool of this name, read from the cluster (KUBECONFIG, or in-cluster).
+    #[arg(long, value_name = "NAME", conflicts_with = "nodepool")]
+    pub from_cluster: Option<String>,
 
     /// The pool's expireAfter instead of --nodepool: a Go duration, Nd for days, or Never.
     #[arg(long, value_name = "DURATION")]
@@ -113,9 +136,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<i32> {
         }
         Err(err) => return Err(err),
     };
-    let text = match args.output {
-        OutputFormat::Human => render_human(&report),
-        OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(&report)?),
+    let text = match args.output.document(&report)? {
+        Some(doc) => doc,
+        None => render_human(&report),
     };
     super::write_stdout(&text)?;
     Ok(if report.fatal { EXIT_INFEASIBLE } else { 0 })
@@ -129,12 +152,22 @@ fn parse_now(s: &str) -> anyhow::Result<DateTime<Utc>> {
 
 /// Builds the report for `args` at `now` (all input is read and checked here).
 pub fn plan(args: &PlanArgs, now: DateTime<Utc>) -> anyhow::Result<PlanReport> {
-    let file = args.filename.display().to_string();
-    let text = read(&args.filename)?;
+    let (file, text) = if args.filename == Path::new(STDIN) {
+        ("<stdin>".to_string(), read_limited(std::io::stdin().lock(), "<stdin>")?)
+    } else {
+        (args.filename.display().to_string(), read(&args.filename)?)
+    };
     let policies = parse_policies(&text).map_err(|e| anyhow!("{file}: {e}"))?;
     let policy = pick_policy(policies, args.name.as_deref()).map_err(|e| anyhow!("{file}: {e}"))?;
     let settings = settings_of(&policy, &file)?;
     let (pool_input, facts) = match (&args.nodepool, &args.expire_after, &args.tgp) {
+        _ if args.from_cluster.is_some() && (args.expire_after.is_some() || args.tgp.is_some()) => {
+            return Err(usage("--from-cluster cannot be combined with --expire-after or --tgp"));
+        }
+        _ if let Some(name) = &args.from_cluster => {
+            let pool = crate::runtime::block_on(nodepool_from_cluster(name))?;
+            pool_from_nodepool(&format!("NodePool {name} (cluster)"), &pool, &policy, args.nodes)?
+        }
         (Some(path), None, None) => {
             pool_from_manifest(&path.display().to_string(), &read(path)?, &policy, args.nodes)?
         }
@@ -144,16 +177,51 @@ pub fn plan(args: &PlanArgs, now: DateTime<Utc>) -> anyhow::Result<PlanReport> {
         (None, Some(_), _) => pool_from_flags(args)?,
         (None, None, _) => {
             return Err(usage(
-                "say which pool to plan for: --nodepool NODEPOOL_YAML, or --expire-after \
-                 DURATION [--tgp DURATION] [--nodes N]",
+                "say which pool to plan for: --nodepool NODEPOOL_YAML, --from-cluster NAME, or \
+                 --expire-after DURATION [--tgp DURATION] [--nodes N]",
             ));
         }
     };
     Ok(report(&policy, &file, &settings, pool_input, &facts, now, args.occurrences))
 }
 
+/// The largest manifest `plan` reads. A RotationPolicy or NodePool manifest is a few KiB; a
+/// file past this is the wrong file, or hostile, and is refused before the YAML parser sees it.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
+/// The `-f` value that reads standard input.
+const STDIN: &str = "-";
+
 fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))
+    let file =
+        std::fs::File::open(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    read_limited(file, &path.display().to_string())
+}
+
+/// At most [`MAX_MANIFEST_BYTES`] of `input` (named `what` in errors).
+fn read_limited(input: impl std::io::Read, what: &str) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    input
+        .take(MAX_MANIFEST_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("{what}: cannot read"))?;
+    if text.len() as u64 > MAX_MANIFEST_BYTES {
+        anyhow::bail!(
+            "{what}: larger than 1 MiB; a manifest for plan is a few KiB: pass the RotationPolicy \
+             or NodePool file itself"
+        );
+    }
+    Ok(text)
+}
+
+/// The NodePool `name` as the cluster has it now.
+async fn nodepool_from_cluster(name: &str) -> anyhow::Result<crate::karpenter::NodePool> {
+    let client = crate::runtime::client().await?;
+    kube::Api::<crate::karpenter::NodePool>::all(client)
+        .get(name)
+        .await
+        .with_context(|| format!("--from-cluster: cannot read NodePool {name:?} (karpenter.sh/v1)"))
 }
 
 fn pool_from_flags(args: &PlanArgs) -> anyhow::Result<(PoolInput, PoolFacts)> {

@@ -23,9 +23,10 @@ pub struct DocsArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum RulesCommand {
-    /// Load and check a rule directory; print every problem as file:line:col.
+    /// Load and check a rule directory; print every problem as file:line:col. Outside a
+    /// checkout (no rules/ here), checks the rules built into this binary.
     Check {
-        #[arg(default_value = "rules")]
+        #[arg(default_value = RULES)]
         dir: PathBuf,
     },
     /// Print the semantic differences between two rule sets as Markdown (exit 1 if any).
@@ -36,16 +37,29 @@ pub enum RulesCommand {
 pub struct DiffArgs {
     /// Old rules: a directory, or a git revision (its `rules/` folder).
     pub old: Option<String>,
-    /// New rules: a directory or a git revision; default `rules`.
+    /// New rules: a directory or a git revision; default `rules` (outside a checkout, the rules
+    /// built into this binary).
     pub new: Option<String>,
     /// Compare the working tree's `rules/` with this git revision.
     #[arg(long, conflicts_with = "old")]
     pub base: Option<String>,
 }
 
+/// The rule directory of a checkout, the default of every command here.
+const RULES: &str = "rules";
+
+/// What the developer commands say when run outside a checkout of the repository.
+const NEEDS_CHECKOUT: &str = "run it from the root of a checkout of the noderotation repository";
+
 /// Loads a rule directory, or fails with every diagnostic.
 pub fn load(dir: &Path) -> anyhow::Result<Rulebook> {
     Rulebook::load_dir(dir).map_err(|diags| report(&diags, &dir.display().to_string()))
+}
+
+/// The default `rules` directory outside a checkout: the commands that only read rules use the
+/// rules built into this binary instead.
+fn builtin_instead(dir: &Path) -> bool {
+    dir == Path::new(RULES) && !dir.exists()
 }
 
 fn report(diags: &[crate::rulebook::Diagnostic], what: &str) -> anyhow::Error {
@@ -58,6 +72,9 @@ fn load_spec(spec: &str) -> anyhow::Result<Rulebook> {
     let path = Path::new(spec);
     if path.is_dir() {
         return load(path);
+    }
+    if builtin_instead(path) {
+        return Ok(crate::engine::embedded_rulebook());
     }
     let mut sources = Vec::new();
     for file in FILES {
@@ -73,7 +90,8 @@ fn load_spec(spec: &str) -> anyhow::Result<Rulebook> {
         }
         if !out.status.success() {
             bail!(
-                "`{spec}` is neither a directory nor a git revision with rules/{file}: {}",
+                "`{spec}` is neither a directory nor a git revision with rules/{file} (a \
+                 revision needs a git checkout: {NEEDS_CHECKOUT}): {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
@@ -83,6 +101,14 @@ fn load_spec(spec: &str) -> anyhow::Result<Rulebook> {
 }
 
 pub fn docs(args: &DocsArgs) -> anyhow::Result<i32> {
+    if !args.rules.exists() {
+        bail!(
+            "docs renders {} into {} of a checkout, and there is no {} here: {NEEDS_CHECKOUT}",
+            args.rules.display(),
+            args.out.display(),
+            args.rules.display()
+        );
+    }
     let book = load(&args.rules)?;
     let mut stale = Vec::new();
     for (name, content) in render::all(&book) {
@@ -113,13 +139,16 @@ pub fn docs(args: &DocsArgs) -> anyhow::Result<i32> {
 pub fn rules(cmd: &RulesCommand) -> anyhow::Result<i32> {
     match cmd {
         RulesCommand::Check { dir } => {
-            let book = load(dir)?;
+            let (book, what) = if builtin_instead(dir) {
+                let what = format!("no {RULES}/ here; the rules built into this binary");
+                (crate::engine::embedded_rulebook(), what)
+            } else {
+                (load(dir)?, dir.display().to_string())
+            };
             let rows: usize = book.handlers.iter().map(|h| h.rows.len()).sum();
             println!(
-                "{}: {} handlers, {} rows, {} annotation keys: ok",
-                dir.display(),
+                "{what}: {} handlers, {rows} rows, {} annotation keys: ok",
                 book.handlers.len(),
-                rows,
                 book.annotations.keys.len()
             );
             Ok(0)

@@ -50,8 +50,8 @@ pub struct SimulateArgs {
     /// Worker threads for --seeds (default: all cores).
     #[arg(long)]
     pub jobs: Option<usize>,
-    /// Output format: `json` prints one document with the figures of the run (ours, Karpenter
-    /// alone, per pool) or, with --seeds, of every seed, for sweeps and scripts.
+    /// Output format: `json` (or `yaml`) prints one document with the figures of the run (ours,
+    /// Karpenter alone, per pool) or, with --seeds, of every seed, for sweeps and scripts.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Human)]
     pub output: OutputFormat,
 }
@@ -59,32 +59,51 @@ pub struct SimulateArgs {
 /// The figures of one run as JSON: the summary table's numbers, and the same per pool.
 pub fn figures_json(f: &Figures) -> serde_json::Value {
     let mut v = serde_json::json!({
-        "rotations_started": f.attempts,
-        "max_in_flight": f.max_in_flight,
-        "outcomes": f.outcomes,
-        "surge_paths": f.paths,
+        "rotationsStarted": f.attempts,
+        "maxInFlight": f.max_in_flight,
+        "outcomes": camel_keys(&f.outcomes),
+        "surgePaths": camel_keys(&f.paths),
         "replacements": f.replacements,
-        "replacements_in_window": f.replacements_in_window,
-        "in_window_share": f.in_window_share(),
-        "forced_expiries": f.forced_expiries,
-        "min_margin_seconds": f.min_margin.map(|d| d.num_seconds()),
-        "lifetime_used_mean": f.lifetime_used_mean(),
-        "lifetime_used_min": f.lifetime_used_min,
-        "pending_pod_seconds": f.pending_pod_seconds,
-        "longest_pending_seconds": f.longest_pending_seconds,
-        "overlap_node_hours": f.overlap_node_hours,
+        "replacementsInWindow": f.replacements_in_window,
+        "inWindowShare": f.in_window_share(),
+        "forcedExpiries": f.forced_expiries,
+        "minMarginSeconds": f.min_margin.map(|d| d.num_seconds()),
+        "lifetimeUsedMean": f.lifetime_used_mean(),
+        "lifetimeUsedMin": f.lifetime_used_min,
+        "pendingPodSeconds": f.pending_pod_seconds,
+        "longestPendingSeconds": f.longest_pending_seconds,
+        "overlapNodeHours": f.overlap_node_hours,
     });
     if let Some((lo, hi)) = f.lanes_chosen {
-        v["max_unavailable_auto"] = serde_json::json!({"fewest": lo, "most": hi});
+        v["maxUnavailableAuto"] = serde_json::json!({"fewest": lo, "most": hi});
     }
     if !f.per_pool.is_empty() {
         v["writes"] = f.writes.into();
         v["events"] = f.events.into();
-        v["claims_created"] = f.claims_created.into();
+        v["claimsCreated"] = f.claims_created.into();
         v["evictions"] = f.evictions.into();
+        v["world_faults"] = serde_json::json!(f.world_faults);
         v["pools"] = f.per_pool.iter().map(|(name, p)| (name.clone(), figures_json(p))).collect();
     }
     v
+}
+
+/// A count per name, the names in camelCase as every key of the JSON output (`in flight` is
+/// `inFlight`).
+fn camel_keys(counts: &std::collections::BTreeMap<&'static str, u64>) -> serde_json::Value {
+    counts
+        .iter()
+        .map(|(name, n)| {
+            let mut words = name.split([' ', '_']);
+            let mut key = words.next().unwrap_or_default().to_string();
+            for w in words {
+                let mut c = w.chars();
+                key.extend(c.next().map(|f| f.to_ascii_uppercase()));
+                key.push_str(c.as_str());
+            }
+            (key, serde_json::Value::from(*n))
+        })
+        .collect()
 }
 
 fn violations_json(args: &SimulateArgs, r: &RunResult) -> serde_json::Value {
@@ -223,7 +242,7 @@ pub fn simulate(args: &SimulateArgs) -> anyhow::Result<i32> {
     });
     progress.done();
     let elapsed = wall.elapsed();
-    if args.output == OutputFormat::Json {
+    if args.output.is_document() {
         if let Some(path) = &args.report {
             let html = report::html(&plan, &ours, alone.as_ref());
             std::fs::write(path, html)
@@ -234,18 +253,18 @@ pub fn simulate(args: &SimulateArgs) -> anyhow::Result<i32> {
             "seed": args.seed,
             "faults": args.faults,
             "start": plan.start.to_rfc3339(),
-            "span_seconds": span.num_seconds(),
+            "spanSeconds": span.num_seconds(),
             "ours": figures_json(&ours.figures),
-            "karpenter_alone": alone.as_ref().map(figures_json),
+            "karpenterAlone": alone.as_ref().map(figures_json),
             "controller": {
                 "passes": ours.passes,
                 "restarts": ours.restarts,
-                "leader_changes": ours.leader_changes,
+                "leaderChanges": ours.leader_changes,
                 "steps": ours.steps,
             },
             "violations": violations_json(args, &ours),
         });
-        super::write_stdout(&format!("{}\n", serde_json::to_string_pretty(&doc)?))?;
+        super::write_stdout(&args.output.document(&doc)?.unwrap_or_default())?;
         return Ok(if ours.violations.is_empty() { 0 } else { 1 });
     }
     let pools: Vec<String> = plan
@@ -282,6 +301,14 @@ pub fn simulate(args: &SimulateArgs) -> anyhow::Result<i32> {
         ours.steps,
         ours.steps as f64 / ours_wall.as_secs_f64().max(1e-9)
     );
+    if args.faults {
+        let hits: Vec<String> =
+            ours.figures.world_faults.iter().map(|(class, n)| format!("{class} {n}")).collect();
+        println!(
+            "world faults injected: {}",
+            if hits.is_empty() { "none".to_string() } else { hits.join(", ") }
+        );
+    }
     if let Some(path) = &args.report {
         let html = report::html(&plan, &ours, alone.as_ref());
         std::fs::write(path, html).with_context(|| format!("{}: cannot write", path.display()))?;
@@ -315,7 +342,7 @@ fn sweep(
     let done = AtomicUsize::new(0);
     let steps = AtomicU64::new(0);
     let failed: Mutex<Vec<RunResult>> = Mutex::new(Vec::new());
-    let json = args.output == OutputFormat::Json;
+    let json = args.output.is_document();
     let per_seed: Mutex<Vec<(u64, serde_json::Value)>> = Mutex::new(Vec::new());
     let fired: Mutex<std::collections::BTreeSet<String>> = Mutex::new(Default::default());
     let progress = Progress::new();
@@ -382,26 +409,26 @@ fn sweep(
         seeds.sort_by_key(|(seed, _)| *seed);
         let seeds: Vec<serde_json::Value> = seeds.into_iter().map(|(_, v)| v).collect();
         let sum = |key: &str| -> u64 { seeds.iter().filter_map(|s| s["ours"][key].as_u64()).sum() };
-        let (replacements, in_window) = (sum("replacements"), sum("replacements_in_window"));
+        let (replacements, in_window) = (sum("replacements"), sum("replacementsInWindow"));
         let doc = serde_json::json!({
             "scenario": plan.name,
             "faults": args.faults,
-            "span_seconds": span.num_seconds(),
+            "spanSeconds": span.num_seconds(),
             "summary": {
                 "seeds": n,
-                "with_violations": failed.len(),
-                "forced_expiries": sum("forced_expiries"),
+                "withViolations": failed.len(),
+                "forcedExpiries": sum("forcedExpiries"),
                 "replacements": replacements,
-                "in_window_share": (replacements > 0).then(|| in_window as f64 / replacements as f64),
-                "min_margin_seconds": seeds.iter().filter_map(|s| s["ours"]["min_margin_seconds"].as_i64()).min(),
-                "rule_rows_fired": engine.row_ids().count() - never.len(),
-                "rule_rows_never": never,
-                "simulated_steps": steps,
-                "elapsed_seconds": elapsed,
+                "inWindowShare": (replacements > 0).then(|| in_window as f64 / replacements as f64),
+                "minMarginSeconds": seeds.iter().filter_map(|s| s["ours"]["minMarginSeconds"].as_i64()).min(),
+                "ruleRowsFired": engine.row_ids().count() - never.len(),
+                "ruleRowsNever": never,
+                "simulatedSteps": steps,
+                "elapsedSeconds": elapsed,
             },
             "seeds": seeds,
         });
-        super::write_stdout(&format!("{}\n", serde_json::to_string_pretty(&doc)?))?;
+        super::write_stdout(&args.output.document(&doc)?.unwrap_or_default())?;
         return Ok(if failed.is_empty() { 0 } else { 1 });
     }
     let mut out = String::new();

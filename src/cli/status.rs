@@ -17,7 +17,7 @@ use std::time::Duration as StdDuration;
 
 use anyhow::Context;
 use chrono::{DateTime, SecondsFormat, Utc};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -25,6 +25,7 @@ use kube::api::{Api, PostParams};
 use kube::runtime::events::Reporter;
 use serde::Serialize;
 
+use super::plan::OutputFormat;
 use crate::clock::{Clock, SystemClock};
 use crate::cluster::kube::KubeCluster;
 use crate::cluster::{ApiError, Cluster};
@@ -36,17 +37,6 @@ use crate::reconcile::{Controller, ControllerConfig};
 
 /// Exit code when what `status` reads cannot be read (a missing permission, no cluster).
 pub const EXIT_UNREADABLE: i32 = 1;
-
-/// Output format of `status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
-    /// For people.
-    Human,
-    /// [`StatusReport`] as JSON.
-    Json,
-    /// [`StatusReport`] as YAML.
-    Yaml,
-}
 
 /// The command line of `noderotation status`.
 #[derive(Debug, Clone, Args)]
@@ -65,7 +55,7 @@ pub struct StatusArgs {
         default_value = "noderotation-system"
     )]
     pub namespace: String,
-    /// Output format.
+    /// Output format: human, json or yaml (one document, camelCase keys).
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Human)]
     pub output: OutputFormat,
     /// Watch the cluster and print again on every change (and every 30 s, as ages move).
@@ -281,11 +271,7 @@ fn report(cluster: Arc<KubeCluster>, args: &StatusArgs) -> StatusReport {
 
 /// The report in `format`.
 pub fn render(report: &StatusReport, format: OutputFormat) -> anyhow::Result<String> {
-    Ok(match format {
-        OutputFormat::Human => render_human(report),
-        OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(report)?),
-        OutputFormat::Yaml => serde_yaml::to_string(report)?,
-    })
+    Ok(format.document(report)?.unwrap_or_else(|| render_human(report)))
 }
 
 fn utc(t: DateTime<Utc>) -> String {

@@ -22,6 +22,7 @@ pub mod plan;
 pub mod resolve;
 pub mod selector;
 pub mod settings;
+pub mod strict;
 pub mod window;
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use super::duration::{self, format_human};
 use super::feasibility::{self, Assessment, Finding, PoolFacts, Severity};
 use super::selector;
 use super::settings::{AgeThreshold, Effective, MaxUnavailable};
+use super::strict;
 use super::window::{HORIZON, Occurrence, Schedule};
 use crate::karpenter::NodePool;
 
@@ -116,22 +117,23 @@ pub(crate) struct TypeMeta {
 /// and the field (`spec.surge.readyTimeout: invalid type ... at line 12 column 19`).
 pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
     let mut kinds = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value =
-            serde_yaml::Value::deserialize(doc).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
+    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
+        let value = serde_norway::Value::deserialize(doc)
+            .map_err(|e| anyhow!("document {}: {e}", i + 1))?;
         if value.is_null() {
             kinds.push(None); // an empty document (`---` at the end)
             continue;
         }
         let meta: TypeMeta =
-            serde_yaml::from_value(value).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
+            serde_norway::from_value(value).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
         kinds.push(Some(meta));
     }
     let mut policies = Vec::new();
-    let values: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(text)
-        .map(|doc| serde_yaml::Value::deserialize(doc).unwrap_or_default())
+    let schema = strict_schema()?;
+    let values: Vec<serde_norway::Value> = serde_norway::Deserializer::from_str(text)
+        .map(|doc| serde_norway::Value::deserialize(doc).unwrap_or_default())
         .collect();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
         let Some(Some(meta)) = kinds.get(i) else { continue };
         if meta.kind != "RotationPolicy" || meta.api_version != "noderotation.io/v1alpha1" {
             bail!(
@@ -147,20 +149,13 @@ pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
         if policy.metadata.name.as_deref().is_none_or(str::is_empty) {
             bail!("document {}: metadata.name: required", i + 1);
         }
-        // Strict field validation, as `kubectl apply` does it: a misspelt field would otherwise
-        // be dropped and the plan computed from the default it fell back to.
-        let known =
-            serde_yaml::to_value(&policy).map_err(|e| anyhow!("document {}: {e}", i + 1))?;
-        let mut unknown = Vec::new();
-        if let Some(original) = values.get(i) {
-            unknown_fields(original, &known, "", &mut unknown);
-        }
+        let unknown = values.get(i).map(|v| strict::unknown_fields(v, &schema)).unwrap_or_default();
         if !unknown.is_empty() {
             bail!(
                 "document {}: unknown field{} {} (strict field validation, as kubectl apply)",
                 i + 1,
                 if unknown.len() == 1 { "" } else { "s" },
-                unknown.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", ")
+                unknown.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
             );
         }
         policies.push(policy);
@@ -171,45 +166,17 @@ pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
     Ok(policies)
 }
 
-/// Paths of the mapping keys of `original` that the typed round trip `known` dropped: fields
-/// the RotationPolicy type does not have. A null, empty list or empty map is skipped (a known
-/// optional field written empty round-trips to nothing as well).
-fn unknown_fields(
-    original: &serde_yaml::Value,
-    known: &serde_yaml::Value,
-    path: &str,
-    out: &mut Vec<String>,
-) {
-    use serde_yaml::Value as Y;
-    let empty = |v: &Y| match v {
-        Y::Null => true,
-        Y::Sequence(s) => s.is_empty(),
-        Y::Mapping(m) => m.is_empty(),
-        _ => false,
-    };
-    match (original, known) {
-        (Y::Mapping(o), Y::Mapping(k)) => {
-            for (key, value) in o {
-                let name = match key {
-                    Y::String(s) => s.clone(),
-                    other => serde_yaml::to_string(other).unwrap_or_default().trim().to_string(),
-                };
-                let at = if path.is_empty() { name } else { format!("{path}.{name}") };
-                match k.get(key) {
-                    Some(kv) => unknown_fields(value, kv, &at, out),
-                    None if empty(value) => {}
-                    None => out.push(at),
-                }
-            }
-        }
-        (Y::Sequence(o), Y::Sequence(k)) => {
-            for (i, (ov, kv)) in o.iter().zip(k).enumerate() {
-                unknown_fields(ov, kv, &format!("{path}[{i}]"), out);
-            }
-        }
-        (Y::Tagged(o), _) => unknown_fields(&o.value, known, path, out),
-        _ => {}
-    }
+/// The CRD's `openAPIV3Schema`, what strict field validation checks a manifest against.
+fn strict_schema() -> anyhow::Result<serde_json::Value> {
+    let crd = super::crd::crd()?;
+    let schema = crd
+        .spec
+        .versions
+        .first()
+        .and_then(|v| v.schema.as_ref())
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .ok_or_else(|| anyhow!("the RotationPolicy CRD has no schema"))?;
+    Ok(serde_json::to_value(schema)?)
 }
 
 /// The policy named `name`, or the only one.
@@ -245,7 +212,7 @@ pub fn pool_from_manifest(
     nodes: Option<u64>,
 ) -> anyhow::Result<(PoolInput, PoolFacts)> {
     let file = file.to_string();
-    let meta: TypeMeta = serde_yaml::from_str(text).map_err(|e| anyhow!("{file}: {e}"))?;
+    let meta: TypeMeta = serde_norway::from_str(text).map_err(|e| anyhow!("{file}: {e}"))?;
     if meta.kind != "NodePool" || meta.api_version != "karpenter.sh/v1" {
         bail!(
             "{file}: apiVersion/kind: expected karpenter.sh/v1 NodePool, got {:?} {:?}",
@@ -253,7 +220,19 @@ pub fn pool_from_manifest(
             meta.kind
         );
     }
-    let pool: NodePool = serde_yaml::from_str(text).map_err(|e| anyhow!("{file}: {e}"))?;
+    let pool: NodePool = serde_norway::from_str(text).map_err(|e| anyhow!("{file}: {e}"))?;
+    pool_from_nodepool(&file, &pool, policy, nodes)
+}
+
+/// The pool of a NodePool read from `source` (a file, or the cluster); `nodes` overrides its
+/// node count.
+pub fn pool_from_nodepool(
+    source: &str,
+    pool: &NodePool,
+    policy: &RotationPolicy,
+    nodes: Option<u64>,
+) -> anyhow::Result<(PoolInput, PoolFacts)> {
+    let file = source.to_string();
     let expire_after =
         pool.expire_after().map_err(|e| anyhow!("{file}: spec.template.spec.expireAfter: {e}"))?;
     let tgp = pool

@@ -28,6 +28,7 @@ use super::world::{
     TERMINATION_FINALIZER, TERMINATION_TIMESTAMP, World, ZONE_LABEL, add, fits, pod_requests,
     run_on, sub,
 };
+use super::world_faults::{WorldFault, key};
 use crate::cluster::{CacheView, ObjectKind, ObjectRef};
 use crate::engine::Key;
 use crate::karpenter::NODEPOOL_LABEL;
@@ -250,6 +251,10 @@ impl World {
                 self.inject(x);
                 FAULTS
             }
+            Ev::FaultMinute => {
+                self.fault_minute();
+                FAULTS
+            }
         }
     }
 
@@ -386,13 +391,23 @@ impl World {
     /// long; `record` keeps its end for the invariants.
     fn draw_stuck(&mut self, name: &str, tgp: Option<Duration>, record: bool) -> Option<Duration> {
         let stuck_p = self.plan.failures.stuck_drain;
-        let stuck = self.rng.chance(stuck_p) | self.fault(|r| r.stuck_drain);
-        if !stuck {
+        let failed = self.rng.chance(stuck_p);
+        let k = key(name, None);
+        let faulted = self.fault(WorldFault::StuckDrain, k, 1.0);
+        if !failed && !faulted {
             return None;
         }
-        let d = tgp.unwrap_or(Duration::hours(1))
-            + BUFFER
-            + self.draw((Duration::minutes(1), Duration::minutes(20)));
+        let (lo, hi) = (Duration::minutes(1), Duration::minutes(20));
+        let extra = if failed {
+            self.draw((lo, hi))
+        } else {
+            // An injected hang's length comes from its own stream, as its draw did.
+            let span = u64::try_from((hi - lo).num_milliseconds()).unwrap_or(0);
+            let ms =
+                self.faults.as_ref().map_or(0, |f| f.below(WorldFault::StuckDrain, k, span + 1));
+            lo + Duration::milliseconds(i64::try_from(ms).unwrap_or(0))
+        };
+        let d = tgp.unwrap_or(Duration::hours(1)) + BUFFER + extra;
         self.note(format!("{name}: drain stuck (volume detach) for {}", format_human(d)));
         if record {
             let now = self.now();
@@ -806,11 +821,12 @@ impl World {
                 break;
             }
             let shortage = self.in_shortage(pool, &zone, now);
+            let k = key(&self.next_claim_name(pool), None);
             let never_launch = self.rng.chance(plan.failures.provisioning_never_completes)
-                | self.fault(|r| r.provisioning_never_completes)
+                | self.fault(WorldFault::ProvisioningNeverCompletes, k, 1.0)
                 | shortage;
             let never_ready = self.rng.chance(plan.failures.node_never_ready)
-                | self.fault(|r| r.node_never_ready);
+                | self.fault(WorldFault::NodeNeverReady, k, 1.0);
             let name = self.new_claim(pool, zone, now, never_launch, never_ready);
             let count = pods.len();
             let surge_for = pods.iter().find_map(|key| self.surge_of(key));
@@ -1425,29 +1441,56 @@ impl World {
         }
     }
 
-    /// After a controller pass on `pool`: world faults aimed at the rotations in flight (each
-    /// slot's, in slot order).
-    pub fn inject_around(&mut self, pool: usize, ready_timeout: Option<Duration>) {
-        if self.faults.is_none() {
+    /// After any step: with `--faults` and a rotation in flight anywhere, the next whole virtual
+    /// minute rolls the faults aimed at rotations (once, however many steps come before it).
+    pub fn arm_fault_minute(&mut self) {
+        if self.faults.is_none() || self.fault_minute_queued {
             return;
         }
+        if self.snap.pools.values().any(|np| !anchors(np).is_empty()) {
+            self.fault_minute_queued = true;
+            let minute = self.now().timestamp().div_euclid(60) + 1;
+            let at = DateTime::from_timestamp(minute * 60, 0).unwrap_or(self.now());
+            self.at(at, Ev::FaultMinute);
+        }
+    }
+
+    /// The minute's draws: world faults aimed at every rotation in flight (pools in the
+    /// scenario's order, each slot's in slot order), each class about (its claim, this minute).
+    fn fault_minute(&mut self) {
+        self.fault_minute_queued = false;
         let snap = Arc::clone(&self.snap);
-        let Some(np) = snap.pools.get(self.pool_name(pool)) else { return };
-        for anchor in anchors(np).into_values() {
-            self.inject_at(&snap, anchor, ready_timeout);
+        let minute = self.now().timestamp().div_euclid(60);
+        for pool in 0..self.plan.pools.len() {
+            let Some(np) = snap.pools.get(self.pool_name(pool)) else { continue };
+            let anchored = anchors(np);
+            if anchored.is_empty() {
+                continue;
+            }
+            let ready_timeout = self.gov.of(&snap, np).settings().map(|s| s.ready_timeout);
+            for anchor in anchored.into_values() {
+                self.inject_at(&snap, anchor, ready_timeout, minute);
+            }
         }
     }
 
     /// World faults aimed at the rotation of `anchor`.
-    fn inject_at(&mut self, snap: &CacheView, anchor: &str, ready_timeout: Option<Duration>) {
+    fn inject_at(
+        &mut self,
+        snap: &CacheView,
+        anchor: &str,
+        ready_timeout: Option<Duration>,
+        minute: i64,
+    ) {
         let now = self.now();
+        let k = key(anchor, Some(minute));
         let Some(cand) = snap.claims.get(anchor) else { return };
         if cand.metadata.deletion_timestamp.is_some() {
             return;
         }
         let state = annotation(&cand.metadata, CLAIM_STATE);
         if state == Some("pending") {
-            if self.fault(|r| r.expire_pending) {
+            if self.fault(WorldFault::ExpirePending, k, 1.0) {
                 self.at(now, Ev::Inject(Injected::ExpireNow(anchor.to_string())));
             }
             let started = annotation(&cand.metadata, STARTED_AT)
@@ -1463,7 +1506,7 @@ impl World {
                 } else {
                     0.0
                 };
-                if p > 0.0 && self.fault(|r| r.finalize_in_rollback * p) {
+                if p > 0.0 && self.fault(WorldFault::FinalizeInRollback, k, p) {
                     self.at(now, Ev::Inject(Injected::FinalizeNow(anchor.to_string())));
                 }
             }
@@ -1476,9 +1519,9 @@ impl World {
         if let Some((name, ph)) = ph
             && crate::placeholder::running(&ph)
         {
-            if self.fault(|r| r.preempt_placeholder) {
+            if self.fault(WorldFault::PreemptPlaceholder, k, 1.0) {
                 self.at(now, Ev::Inject(Injected::Preempt(name)));
-            } else if self.fault(|r| r.delete_host)
+            } else if self.fault(WorldFault::DeleteHost, k, 1.0)
                 && let Some(host) = placeholder_node(&ph)
                 && let Some(n) = self.nodes.get(host)
             {

@@ -222,6 +222,8 @@ pub struct Figures {
     pub events: u64,
     pub claims_created: u64,
     pub evictions: u64,
+    /// `--faults`: the world faults injected, per class (counted for the whole cluster only).
+    pub world_faults: BTreeMap<&'static str, u64>,
     /// The same figures per pool, by name (empty inside a pool's own figures). Writes, Events,
     /// claims created and evictions are counted for the whole cluster only.
     pub per_pool: BTreeMap<String, Figures>,
@@ -245,6 +247,7 @@ impl Figures {
         f.events = events;
         f.claims_created = world.metrics.claims_created;
         f.evictions = world.metrics.evictions;
+        f.world_faults = world.metrics.world_faults.clone();
         for pool in 0..world.plan.pools.len() {
             let name = world.pool_name(pool).to_string();
             f.per_pool.insert(name, Figures::scoped(world, rotations, gov, Some(pool)));

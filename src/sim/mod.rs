@@ -20,6 +20,7 @@ pub mod report;
 pub mod scenario;
 pub mod trace;
 pub mod world;
+pub mod world_faults;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -349,18 +350,8 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
         // Wake-ups: the leader's watch changes, mapped to pools as `run` maps them.
         if let Some(dr) = driver.as_mut() {
             dr.watch(now);
-            if let Some(p) = pool
-                && info_controller
-                && !zombie
-            {
-                let rt = world
-                    .snap
-                    .pools
-                    .get(world.pool_name(p))
-                    .and_then(|np| gov.of(&world.snap, np).settings().map(|s| s.ready_timeout));
-                world.inject_around(p, rt);
-            }
         }
+        world.arm_fault_minute();
         if now - last_progress > Duration::hours(6) {
             last_progress = now;
             let span = (end - start).num_seconds().max(1) as f64;

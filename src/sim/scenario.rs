@@ -418,7 +418,10 @@ impl From<NodePick> for NodePickText {
 }
 
 /// Fault rates for `--faults`. Per controller write for crashes and API errors, per pass for
-/// leader changes, per step for the world's injected faults.
+/// leader changes. The world's faults ([`super::world_faults`]) each draw from a stream of their
+/// own: per object for the launch, drain and registration faults, and once a virtual minute per
+/// rotation in flight for the faults aimed at rotations, so that how often the controller wakes
+/// a pool does not change how many are injected.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct FaultRates {
@@ -443,16 +446,21 @@ pub struct FaultRates {
     pub wake_late: f64,
     pub wake_duplicate: f64,
     pub wake_drop: f64,
+    /// Per launched claim: it never launches.
     pub provisioning_never_completes: f64,
+    /// Per launched claim: its node never turns Ready.
     pub node_never_ready: f64,
+    /// Per drain: it hangs past tGP + buffer.
     pub stuck_drain: f64,
-    /// Per pass over an anchored pending rotation: Karpenter force-expires the candidate.
+    /// Per minute of a pending rotation: Karpenter force-expires the candidate.
     pub expire_pending: f64,
-    /// Per rotation reaching readyTimeout: the claim is finalized as the rollback runs.
+    /// Per minute of a pending rotation in its last minute before readyTimeout (a quarter of
+    /// it) or past it (all of it): the claim is finalized as the rollback runs.
     pub finalize_in_rollback: f64,
-    /// Per pass with a Running placeholder: it is preempted.
+    /// Per minute of a rotation whose placeholder is Running: it is preempted.
     pub preempt_placeholder: f64,
-    /// Per pass with a bound placeholder: its host node is deleted (interruption).
+    /// Per minute of a rotation whose placeholder is Running and not preempted that minute:
+    /// its host node is deleted (interruption).
     pub delete_host: f64,
     /// Per launched claim: Karpenter writes its `status.nodeName` and conditions only after its
     /// Node is Ready (the moment a real registration controller lags the kubelet), so the Node
@@ -478,10 +486,10 @@ impl Default for FaultRates {
             provisioning_never_completes: 0.05,
             node_never_ready: 0.03,
             stuck_drain: 0.05,
-            expire_pending: 0.002,
+            expire_pending: 0.005,
             finalize_in_rollback: 0.3,
-            preempt_placeholder: 0.01,
-            delete_host: 0.003,
+            preempt_placeholder: 0.05,
+            delete_host: 0.02,
             registration_lag: 0.2,
         }
     }
@@ -639,7 +647,7 @@ pub struct FaultPlan {
 
 impl Scenario {
     pub fn from_yaml(text: &str) -> anyhow::Result<Scenario> {
-        serde_yaml::from_str(text).map_err(|e| anyhow!("scenario: {e}"))
+        serde_norway::from_str(text).map_err(|e| anyhow!("scenario: {e}"))
     }
 
     pub fn load(path: &std::path::Path) -> anyhow::Result<Scenario> {

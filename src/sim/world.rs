@@ -18,8 +18,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use super::gov::Gov;
 use super::scenario::{Compiled, Resources};
 use super::trace::Trace;
+use super::world_faults::{WorldFault, WorldFaults, key};
 use crate::clock::{Clock, VirtualClock};
 use crate::cluster::memory::{MemoryCluster, Rng};
 use crate::cluster::{CacheView, Cluster};
@@ -154,6 +156,8 @@ pub struct WorldMetrics {
     pub evictions: u64,
     pub preemptions: u64,
     pub claims_created: u64,
+    /// `--faults`: the world faults injected, per class name.
+    pub world_faults: BTreeMap<&'static str, u64>,
 }
 
 /// A timed world event.
@@ -179,6 +183,8 @@ pub enum Ev {
     Operator(usize),
     /// An injected fault decided by the driver (applied by the world).
     Inject(Injected),
+    /// `--faults`: the once-a-minute draws of the faults aimed at rotations in flight.
+    FaultMinute,
 }
 
 /// World-side faults the driver injects.
@@ -204,8 +210,12 @@ pub struct World {
     seq: u64,
     /// Delays and the scenario's own failures.
     pub rng: Rng,
-    /// `--faults` world faults (a separate stream, so the scenario's draws stay put).
-    pub faults: Option<(Rng, super::scenario::FaultRates)>,
+    /// `--faults` world faults (streams of their own, so the scenario's draws stay put).
+    pub faults: Option<WorldFaults>,
+    /// A `FaultMinute` event is queued.
+    pub fault_minute_queued: bool,
+    /// The governing policies, for the faults that depend on a rotation's readyTimeout.
+    pub gov: Gov,
     pub claims: BTreeMap<String, ClaimSim>,
     pub nodes: BTreeMap<String, NodeSim>,
     pub pods: BTreeMap<PodKey, PodSim>,
@@ -340,7 +350,7 @@ impl World {
         let mut root = Rng::new(seed);
         let fleet_rng = root.fork();
         let rng = root.fork();
-        let fault_rng = root.fork();
+        let fault_seed = root.next_u64();
         let pools = plan.pools.len();
         let mut world = World {
             clock,
@@ -350,7 +360,9 @@ impl World {
             queue: BTreeMap::new(),
             seq: 0,
             rng,
-            faults: faults.then(|| (fault_rng, plan.faults.rates.clone())),
+            faults: faults.then(|| WorldFaults::new(fault_seed, plan.faults.rates.clone())),
+            fault_minute_queued: false,
+            gov: Gov::default(),
             claims: BTreeMap::new(),
             nodes: BTreeMap::new(),
             pods: BTreeMap::new(),
@@ -459,15 +471,14 @@ impl World {
         lo + Duration::milliseconds(i64::try_from(self.rng.below(span + 1)).unwrap_or(0))
     }
 
-    /// A world-fault draw; `false` without `--faults`.
-    pub fn fault(&mut self, pick: impl Fn(&super::scenario::FaultRates) -> f64) -> bool {
-        match &mut self.faults {
-            Some((rng, rates)) => {
-                let p = pick(rates);
-                rng.chance(p)
-            }
-            None => false,
+    /// A world-fault draw of `class` about `key` ([`key`]) at its rate times `scale`; `false`
+    /// without `--faults`. Hits are counted per class for the figures.
+    pub fn fault(&mut self, class: WorldFault, key: u64, scale: f64) -> bool {
+        let hit = self.faults.as_ref().is_some_and(|f| f.hits(class, key, scale));
+        if hit {
+            *self.metrics.world_faults.entry(class.name()).or_insert(0) += 1;
         }
+        hit
     }
 
     pub fn note(&mut self, text: impl Into<String>) {
@@ -582,6 +593,11 @@ impl World {
     // -- object builders -----------------------------------------------------------------------
 
     /// Creates a NodeClaim (Karpenter's provisioning decision) and queues its expiry.
+    /// The name [`World::new_claim`] gives the next claim of `pool`.
+    pub fn next_claim_name(&self, pool: usize) -> String {
+        format!("{}-{:05}", self.plan.pools[pool].name, self.names[pool] + 1)
+    }
+
     pub fn new_claim(
         &mut self,
         pool: usize,
@@ -592,9 +608,9 @@ impl World {
     ) -> String {
         let plan = Arc::clone(&self.plan);
         let p = &plan.pools[pool];
+        let name = self.next_claim_name(pool);
         self.names[pool] += 1;
         let seq = self.names[pool];
-        let name = format!("{}-{seq:05}", p.name);
         let node = format!("ip-10-{pool}-{}-{}.internal", seq / 250, seq % 250 + 1);
         let labels = BTreeMap::from([
             (NODEPOOL_LABEL.to_string(), p.name.clone()),
@@ -692,7 +708,7 @@ impl World {
         let pool = c.pool;
         let provider = format!("aws:///{}/i-{:016x}", c.zone, fnv(name));
         let alloc = quantities(&self.plan.pools[pool].allocatable);
-        let lag = self.fault(|r| r.registration_lag);
+        let lag = self.fault(WorldFault::RegistrationLag, key(name, None), 1.0);
         if let Some(c) = self.claims.get_mut(name) {
             c.status_lag = lag;
         }
@@ -778,7 +794,10 @@ impl World {
         });
         if lag {
             // The claim catches up within 90 s; a placeholder may bind to the node meanwhile.
-            let ms = self.faults.as_mut().map_or(0, |(rng, _)| rng.below(90_000));
+            let ms = self
+                .faults
+                .as_ref()
+                .map_or(0, |f| f.below(WorldFault::RegistrationLag, key(name, None), 90_000));
             let at = now + Duration::milliseconds(i64::try_from(ms).unwrap_or(0) + 1);
             self.at(at, Ev::ClaimObserved(name.to_string()));
         } else {

@@ -156,14 +156,14 @@ fn setup_once(env: &Env) -> Result<(), Error> {
 pub fn rbac_for_user(user: &str) -> Result<String, Error> {
     let text = std::fs::read_to_string(Path::new(REPO).join("deploy/base/rbac.yaml"))?;
     let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
+    for doc in serde_norway::Deserializer::from_str(&text) {
         let mut value: Value = serde::Deserialize::deserialize(doc)?;
         let kind = value["kind"].as_str().unwrap_or_default().to_string();
         if kind.ends_with("Binding") {
             value["subjects"] =
                 json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}]);
         }
-        docs.push(serde_yaml::to_string(&value)?);
+        docs.push(serde_norway::to_string(&value)?);
     }
     Ok(docs.join("---\n"))
 }
@@ -171,7 +171,7 @@ pub fn rbac_for_user(user: &str) -> Result<String, Error> {
 /// The ClusterRole rules of deploy/base/rbac.yaml.
 pub fn deploy_cluster_role() -> Result<Value, Error> {
     let text = std::fs::read_to_string(Path::new(REPO).join("deploy/base/rbac.yaml"))?;
-    for doc in serde_yaml::Deserializer::from_str(&text) {
+    for doc in serde_norway::Deserializer::from_str(&text) {
         let value: Value = serde::Deserialize::deserialize(doc)?;
         if value["kind"] == "ClusterRole" {
             return Ok(value);

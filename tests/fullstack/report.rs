@@ -627,15 +627,15 @@ pub fn render_fleet(r: &crate::fleet::FleetResult, sims: &[Value]) -> String {
     type Sim = Box<dyn Fn(&Value) -> Option<f64>>;
     // The simulator counts the starting claims among the created ones.
     let initial = initial_claims();
-    let launched = move |v: &Value| Some(v["claims_created"].as_f64()? - initial);
+    let launched = move |v: &Value| Some(v["claimsCreated"].as_f64()? - initial);
     let per_rotation = move |v: &Value| {
-        let n = v["rotations_started"].as_f64()? + v["forced_expiries"].as_f64()?;
+        let n = v["rotationsStarted"].as_f64()? + v["forcedExpiries"].as_f64()?;
         (n > 0.0).then(|| launched(v).unwrap_or(0.0) / n)
     };
     let key = |k: &'static str| -> Sim { Box::new(move |v: &Value| v[k].as_f64()) };
     let rows: [(&str, Real, Sim); 9] = [
-        ("rotations started", |s| Some(s.rotations_started as f64), key("rotations_started")),
-        ("forced expiries", |s| Some(s.forced_expiries as f64), key("forced_expiries")),
+        ("rotations started", |s| Some(s.rotations_started as f64), key("rotationsStarted")),
+        ("forced expiries", |s| Some(s.forced_expiries as f64), key("forcedExpiries")),
         ("nodes replaced", |s| Some(s.replacements as f64), key("replacements")),
         ("claims launched", |s| Some(s.claims_launched as f64), Box::new(launched)),
         (
@@ -646,16 +646,16 @@ pub fn render_fleet(r: &crate::fleet::FleetResult, sims: &[Value]) -> String {
             },
             Box::new(per_rotation),
         ),
-        ("pending-pod-seconds", |s| Some(s.pending_pod_seconds), key("pending_pod_seconds")),
+        ("pending-pod-seconds", |s| Some(s.pending_pod_seconds), key("pendingPodSeconds")),
         (
             "longest workload Pending (s)",
             |s| Some(s.longest_pending_seconds),
-            key("longest_pending_seconds"),
+            key("longestPendingSeconds"),
         ),
         (
             "overlap node-minutes",
             |s| Some(s.overlap_node_minutes),
-            Box::new(|v| v["overlap_node_hours"].as_f64().map(|h| h * 60.0)),
+            Box::new(|v| v["overlapNodeHours"].as_f64().map(|h| h * 60.0)),
         ),
         (
             "replacements inside windows (%)",
@@ -663,7 +663,7 @@ pub fn render_fleet(r: &crate::fleet::FleetResult, sims: &[Value]) -> String {
                 (s.replacements > 0)
                     .then(|| 100.0 * s.replacements_in_window as f64 / s.replacements as f64)
             },
-            Box::new(|v| v["in_window_share"].as_f64().map(|x| 100.0 * x)),
+            Box::new(|v| v["inWindowShare"].as_f64().map(|x| 100.0 * x)),
         ),
     ];
     let _ = writeln!(
@@ -679,8 +679,7 @@ pub fn render_fleet(r: &crate::fleet::FleetResult, sims: &[Value]) -> String {
     };
     for (name, real, sim) in rows {
         let (ro, ra) = (real(&r.ours), real(&r.alone));
-        let (so, sa) =
-            (sim_figure(sims, "ours", &*sim), sim_figure(sims, "karpenter_alone", &*sim));
+        let (so, sa) = (sim_figure(sims, "ours", &*sim), sim_figure(sims, "karpenterAlone", &*sim));
         for (side, re, si) in [("noderotation", ro, so), ("Karpenter alone", ra, sa)] {
             if let (Some(re), Some([m, _, _])) = (re, si)
                 && let Some(rel) = relative(re, m)

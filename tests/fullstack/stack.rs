@@ -170,7 +170,7 @@ pub fn fixture(stack: &Stack, file: &str) -> Result<Value, Error> {
     let path = stack.karpenter_dir.join("test/pkg/environment/common").join(file);
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("Karpenter fixture {}: {e}", path.display()))?;
-    Ok(serde_yaml::from_str(&text)?)
+    Ok(serde_norway::from_str(&text)?)
 }
 
 // ---- a scenario's world -----------------------------------------------------------------------

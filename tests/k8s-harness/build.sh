@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Build the apiserver-tier binaries (kube-apiserver, etcd, kubectl, up) from the Go modules
-# pinned in go.mod/go.sum, and `go install` Helm at its tag (linked as `helm`). Idempotent:
+# pinned in go.mod/go.sum, and `go install` Helm, actionlint and syft at their tags (linked by
+# their names). Idempotent:
 # skips binaries whose inputs did not change.
 #
 #   build.sh               the apiserver tier
 #   build.sh --full-stack  also kube-scheduler, kube-controller-manager (same k8s module), and
 #                          `go install` of Karpenter's KWOK provider and of KWOK at their tags
+#   build.sh --sbom        also `go install` syft (the image's SBOM; a large module: tests/all.sh
+#                          builds it in the background beside the apiserver tier)
 #
 # Output dir: ${NODEROTATION_BIN_CACHE:-<repo>/tests/.bin}/k8s-<version>-<hash of go.sum>/
 # Karpenter and KWOK (both binaries are named `kwok`) go to sibling dirs keyed by their version,
@@ -15,16 +18,20 @@
 set -euo pipefail
 
 FULL=0
+SBOM=0
 for a in "$@"; do
   case "$a" in
     --full-stack) FULL=1 ;;
-    *) echo "build.sh: unknown argument $a (usage: build.sh [--full-stack])" >&2; exit 2 ;;
+    --sbom) SBOM=1 ;;
+    *) echo "build.sh: unknown argument $a (usage: build.sh [--full-stack] [--sbom])" >&2; exit 2 ;;
   esac
 done
 KARPENTER_VERSION=v1.14.1   # sigs.k8s.io/karpenter, its kwok/ main package
 KWOK_VERSION=v0.8.0         # sigs.k8s.io/kwok/cmd/kwok
 HELM_VERSION=v3.22.0        # helm.sh/helm/v3/cmd/helm: installs the chart in the apiserver tier
 PROMETHEUS_OPERATOR_VERSION=v0.85.0  # its ServiceMonitor/PrometheusRule CRDs, for the chart's dry runs
+ACTIONLINT_VERSION=v1.7.12  # github.com/rhysd/actionlint/cmd/actionlint: lints .github/workflows
+SYFT_VERSION=v1.57.2        # github.com/anchore/syft/cmd/syft: the image's SBOM, as the release makes it
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -105,6 +112,15 @@ install_at() { # <dir name> <package@version> [<binary name>, default kwok]
 # Helm, for `helm lint`/`helm template` and installing the chart into the apiserver tier.
 install_at "helm-$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" helm
 ln -sfn "../helm-$HELM_VERSION/helm" "$OUT/helm"
+# The release workflow's own tools, so CI checks what a tag would run: actionlint on every
+# workflow (33 s cold, measured), and with --sbom syft for the SBOM of the image built here (a
+# large module: 20 min cold measured beside other builds on 2 cores).
+install_at "actionlint-$ACTIONLINT_VERSION" "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION" actionlint
+ln -sfn "../actionlint-$ACTIONLINT_VERSION/actionlint" "$OUT/actionlint"
+if [ "$SBOM" = 1 ]; then
+  install_at "syft-$SYFT_VERSION" "github.com/anchore/syft/cmd/syft@$SYFT_VERSION" syft
+  ln -sfn "../syft-$SYFT_VERSION/syft" "$OUT/syft"
+fi
 # The monitoring CRDs the chart's optional ServiceMonitor and PrometheusRule need, read from the
 # module cache at run time (never copied into the repo), linked as prometheus-operator-crd/.
 PROM_MOD=github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION

@@ -82,7 +82,7 @@ spec:
   surge: {{readyTimeout: 15m, cooldownAfter: 10m, retryBackoff: 30m{extra_surge}}}
 "#
     );
-    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("policy yaml: {e}\n{yaml}"))
+    serde_norway::from_str(&yaml).unwrap_or_else(|e| panic!("policy yaml: {e}\n{yaml}"))
 }
 
 pub fn pool_yaml(extra_spec: &str) -> NodePool {
@@ -100,7 +100,7 @@ spec:
 {extra_spec}
 "#
     );
-    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("pool yaml: {e}\n{yaml}"))
+    serde_norway::from_str(&yaml).unwrap_or_else(|e| panic!("pool yaml: {e}\n{yaml}"))
 }
 
 pub fn claim_obj(name: &str, created: DateTime<Utc>, node: Option<&str>) -> NodeClaim {
@@ -125,7 +125,7 @@ status:
 "#,
         created.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     );
-    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("claim yaml: {e}\n{yaml}"))
+    serde_norway::from_str(&yaml).unwrap_or_else(|e| panic!("claim yaml: {e}\n{yaml}"))
 }
 
 pub fn node_obj(name: &str, ready: bool) -> Node {

@@ -243,7 +243,7 @@ mod tests {
     #[test]
     fn policy_status_write_is_preconditioned() {
         let (c, _) = cluster();
-        let spec: RotationPolicySpec = serde_yaml::from_str("nodePoolSelector: {}\n").unwrap();
+        let spec: RotationPolicySpec = serde_norway::from_str("nodePoolSelector: {}\n").unwrap();
         let p = c.apply_policy(RotationPolicy::new("default", spec)).unwrap();
         assert_eq!(p.metadata.generation, Some(1));
         let rv = p.metadata.resource_version.clone().unwrap();

@@ -31,12 +31,57 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- default (include "noderotation.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
 
+{{/* The published documentation of this chart's release: its repository (`home`) at tag v<appVersion>. */}}
+{{- define "noderotation.releaseDocs" -}}
+{{- printf "%s/blob/v%s" .Chart.Home .Chart.AppVersion -}}
+{{- end -}}
+
 {{- define "noderotation.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
-{{/* Where the operator and its uninstall hook may run: the same placement for both. */}}
+{{/* "true" when the EKS Auto Mode placement applies: eksAutoMode true, or auto and the cluster
+serves Auto Mode's NodeClass API. */}}
+{{- define "noderotation.eksAutoMode" -}}
+{{- $mode := .Values.eksAutoMode | toString -}}
+{{- if or (eq $mode "true") (and (eq $mode "auto") (.Capabilities.APIVersions.Has "eks.amazonaws.com/v1/NodeClass")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Where the operator and its uninstall hook may run: the same placement for both. On EKS Auto
+Mode no node is outside a NodePool, so a required `karpenter.sh/nodepool DoesNotExist` (the
+chart's default) becomes `In [system]`, Auto Mode's built-in pool, and empty tolerations become
+its CriticalAddonsOnly taint's; every other term and toleration you set is kept. */}}
 {{- define "noderotation.placement" -}}
+{{- $affinity := deepCopy (.Values.affinity | default dict) }}
+{{- $tolerations := .Values.tolerations }}
+{{- if include "noderotation.eksAutoMode" . }}
+{{- with $affinity.nodeAffinity }}
+{{- with .requiredDuringSchedulingIgnoredDuringExecution }}
+{{- $terms := list }}
+{{- range .nodeSelectorTerms }}
+{{- $term := deepCopy . }}
+{{- if hasKey $term "matchExpressions" }}
+{{- $exprs := list }}
+{{- range $term.matchExpressions }}
+{{- if and (eq .key "karpenter.sh/nodepool") (eq .operator "DoesNotExist") }}
+{{- $exprs = append $exprs (dict "key" "karpenter.sh/nodepool" "operator" "In" "values" (list "system")) }}
+{{- else }}
+{{- $exprs = append $exprs . }}
+{{- end }}
+{{- end }}
+{{- $_ := set $term "matchExpressions" $exprs }}
+{{- end }}
+{{- $terms = append $terms $term }}
+{{- end }}
+{{- $_ := set . "nodeSelectorTerms" $terms }}
+{{- end }}
+{{- end }}
+{{- if not $tolerations }}
+{{- $tolerations = list (dict "key" "CriticalAddonsOnly" "operator" "Exists") }}
+{{- end }}
+{{- end }}
 {{- with .Values.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
@@ -46,10 +91,10 @@ imagePullSecrets: {{- toYaml . | nindent 2 }}
 {{- with .Values.nodeSelector }}
 nodeSelector: {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $tolerations }}
 tolerations: {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with $affinity }}
 affinity: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with .Values.podSecurityContext }}
