@@ -82,7 +82,7 @@ pub fn figures_json(f: &Figures) -> serde_json::Value {
         v["events"] = f.events.into();
         v["claimsCreated"] = f.claims_created.into();
         v["evictions"] = f.evictions.into();
-        v["world_faults"] = serde_json::json!(f.world_faults);
+        v["worldFaults"] = serde_json::json!(f.world_faults);
         v["pools"] = f.per_pool.iter().map(|(name, p)| (name.clone(), figures_json(p))).collect();
     }
     v
