@@ -25,6 +25,17 @@ enum Command {
     Plan(cli::plan::PlanArgs),
     /// Simulate a fleet over weeks of virtual time, next to Karpenter alone (no cluster needed).
     Simulate(cli::simulate::SimulateArgs),
+    /// Show what will rotate next and what is at risk, per NodePool, from the live cluster.
+    ///
+    /// Read-only, with your kubeconfig: the governing policy, the window open now or next, the
+    /// claims due and in flight, the nearest deadlines, the findings and the last failures. Also
+    /// the kubectl plugin `kubectl noderotation` (this binary named or linked as
+    /// `kubectl-noderotation`).
+    ///
+    /// It needs `list` (with --watch, `watch`) on NodePools, NodeClaims, Nodes and
+    /// RotationPolicies, and on pods in --namespace; a missing permission is named with the rule
+    /// that grants it (exit code 1).
+    Status(cli::status::StatusArgs),
     /// Remove every annotation, cordon, do-not-disrupt and placeholder pod the operator owns.
     /// `noderotation run` must not be running (stop it first, or pass --stop-deployment).
     ///
@@ -77,11 +88,33 @@ fn command() -> clap::Command {
     ))
 }
 
-fn main() -> ExitCode {
-    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+/// The name kubectl runs this binary under as the plugin `kubectl noderotation`.
+const KUBECTL_PLUGIN: &str = "kubectl-noderotation";
+
+/// The command line, read as `noderotation status ...` when run as the kubectl plugin
+/// (`kubectl noderotation [status] ...`).
+fn command_line() -> Cli {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let plugin = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|name| name == KUBECTL_PLUGIN);
+    if plugin {
+        let rest = args.split_off(1.min(args.len()));
+        let rest = match rest.first() {
+            Some(first) if first == "status" => rest[1..].to_vec(),
+            _ => rest,
+        };
+        args = ["noderotation", "status"].into_iter().map(Into::into).chain(rest).collect();
+    }
+    match Cli::from_arg_matches(&command().get_matches_from(args)) {
         Ok(cli) => cli,
         Err(err) => err.exit(),
-    };
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = command_line();
     let result = match &cli.command {
         Command::Docs(args) => cli::rules::docs(args),
         Command::Rules(cmd) => cli::rules::rules(cmd),
@@ -89,6 +122,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => cli::plan::run(args),
         Command::Run(args) => runtime::run(args),
         Command::Simulate(args) => cli::simulate::simulate(args),
+        Command::Status(args) => cli::status::run(args),
         Command::Uninstall(args) => cli::uninstall::run(args),
         Command::Completion(args) => {
             let mut script = Vec::new();

@@ -49,10 +49,13 @@ pub enum PoolGauge {
     DrainStuck,
     RetryCount,
     Infeasible,
+    MaxUnavailable,
+    NextWindowTimestamp,
+    NearestDeadlineTimestamp,
 }
 
 impl PoolGauge {
-    pub const ALL: [PoolGauge; 15] = [
+    pub const ALL: [PoolGauge; 18] = [
         PoolGauge::Candidates,
         PoolGauge::InProgress,
         PoolGauge::WindowActive,
@@ -68,6 +71,9 @@ impl PoolGauge {
         PoolGauge::DrainStuck,
         PoolGauge::RetryCount,
         PoolGauge::Infeasible,
+        PoolGauge::MaxUnavailable,
+        PoolGauge::NextWindowTimestamp,
+        PoolGauge::NearestDeadlineTimestamp,
     ];
 
     /// The metric name (normative).
@@ -88,6 +94,9 @@ impl PoolGauge {
             PoolGauge::DrainStuck => "noderotation_drain_stuck",
             PoolGauge::RetryCount => "noderotation_retry_count",
             PoolGauge::Infeasible => "noderotation_infeasible",
+            PoolGauge::MaxUnavailable => "noderotation_max_unavailable",
+            PoolGauge::NextWindowTimestamp => "noderotation_next_window_timestamp",
+            PoolGauge::NearestDeadlineTimestamp => "noderotation_nearest_deadline_timestamp",
         }
     }
 
@@ -135,6 +144,18 @@ impl PoolGauge {
             PoolGauge::RetryCount => "Failed rotation attempts recorded on the pool's claims.",
             PoolGauge::Infeasible => {
                 "1 while a fatal feasibility finding blocks new rotations in the pool, else 0."
+            }
+            PoolGauge::MaxUnavailable => {
+                "Rotations of the pool allowed in flight at once now: surge.maxUnavailable \
+                 resolved against its nodes (with auto, the number the controller chose)."
+            }
+            PoolGauge::NextWindowTimestamp => {
+                "Unix time the maintenance window open now, or the next one, started or starts; \
+                 absent without windows or when they are open around the clock."
+            }
+            PoolGauge::NearestDeadlineTimestamp => {
+                "Unix time of the nearest forced-expiry deadline (creationTimestamp + \
+                 expireAfter) among the pool's NodeClaims; absent when none has one."
             }
         }
     }
@@ -208,6 +229,12 @@ pub struct PoolGauges {
     pub drain_stuck: u64,
     pub retry_count: u64,
     pub infeasible: bool,
+    /// `lanes(np)`; `None` outside a governed pool.
+    pub max_unavailable: Option<u64>,
+    /// Start of the window open now or next; `None` without windows or open 24/7.
+    pub next_window: Option<DateTime<Utc>>,
+    /// The nearest `creationTimestamp + expireAfter` among the pool's claims.
+    pub nearest_deadline: Option<DateTime<Utc>>,
 }
 
 impl PoolGauges {
@@ -216,6 +243,7 @@ impl PoolGauges {
         let count = |n: u64| Some(n as f64);
         let flag = |b: bool| Some(if b { 1.0 } else { 0.0 });
         let secs = |d: Option<Duration>| d.map(|d| d.num_milliseconds() as f64 / 1000.0);
+        let unix = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_millis() as f64 / 1000.0);
         match gauge {
             PoolGauge::Candidates => count(self.candidates),
             PoolGauge::InProgress => count(self.in_progress),
@@ -234,6 +262,9 @@ impl PoolGauges {
             PoolGauge::DrainStuck => count(self.drain_stuck),
             PoolGauge::RetryCount => count(self.retry_count),
             PoolGauge::Infeasible => flag(self.infeasible),
+            PoolGauge::MaxUnavailable => self.max_unavailable.map(|n| n as f64),
+            PoolGauge::NextWindowTimestamp => unix(self.next_window),
+            PoolGauge::NearestDeadlineTimestamp => unix(self.nearest_deadline),
         }
     }
 }
@@ -598,6 +629,9 @@ mod tests {
             drain_stuck: 0,
             retry_count: 2,
             infeasible: false,
+            max_unavailable: Some(17),
+            next_window: Utc.timestamp_opt(1_780_100_000, 0).single(),
+            nearest_deadline: Utc.timestamp_opt(1_780_200_000, 0).single(),
         }
     }
 
@@ -642,6 +676,9 @@ mod tests {
             "noderotation_drain_stuck",
             "noderotation_retry_count",
             "noderotation_infeasible",
+            "noderotation_max_unavailable",
+            "noderotation_next_window_timestamp",
+            "noderotation_nearest_deadline_timestamp",
             "noderotation_completed_total",
             "noderotation_forceful_fallback_total",
             "noderotation_window_missed_total",

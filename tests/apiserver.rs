@@ -6,6 +6,8 @@
 //! manifest checks at the bottom need no cluster.
 #[path = "apiserver/actor.rs"]
 mod actor;
+#[path = "common/dashboard.rs"]
+mod dashboard;
 #[path = "apiserver/kubelet.rs"]
 mod kubelet;
 #[path = "apiserver/support.rs"]
@@ -1249,6 +1251,234 @@ async fn rotation_three_at_once_in_one_pool_all_complete() -> TestResult {
         Ok::<(), Error>(())
     }
     .await;
+    finish(&fx, actor, &ctl, result).await
+}
+
+// ---- (e2) operating it: `noderotation status`, the policy's columns, the dashboard -------------
+
+/// `noderotation status ARGS` as `kubeconfig`'s user, in a blocking thread.
+async fn status_as(kubeconfig: &Path, args: &[&str]) -> Result<std::process::Output, Error> {
+    let (kubeconfig, args) =
+        (kubeconfig.to_path_buf(), args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+    blocking(move || {
+        std::process::Command::new(binary())
+            .arg("status")
+            .args(&args)
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("NODEROTATION_NAMESPACE")
+            .output()
+    })
+    .await?
+    .map_err(Error::from)
+}
+
+/// The status report with what moves from run to run replaced: instants, ages and margins, and
+/// the test's pool name (it carries the process id).
+fn redacted(value: &mut Value, pool: &str) {
+    const TIMES: [&str; 10] = [
+        "evaluatedAt",
+        "start",
+        "end",
+        "startedAt",
+        "dueAt",
+        "deadline",
+        "failedAt",
+        "eligibleAt",
+        "lastFailureAt",
+        "failurePauseUntil",
+    ];
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if TIMES.contains(&key.as_str()) && v.is_string() {
+                    *v = json!("<time>");
+                } else if key.ends_with("Seconds") && v.is_number() {
+                    *v = json!("<seconds>");
+                } else {
+                    redacted(v, pool);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redacted(v, pool)),
+        Value::String(text) => *text = text.replace(pool, "<pool>"),
+        _ => {}
+    }
+}
+
+/// `HH:MM` of `t` (UTC).
+fn hhmm(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%H:%M").to_string()
+}
+
+/// A rotation held pending (the actor provisions after 20 s) in a pool with a second claim due,
+/// under a daily window open now: `noderotation status` (JSON pinned by a snapshot, the human
+/// text, and the kubectl plugin) shows the rotation's slot and stage, the due claim and the
+/// window; `kubectl get rotationpolicies` shows the next window and in flight / maxUnavailable; a
+/// ServiceAccount without `list nodeclaims` is told exactly that. Once the rotation completes,
+/// every query of the chart's Grafana dashboard names a metric of the real `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_the_dashboard_against_a_rotation_in_flight() -> TestResult {
+    use noderotation::clock::Clock;
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let fx = Rotation::new(&env, "status-view", surge("2m")).await?;
+    // A window of every day, opened an hour ago, closing in three.
+    let now = noderotation::clock::SystemClock.now();
+    let (start, end) =
+        (hhmm(now - chrono::Duration::hours(1)), hhmm(now + chrono::Duration::hours(3)));
+    let policy = json!({
+        "apiVersion": "noderotation.io/v1alpha1", "kind": "RotationPolicy",
+        "metadata": {"name": fx.pool, "labels": {SUITE_LABEL: "rotation"}},
+        "spec": {
+            "nodePoolSelector": {"matchLabels": {TEST_LABEL: fx.pool}},
+            "ageThreshold": "1s",
+            "maintenanceWindows": [{"timezone": "UTC",
+                "days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
+                "start": start, "end": end}],
+            "surge": surge("2m")
+        }
+    });
+    env.kubectl_ok(&["apply", "-f", "-"], Some(&policy.to_string()))?;
+    let second = format!("{}-c2", fx.pool);
+    tokio::time::sleep(Duration::from_millis(1100)).await; // c2 is the younger claim
+    ready_claim_and_node(&fx.admin, &second, &format!("{second}-node"), &fx.pool).await?;
+    let actor = actor::Actor::start(
+        fx.admin.clone(),
+        &fx.pool,
+        actor::Mode::Ready,
+        Duration::from_secs(20),
+        Duration::from_secs(3),
+    );
+    let ctl = fx.controller("status-a")?;
+    let result = async {
+        fx.wait_claim_state("pending", Duration::from_secs(60)).await?;
+        eventually("the placeholder", Duration::from_secs(20), || async {
+            (fx.placeholders().await.ok()?.len() == 1).then_some(())
+        })
+        .await?;
+        let admin = env.kubeconfig.clone();
+        let args = ["-o", "json", "--namespace", CONTROLLER_NS, fx.pool.as_str()];
+        let out = status_as(&admin, &args).await?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        let report: Value = serde_json::from_slice(&out.stdout)?;
+        let pool = &report["nodePools"][0];
+        assert_eq!(report["nodePools"].as_array().map(Vec::len), Some(1), "{report}");
+        assert_eq!(pool["governance"], json!({"state": "ready", "policy": fx.pool}));
+        let rotation = &pool["inFlight"][0];
+        assert_eq!(rotation["slot"], json!(0));
+        assert_eq!(rotation["nodeClaim"], json!(fx.candidate));
+        assert_eq!(rotation["stage"], json!("pending"));
+        assert_eq!(pool["due"][0]["nodeClaim"], json!(second), "the second claim waits");
+        assert_eq!(pool["window"]["open"], json!(true));
+        let window_start = pool["window"]["start"].as_str().unwrap_or_default().to_string();
+        assert!(window_start.ends_with(&format!("T{start}:00Z")), "{window_start}");
+        let mut pinned = report.clone();
+        redacted(&mut pinned, &fx.pool);
+        insta::assert_snapshot!("status_json_mid_rotation", serde_json::to_string_pretty(&pinned)?);
+
+        let human = status_as(&admin, &["--namespace", CONTROLLER_NS, fx.pool.as_str()]).await?;
+        let text = String::from_utf8_lossy(&human.stdout).into_owned();
+        for want in [
+            format!("NodePool {}  (2 nodes)  RotationPolicy {}, Ready", fx.pool, fx.pool),
+            format!("slot 0  {}  pending", fx.candidate),
+            "1 in this window".to_string(),
+            "in flight    1/1  (maxUnavailable 1)".to_string(),
+        ] {
+            assert!(text.contains(&want), "{want:?} in\n{text}");
+        }
+        eprintln!("{text}");
+
+        // The kubectl plugin: the same binary under the name kubectl looks for.
+        let bin = fx.dir.join("plugin-bin");
+        std::fs::create_dir_all(&bin)?;
+        let link = bin.join("kubectl-noderotation");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(binary(), &link)?;
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        let plugin = std::process::Command::new(env.kubectl_path())
+            .args(["noderotation", fx.pool.as_str(), "-o", "json", "-n", CONTROLLER_NS])
+            .env("KUBECONFIG", &admin)
+            .env("PATH", path)
+            .output()?;
+        assert!(plugin.status.success(), "{}", String::from_utf8_lossy(&plugin.stderr));
+        let via_kubectl: Value = serde_json::from_slice(&plugin.stdout)?;
+        assert_eq!(via_kubectl["nodePools"][0]["inFlight"][0]["nodeClaim"], json!(fx.candidate));
+
+        // The policy's status, as kubectl get shows it.
+        let table = eventually("the status columns", Duration::from_secs(30), || async {
+            let table =
+                env.kubectl_ok(&["get", "rotationpolicies", fx.pool.as_str()], None).ok()?;
+            (table.contains("1/1") && table.contains(&window_start)).then_some(table)
+        })
+        .await?;
+        let header = table.lines().next().unwrap_or_default();
+        assert!(header.contains("NEXT WINDOW") && header.contains("IN FLIGHT"), "{table}");
+        eprintln!("{table}");
+
+        // A ServiceAccount that may read all but NodeClaims.
+        let rbac = format!(
+            r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: status-reader, namespace: default}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: status-reader-no-claims}}
+rules:
+  - {{apiGroups: [karpenter.sh], resources: [nodepools], verbs: [get, list]}}
+  - {{apiGroups: [""], resources: [nodes], verbs: [get, list]}}
+  - {{apiGroups: [noderotation.io], resources: [rotationpolicies], verbs: [get, list]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: status-reader-no-claims}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: status-reader-no-claims}}
+subjects: [{{kind: ServiceAccount, name: status-reader, namespace: default}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: status-reader-pods, namespace: {CONTROLLER_NS}}}
+rules: [{{apiGroups: [""], resources: [pods], verbs: [get, list]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: status-reader-pods, namespace: {CONTROLLER_NS}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: status-reader-pods}}
+subjects: [{{kind: ServiceAccount, name: status-reader, namespace: default}}]
+"#
+        );
+        env.kubectl_ok(&["apply", "-f", "-"], Some(&rbac))?;
+        let token = env.kubectl_ok(&["create", "token", "status-reader", "-n", "default"], None)?;
+        let mut kubeconfig: Value = serde_norway::from_str(&std::fs::read_to_string(&admin)?)?;
+        for user in kubeconfig["users"].as_array_mut().into_iter().flatten() {
+            user["user"] = json!({"token": token.trim()});
+        }
+        let reader = fx.dir.join("status-reader.kubeconfig");
+        std::fs::write(&reader, serde_norway::to_string(&kubeconfig)?)?;
+        let denied = status_as(&reader, &["--namespace", CONTROLLER_NS]).await?;
+        let stderr = String::from_utf8_lossy(&denied.stderr).into_owned();
+        assert_eq!(denied.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("  list nodeclaims.karpenter.sh (cluster-wide)\n"), "{stderr}");
+        assert!(stderr.contains("resources: [\"nodeclaims\"]"), "{stderr}");
+        assert!(!stderr.contains("nodepools"), "only what is missing is named: {stderr}");
+        assert!(denied.stdout.is_empty(), "nothing half-read is printed");
+        eprintln!("{stderr}");
+
+        // The rotation completes; every dashboard query reads a series of the real /metrics.
+        fx.wait_settled("last-rotation-at", Duration::from_secs(90)).await?;
+        let metrics = eventually("the success in /metrics", Duration::from_secs(10), || async {
+            let m = ctl.metrics().await.ok()?;
+            (completed(&m, &fx.pool, "success") == Some(1.0)).then_some(m)
+        })
+        .await?;
+        let unresolved = dashboard::unresolved(&dashboard::dashboard(), &metrics);
+        assert!(unresolved.is_empty(), "not in /metrics:\n{}", unresolved.join("\n"));
+        Ok::<(), Error>(())
+    }
+    .await;
+    let _ = env.kubectl(&["delete", "serviceaccount", "status-reader", "-n", "default"]);
     finish(&fx, actor, &ctl, result).await
 }
 

@@ -59,7 +59,7 @@ fn help_lists_operator_commands_first_and_developer_commands_apart() {
         .lines()
         .position(|l| l.starts_with("Developer commands"))
         .unwrap_or_else(|| panic!("no developer group:\n{help}"));
-    for operator in ["run", "plan", "simulate", "uninstall", "crd", "completion"] {
+    for operator in ["run", "plan", "simulate", "status", "uninstall", "crd", "completion"] {
         assert!(at(operator) < developer, "{operator} after the developer group:\n{help}");
     }
     for dev in ["rules", "docs"] {
@@ -70,11 +70,12 @@ fn help_lists_operator_commands_first_and_developer_commands_apart() {
 
 #[test]
 fn no_help_text_shows_a_rustdoc_link() {
-    let commands: [&[&str]; 11] = [
+    let commands: [&[&str]; 12] = [
         &[],
         &["run"],
         &["plan"],
         &["simulate"],
+        &["status"],
         &["uninstall"],
         &["crd"],
         &["completion"],

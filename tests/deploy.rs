@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use noderotation::cluster::access::Gate;
 use serde_json::{Value, json};
 
+#[path = "common/dashboard.rs"]
+mod dashboard;
+
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
 fn chart() -> PathBuf {
@@ -998,6 +1001,77 @@ fn the_dockerfile_cross_compiles_both_platforms_on_the_build_platform() {
     for triple in ["x86_64-unknown-linux-musl", "aarch64-unknown-linux-musl"] {
         assert!(dockerfile.contains(triple), "{triple}");
     }
+}
+
+/// The Grafana dashboard is opt-in, ships the JSON file as is, and every query names a metric
+/// the operator's registry exports once each series has a value (the apiserver tier checks the
+/// same against a real `/metrics`: `status_and_the_dashboard_against_a_rotation_in_flight`).
+#[test]
+fn the_grafana_dashboard_is_opt_in_and_reads_only_exported_metrics() {
+    use chrono::{Duration, TimeZone, Utc};
+    use noderotation::telemetry::{Outcome, Phase, PoolGauges, Telemetry};
+    let values = values_with(None);
+    assert_eq!(values["grafanaDashboard"]["enabled"], json!(false));
+    assert_eq!(values["grafanaDashboard"]["label"], json!("grafana_dashboard"));
+    let template = read(chart().join("templates/grafana-dashboard.yaml"));
+    assert!(template.starts_with("{{- if .Values.grafanaDashboard.enabled }}"), "opt-in");
+    assert!(template.contains(".Files.Get \"dashboards/noderotation.json\""));
+    let all = yaml(chart().join("ci/all-options-values.yaml"));
+    assert_eq!(all["grafanaDashboard"]["enabled"], json!(true), "a ci values file renders it");
+
+    let board = dashboard::dashboard();
+    assert_eq!(board["uid"], json!("noderotation"));
+    let t = Telemetry::new();
+    let at = |s: i64| Utc.timestamp_opt(s, 0).single();
+    t.set_pool_gauges(
+        "general",
+        &PoolGauges {
+            window_period: Some(Duration::days(4)),
+            age_threshold: Some(Duration::days(5)),
+            rotation_chances: Some(2),
+            throughput_capacity: Some(10),
+            t_rot_estimate: Some(Duration::minutes(15)),
+            t_rot_bound: Some(Duration::minutes(77)),
+            max_unavailable: Some(3),
+            next_window: at(1_780_000_000),
+            nearest_deadline: at(1_780_500_000),
+            ..PoolGauges::default()
+        },
+    );
+    for outcome in Outcome::ALL {
+        t.completed("general", outcome);
+    }
+    for phase in Phase::ALL {
+        t.duration("general", phase, 60.0);
+    }
+    let unresolved = dashboard::unresolved(&board, &t.render());
+    assert!(
+        unresolved.is_empty(),
+        "queries read metrics the operator does not export:\n{}",
+        unresolved.join("\n")
+    );
+    // The panels the dashboard promises, each with a query.
+    let titles: Vec<&str> = board["panels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["title"].as_str())
+        .collect();
+    for want in [
+        "Next window",
+        "Candidates",
+        "In flight vs maxUnavailable",
+        "Nearest deadline margin",
+        "Rotations by outcome",
+        "Failures",
+        "Drain time",
+    ] {
+        assert!(titles.contains(&want), "no panel {want:?}: {titles:?}");
+    }
+    // A query naming a metric nobody exports is caught.
+    let mut wrong = board.clone();
+    wrong["panels"][0]["targets"][0]["expr"] = json!("noderotation_next_window_start");
+    assert_eq!(dashboard::unresolved(&wrong, &t.render()).len(), 1);
 }
 
 // ---- the release workflow builds what deploy/Dockerfile builds ---------------------------------

@@ -492,6 +492,61 @@ fn plan_sizes_the_rotations_at_once_a_pool_needs() {
     );
 }
 
+/// `maxUnavailable: auto`: `plan` prints the number the controller would use and why; a limit
+/// below what the pool needs is capped, and both the `m` line and the finding name the limit to
+/// raise.
+#[test]
+fn plan_shows_what_max_unavailable_auto_uses_and_why() {
+    let plan = |file: &str, nodes: &str, output: &str| {
+        noderotation(&[
+            "plan",
+            "-f",
+            file,
+            "--expire-after",
+            "14d",
+            "--tgp",
+            "1h",
+            "--nodes",
+            nodes,
+            "--now",
+            NOW,
+            "-o",
+            output,
+        ])
+    };
+    let auto = "deploy/examples/max-unavailable-auto.yaml";
+    let run = plan(auto, "240", "human");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let line = "  m          rotations at once                17 (auto)        auto: the fewest that \
+                keep every node's 2 chance(s) for 240 nodes: 17 (maxUnavailableLimit 10%: 24)";
+    assert!(run.stdout.contains(line), "{}", run.stdout);
+    assert!(run.stdout.contains("Findings\n  none"), "auto leaves no throughput finding");
+    // The pool grows: auto follows it.
+    let json = plan(auto, "1000", "json");
+    let report: PlanReport = serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.settings.max_unavailable, "auto");
+    assert_eq!(report.settings.max_unavailable_limit.as_deref(), Some("10%"));
+    let d = &report.derived;
+    assert_eq!(
+        (d.rotation_lanes, d.rotation_lanes_needed, d.rotation_lanes_limit),
+        (68, Some(68), Some(100))
+    );
+    // A limit below the need: capped at it, and the limit to raise is named, as a percentage.
+    let low = policy_file("auto-low-limit.yaml", |t| {
+        t.replace("maxUnavailable: 1", "maxUnavailable: auto\n    maxUnavailableLimit: \"5%\"")
+    });
+    let run = plan(&low, "500", "human");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for text in [
+        "25 (auto)        auto: 34 needed for 500 nodes, capped at maxUnavailableLimit 5% (25): \
+         too few, raise maxUnavailableLimit to \"7%\"",
+        "surge.maxUnavailableLimit \"7%\" (34 of 500 nodes at once) or more would fix it",
+        "fix: raise surge.maxUnavailableLimit, lengthen or add maintenance windows",
+    ] {
+        assert!(run.stdout.contains(text), "{text:?} in\n{}", run.stdout);
+    }
+}
+
 /// A hostile manifest in a scratch file: `plan` must refuse it with exit 1 and a message that
 /// names the problem, without expanding it or overflowing the stack.
 fn hostile(name: &str, text: &str) -> Run {

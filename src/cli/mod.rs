@@ -2,6 +2,7 @@ pub mod crd;
 pub mod plan;
 pub mod rules;
 pub mod simulate;
+pub mod status;
 pub mod uninstall;
 
 /// Writes `text` to stdout; a reader that went away (`... | head`) is not an error worth a panic

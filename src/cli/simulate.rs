@@ -74,12 +74,15 @@ pub fn figures_json(f: &Figures) -> serde_json::Value {
         "longestPendingSeconds": f.longest_pending_seconds,
         "overlapNodeHours": f.overlap_node_hours,
     });
+    if let Some((lo, hi)) = f.lanes_chosen {
+        v["maxUnavailableAuto"] = serde_json::json!({"fewest": lo, "most": hi});
+    }
     if !f.per_pool.is_empty() {
         v["writes"] = f.writes.into();
         v["events"] = f.events.into();
         v["claimsCreated"] = f.claims_created.into();
         v["evictions"] = f.evictions.into();
-        v["world_faults"] = serde_json::json!(f.world_faults);
+        v["worldFaults"] = serde_json::json!(f.world_faults);
         v["pools"] = f.per_pool.iter().map(|(name, p)| (name.clone(), figures_json(p))).collect();
     }
     v

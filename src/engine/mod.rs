@@ -39,6 +39,11 @@ impl ClaimState {
     pub fn is_failed(self) -> bool {
         self == ClaimState::Failed
     }
+
+    /// The forced expiry ended the rotation (`expired`, terminal).
+    pub fn is_expired(self) -> bool {
+        self == ClaimState::Expired
+    }
 }
 
 /// The rules compiled into the binary (checked by build.rs when it was built).

@@ -29,9 +29,13 @@ pub const AGE_THRESHOLD_PATTERN: &str =
 /// A percentage of a pool's nodes for `maxUnavailable`: `1%` to `100%`, no leading zero.
 pub const PERCENT_PATTERN: &str = "^([1-9][0-9]?|100)%$";
 
-/// What `maxUnavailable` admits, in the words of the CRD rule and the local validation.
-pub const MAX_UNAVAILABLE_ADMITS: &str = "an integer of at least 1 or a percentage of the pool's nodes from 1% to 100% (for example \
+/// What `maxUnavailableLimit` admits, in the words of the CRD rule and the local validation.
+pub const INT_OR_PERCENT_ADMITS: &str = "an integer of at least 1 or a percentage of the pool's nodes from 1% to 100% (for example \
      2 or \"10%\")";
+
+/// What `maxUnavailable` admits, in the words of the CRD rule and the local validation.
+pub const MAX_UNAVAILABLE_ADMITS: &str = "auto, an integer of at least 1 or a percentage of the pool's nodes from 1% to 100% (for \
+     example auto, 2 or \"10%\")";
 
 /// 24-hour `HH:MM`.
 pub const HHMM_PATTERN: &str = "^([01][0-9]|2[0-3]):[0-5][0-9]$";
@@ -125,6 +129,18 @@ pub fn crd_yaml() -> anyhow::Result<String> {
         json_path = ".status.rotatingNodePools",
         description = "Governed NodePools with a rotation in progress"
     ),
+    printcolumn(
+        name = "Next Window",
+        type_ = "string",
+        json_path = ".status.nextWindow",
+        description = "Start of the maintenance window open now or opening next (UTC)"
+    ),
+    printcolumn(
+        name = "In Flight",
+        type_ = "string",
+        json_path = ".status.inFlight",
+        description = "Rotations in flight / rotations at once allowed (maxUnavailable), over the governed NodePools"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -202,15 +218,25 @@ pub struct MaintenanceWindow {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Surge {
-    /// Nodes of one NodePool replaced at the same time: an integer of at least 1, or a
-    /// percentage of the pool's nodes from 1% to 100% (`"10%"`, rounded up, at least 1). Each
-    /// rotation in flight has its own surge placeholder and surge node; they start earliest
-    /// deadline first, each waits cooldownAfter after its own completion, a failure pauses new
-    /// starts of the whole pool (failurePause), and spec.limits must have room for all their
-    /// surge nodes together. Default 1.
+    /// Nodes of one NodePool replaced at the same time: an integer of at least 1, a
+    /// percentage of the pool's nodes from 1% to 100% (`"10%"`, rounded up, at least 1), or
+    /// `auto`: the fewest that keep every node's minRotationChances windows for the pool's
+    /// current size (what `noderotation plan` advises), at most maxUnavailableLimit, recomputed
+    /// as the pool grows or shrinks. Each rotation in flight has its own surge placeholder and
+    /// surge node; they start earliest deadline first, each waits cooldownAfter after its own
+    /// completion, a failure pauses new starts of the whole pool (failurePause), and
+    /// spec.limits must have room for all their surge nodes together. Default 1.
     #[serde(default = "default_max_unavailable", deserialize_with = "max_unavailable_or_default")]
     #[schemars(schema_with = "max_unavailable_schema")]
     pub max_unavailable: IntOrString,
+
+    /// With maxUnavailable `auto`, the most rotations in flight it may use: an integer of at
+    /// least 1 or a percentage of the pool's nodes from 1% to 100% (rounded up, at least 1).
+    /// When the pool needs more, the ThroughputBelowArrival warning says which limit would do.
+    /// Ignored unless maxUnavailable is auto. Default "10%".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "max_unavailable_limit_schema")]
+    pub max_unavailable_limit: Option<IntOrString>,
 
     /// How long the replacement capacity may take to become Ready (the surge placeholder
     /// Running on a Ready node) before the attempt is rolled back and counted as a failure.
@@ -328,6 +354,23 @@ pub struct RotationPolicyStatus {
     #[serde(default)]
     pub rotating_node_pools: i32,
 
+    /// Start of the maintenance window open now or opening next (RFC 3339, UTC); absent
+    /// without windows and when they are open around the clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<String>,
+
+    /// Rotations in flight / rotations at once allowed (`maxUnavailable` as the controller
+    /// uses it now), summed over the governed NodePools, as `in flight/allowed`: `2/17`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<String>,
+
+    /// Per governed NodePool: the next window, the claims due in it, the rotations in flight
+    /// against maxUnavailable, and the nearest forced-expiry deadline. Written when a pool
+    /// changes and at window edges, not in between.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub node_pools: Vec<NodePoolStatus>,
+
     /// `Ready`: True with reason Accepted when the policy is valid and governs without
     /// conflict; False with reason Invalid (a value the controller cannot use; the message names
     /// the field) or Conflict (an equally specific policy matches the same NodePool). Invalid
@@ -337,10 +380,44 @@ pub struct RotationPolicyStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// One governed NodePool in its policy's status.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolStatus {
+    /// The NodePool.
+    pub name: String,
+
+    /// Start of the window open now or opening next (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<String>,
+
+    /// Claims due for rotation in that window (by its end), not in flight yet.
+    #[serde(default)]
+    pub due: i32,
+
+    /// Rotations in flight.
+    #[serde(default)]
+    pub in_flight: i32,
+
+    /// Rotations at once the controller uses now: spec.surge.maxUnavailable resolved against
+    /// the pool's nodes (with auto, the number it chose).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<i32>,
+
+    /// The nearest forced-expiry deadline among the pool's claims (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nearest_deadline: Option<String>,
+
+    /// The NodeClaim with that deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nearest_deadline_node_claim: Option<String>,
+}
+
 impl Default for Surge {
     fn default() -> Self {
         Surge {
             max_unavailable: default_max_unavailable(),
+            max_unavailable_limit: None,
             ready_timeout: default_ready_timeout(),
             cooldown_after: default_cooldown_after(),
             failure_pause: None,
@@ -434,21 +511,31 @@ fn age_threshold_rule() -> Rule {
     .reason(Reason::FieldValueInvalid)
 }
 
-/// `maxUnavailable`: Kubernetes' int-or-string, an integer of at least 1 or a percentage from 1%
-/// to 100%, checked by one CEL rule so that each bad value gets one message saying what to write.
+/// `maxUnavailable`: Kubernetes' int-or-string, an integer of at least 1, a percentage from 1%
+/// to 100% or `auto`, checked by one CEL rule so that each bad value gets one message saying
+/// what to write.
 fn max_unavailable_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "x-kubernetes-int-or-string": true,
-        "x-kubernetes-validations": [max_unavailable_rule()]
+        "x-kubernetes-validations": [serde_json::json!({
+            "rule": format!(
+                "type(self) == int ? self >= 1 : (self == 'auto' || self.matches('{PERCENT_PATTERN}'))"
+            ),
+            "message": format!("maxUnavailable must be {MAX_UNAVAILABLE_ADMITS}"),
+            "reason": "FieldValueInvalid"
+        })]
     })
 }
 
-/// `maxUnavailable >= 1`, or a percentage string from 1% to 100%.
-fn max_unavailable_rule() -> serde_json::Value {
-    serde_json::json!({
-        "rule": format!("type(self) == int ? self >= 1 : self.matches('{PERCENT_PATTERN}')"),
-        "message": format!("maxUnavailable must be {MAX_UNAVAILABLE_ADMITS}"),
-        "reason": "FieldValueInvalid"
+/// `maxUnavailableLimit`: an integer of at least 1 or a percentage from 1% to 100%.
+fn max_unavailable_limit_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "x-kubernetes-validations": [serde_json::json!({
+            "rule": format!("type(self) == int ? self >= 1 : self.matches('{PERCENT_PATTERN}')"),
+            "message": format!("maxUnavailableLimit must be {INT_OR_PERCENT_ADMITS}"),
+            "reason": "FieldValueInvalid"
+        })]
     })
 }
 
@@ -544,7 +631,7 @@ mod tests {
         assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
         let columns: Vec<&str> =
             version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
-        assert_eq!(columns, ["Ready", "Matched", "Rotating", "Age"]);
+        assert_eq!(columns, ["Ready", "Matched", "Rotating", "Next Window", "In Flight", "Age"]);
     }
 
     #[test]
@@ -659,36 +746,65 @@ mod tests {
     }
 
     /// `maxUnavailable` is Kubernetes' int-or-string with one CEL rule, whose percentage pattern
-    /// admits exactly what the local validation admits, and whose message says what to write.
+    /// admits exactly what the local validation admits, and whose message says what to write;
+    /// it takes `auto` too, and `maxUnavailableLimit` takes the same but `auto`.
     #[test]
     fn max_unavailable_is_an_int_or_string_with_one_rule() {
-        use crate::policy::settings::MaxUnavailable;
+        use crate::policy::settings::{IntOrPercent, MaxUnavailable};
         let crd = serde_json::to_value(RotationPolicy::crd()).unwrap_or_default();
-        let field = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-            ["properties"]["surge"]["properties"]["maxUnavailable"];
-        assert_eq!(field["x-kubernetes-int-or-string"], serde_json::Value::Bool(true));
-        assert!(field["type"].is_null(), "an int-or-string has no type: {field}");
-        assert!(field["description"].as_str().is_some_and(|d| d.contains("10%")), "{field}");
-        let rules = field["x-kubernetes-validations"].as_array().cloned().unwrap_or_default();
-        let [rule] = rules.as_slice() else { panic!("{rules:?}") };
+        let surge = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["surge"]["properties"];
+        let rule_of = |field: &str| {
+            let node = &surge[field];
+            assert_eq!(node["x-kubernetes-int-or-string"], serde_json::Value::Bool(true));
+            assert!(node["type"].is_null(), "an int-or-string has no type: {node}");
+            assert!(node["description"].as_str().is_some_and(|d| d.contains("10%")), "{node}");
+            let rules = node["x-kubernetes-validations"].as_array().cloned().unwrap_or_default();
+            let [rule] = rules.as_slice() else { panic!("{rules:?}") };
+            rule.clone()
+        };
+        let rule = rule_of("maxUnavailable");
         assert_eq!(
             rule["rule"].as_str(),
-            Some("type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')")
+            Some(
+                "type(self) == int ? self >= 1 : (self == 'auto' || \
+                 self.matches('^([1-9][0-9]?|100)%$'))"
+            )
         );
         let message = rule["message"].as_str().unwrap_or_default();
         assert!(message.contains("at least 1") && message.contains("1% to 100%"), "{message}");
+        assert!(message.starts_with("maxUnavailable must be auto, "), "{message}");
+        let limit = rule_of("maxUnavailableLimit");
+        assert_eq!(
+            limit["rule"].as_str(),
+            Some("type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')")
+        );
+        let message = limit["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("maxUnavailableLimit must be an integer"), "{message}");
         let pattern = regex::Regex::new(PERCENT_PATTERN).unwrap_or_else(|e| panic!("{e}"));
         for text in ["1%", "10%", "99%", "100%", "0%", "150%", "101%", "05%", "abc", "2", "%", ""] {
-            let local = MaxUnavailable::parse(&IntOrString::String(text.into())).is_ok();
+            let value = IntOrString::String(text.into());
+            let local = IntOrPercent::parse(&value, "").is_ok();
             assert_eq!(pattern.is_match(text), local, "{text:?}");
+            assert_eq!(MaxUnavailable::parse(&value, None).is_ok(), local, "{text:?}");
+            let as_limit = MaxUnavailable::parse(&IntOrString::String("auto".into()), Some(&value));
+            assert_eq!(as_limit.is_ok(), local, "limit {text:?}");
         }
+        let auto = IntOrString::String("auto".into());
+        assert!(MaxUnavailable::parse(&auto, None).is_ok());
+        assert!(MaxUnavailable::parse(&auto, Some(&auto)).is_err(), "a limit is a number");
         let yaml = |v: &str| serde_norway::from_str::<Surge>(&format!("maxUnavailable: {v}"));
         let parsed = |v: &str| yaml(v).map(|s| s.max_unavailable).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(parsed("3"), IntOrString::Int(3));
         assert_eq!(parsed("\"10%\""), IntOrString::String("10%".into()));
         assert_eq!(parsed("10%"), IntOrString::String("10%".into()));
+        assert_eq!(parsed("auto"), IntOrString::String("auto".into()));
         assert_eq!(parsed("null"), IntOrString::Int(1), "null is the default");
         assert!(yaml("1.5").is_err());
+        let with_limit: Surge =
+            serde_norway::from_str("maxUnavailable: auto\nmaxUnavailableLimit: 40")
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(with_limit.max_unavailable_limit, Some(IntOrString::Int(40)));
     }
 
     #[test]

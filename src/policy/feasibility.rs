@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::chances;
 use super::derive;
 use super::duration::{ExpireAfter, format_human};
-use super::settings::{AgeThreshold, Effective, MaxUnavailable};
+use super::settings::{AgeThreshold, Effective, IntOrPercent, MaxUnavailable};
 use super::window::Occurrence;
 
 /// EKS Auto Mode's maximum node lifetime, `expireAfter + tGP` (§2).
@@ -233,6 +233,11 @@ pub struct Derived {
     /// open 24/7: `m*A >= N*slot`), whatever the policy's mode. `None` without a node count, a
     /// deadline, windows, or a positive auto age threshold.
     pub lanes_needed: Option<usize>,
+    /// With `maxUnavailable: auto`, its `maxUnavailableLimit` resolved against the pool's nodes:
+    /// `lanes` is `lanes_needed` up to this.
+    pub lanes_limit: Option<usize>,
+    /// Why `lanes` is what it is: the policy's value, or what `auto` chose and why.
+    pub lanes_reason: String,
     /// `D` of `C`: the shortest occurrence over the horizon.
     pub shortest_occurrence: Option<Duration>,
     /// The shortest closed gap between occurrences.
@@ -474,16 +479,13 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
         ));
     }
 
-    // Layer 2, with the policy's lanes: `maxUnavailable` resolved against the pool's nodes.
-    let lanes = settings.max_unavailable.resolve(pool.nodes.map_or(0, to_usize));
-    // `C` of one lane; the pool's is `lanes` times it.
+    // Layer 2. `C` of one lane; the pool's is `lanes` times it.
     let per_lane_starts = match profile {
         Some(p) if !p.always_open => p
             .shortest_occurrence
             .map(|d| derive::starts_per_occurrence(d, t_rot_est, settings.cooldown_after, 1)),
         _ => None,
     };
-    let starts_per_occurrence = per_lane_starts.map(|c| c.saturating_mul(to_u64(lanes)));
     let throughput = Throughput { per_lane_starts, slot, nodes: pool.nodes.unwrap_or(0) };
     // The lanes the pool needs at the auto age threshold, whatever the policy's mode.
     let lanes_needed = match (pool.expire_after, period, pool.nodes) {
@@ -492,7 +494,20 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
             .and_then(|check| check.lanes_needed()),
         _ => None,
     };
-    let hint = |check: &Check| lanes_hint(check, settings.max_unavailable, throughput.nodes);
+    // The policy's lanes: `maxUnavailable` resolved against the pool's nodes (`auto`: the need,
+    // within its limit).
+    let nodes = pool.nodes.map_or(0, to_usize);
+    let lanes = settings.max_unavailable.lanes(nodes, lanes_needed);
+    let lanes_limit = match settings.max_unavailable {
+        MaxUnavailable::Auto { limit } => Some(limit.resolve(nodes)),
+        MaxUnavailable::Fixed(_) => None,
+    };
+    let starts_per_occurrence = per_lane_starts.map(|c| c.saturating_mul(to_u64(lanes)));
+    let hint = |check: &Check| lanes_hint(check, settings.max_unavailable, throughput.nodes, lanes);
+    let raise = match settings.max_unavailable {
+        MaxUnavailable::Auto { .. } => "raise surge.maxUnavailableLimit",
+        MaxUnavailable::Fixed(_) => "raise surge.maxUnavailable",
+    };
     if let (Some(profile), Some(a), Some(n)) = (profile, age_threshold, pool.nodes)
         && n > 0
     {
@@ -520,8 +535,10 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                         hint(&check)
                     ),
                 },
-                "raise surge.maxUnavailable, lengthen or add maintenance windows, lower \
-                 surge.cooldownAfter, or raise expireAfter",
+                format!(
+                    "{raise}, lengthen or add maintenance windows, lower surge.cooldownAfter, or \
+                     raise expireAfter"
+                ),
             ));
         }
         if a > Duration::zero()
@@ -568,7 +585,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
     }
 
     findings.sort_by_key(|f| (f.severity, f.reason));
-    Assessment {
+    let mut assessment = Assessment {
         derived: Derived {
             period,
             always_open: profile.is_some_and(|p| p.always_open),
@@ -583,11 +600,15 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
             starts_per_occurrence,
             lanes,
             lanes_needed,
+            lanes_limit,
+            lanes_reason: String::new(),
             shortest_occurrence: profile.and_then(|p| p.shortest_occurrence),
             shortest_gap: profile.and_then(|p| p.shortest_gap),
         },
         findings,
-    }
+    };
+    assessment.derived.lanes_reason = lanes_reason(settings, &assessment.derived, pool);
+    assessment
 }
 
 /// What the throughput checks need: one lane's starts per occurrence (`None`: open 24/7, one
@@ -661,25 +682,79 @@ impl Check {
 }
 
 /// Which `surge.maxUnavailable` would clear a throughput finding, in the policy's own form (a
-/// percentage of the `nodes` when the policy gives one and one up to 100% is enough).
-fn lanes_hint(check: &Check, policy: MaxUnavailable, nodes: u64) -> String {
+/// percentage of the `nodes` when the policy gives one and one up to 100% is enough). With
+/// `auto` (now `lanes`), the limit to raise when the need is above it; a need auto does not size
+/// for (a burst) names a fixed value.
+fn lanes_hint(check: &Check, policy: MaxUnavailable, nodes: u64, lanes: usize) -> String {
     let Some(m) = check.lanes_needed() else {
         return "no surge.maxUnavailable is enough".into();
     };
-    let percent = match policy {
-        MaxUnavailable::Percent(_) => smallest_percent(m, nodes),
-        MaxUnavailable::Count(_) => None,
+    let (field, written) = match policy {
+        MaxUnavailable::Auto { limit } if m > lanes => ("surge.maxUnavailableLimit", limit),
+        MaxUnavailable::Auto { .. } => {
+            return format!(
+                "surge.maxUnavailable {m} or more would fix it (auto sizes for the steady \
+                 arrivals: {lanes} here)"
+            );
+        }
+        MaxUnavailable::Fixed(n) => ("surge.maxUnavailable", n),
+    };
+    let percent = match written {
+        IntOrPercent::Percent(_) => smallest_percent(m, nodes),
+        IntOrPercent::Count(_) => None,
     };
     match percent {
-        Some(p) => format!(
-            "surge.maxUnavailable \"{p}%\" ({m} of {nodes} nodes at once) or more would fix it"
-        ),
-        None => format!("surge.maxUnavailable {m} or more would fix it"),
+        Some(p) => {
+            format!("{field} \"{p}%\" ({m} of {nodes} nodes at once) or more would fix it")
+        }
+        None => format!("{field} {m} or more would fix it"),
+    }
+}
+
+/// Why the pool has `d.lanes` lanes: the policy's value, or what `auto` chose and why, for
+/// `plan`, `noderotation status` and the policy status ([`Derived::lanes_reason`]).
+fn lanes_reason(settings: &Effective, d: &Derived, pool: &PoolFacts) -> String {
+    let k = settings.min_rotation_chances;
+    let nodes = pool.nodes;
+    let of = |n: Option<u64>| n.map_or("an unknown number of".to_string(), |n| n.to_string());
+    match settings.max_unavailable {
+        MaxUnavailable::Fixed(IntOrPercent::Count(n)) => format!("maxUnavailable {n}"),
+        MaxUnavailable::Fixed(IntOrPercent::Percent(p)) => {
+            format!("maxUnavailable {p}% of {} nodes", of(nodes))
+        }
+        MaxUnavailable::Auto { limit } => {
+            let cap = d.lanes_limit.unwrap_or(1);
+            match d.lanes_needed {
+                Some(m) if m > cap => format!(
+                    "auto: {m} needed for {} nodes, capped at maxUnavailableLimit {limit} ({cap})",
+                    of(nodes)
+                ),
+                Some(m) => format!(
+                    "auto: the fewest that keep every node's {k} chance(s) for {} nodes: {m} \
+                     (maxUnavailableLimit {limit}: {cap})",
+                    of(nodes)
+                ),
+                None => format!("auto: 1, the need is unknown ({})", unknown_need(d, pool)),
+            }
+        }
+    }
+}
+
+/// Why `lanes_needed` is `None`.
+fn unknown_need(d: &Derived, pool: &PoolFacts) -> &'static str {
+    if pool.nodes.is_none() {
+        "node count unknown"
+    } else if d.period.is_none() {
+        "no maintenance windows"
+    } else if pool.expire_after == ExpireAfter::Never {
+        "expireAfter Never"
+    } else {
+        "expireAfter leaves no positive auto age threshold"
     }
 }
 
 /// The smallest percentage of `nodes` that resolves to at least `lanes`
-/// ([`MaxUnavailable::resolve`]), if one up to 100% does.
+/// ([`IntOrPercent::resolve`]), if one up to 100% does.
 pub fn smallest_percent(lanes: usize, nodes: u64) -> Option<u32> {
     let n = u128::from(nodes);
     let m = u128::try_from(lanes.max(1)).ok()?;
@@ -1159,6 +1234,74 @@ mod tests {
         assert_eq!(reasons(&assess_with(IntOrString::String("6%".into()))).len(), 1);
     }
 
+    /// `maxUnavailable: auto` uses exactly the lanes the pool needs (so no throughput finding),
+    /// within its limit; a limit below the need leaves the arrival warning, which names the
+    /// limit to raise, in the limit's own form.
+    #[test]
+    fn auto_uses_the_need_within_its_limit_and_names_the_limit_to_raise() {
+        const TOKYO: &[(&str, &[&str], &str, &str)] =
+            &[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")];
+        let t = Some(Duration::hours(1));
+        let auto = |limit: Option<IntOrString>, nodes: u64| {
+            let mut spec = spec_with(TOKYO);
+            spec.surge.max_unavailable = IntOrString::String("auto".into());
+            spec.surge.max_unavailable_limit = limit;
+            let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+            let facts = pool(14, t, nodes);
+            let a = assess(&s, &facts, now());
+            let why = a.derived.lanes_reason.clone();
+            (a, why)
+        };
+        // 200 nodes need 14 (the worked example above); 10% of 200 is 20.
+        let (a, why) = auto(None, 200);
+        assert_eq!(
+            (a.derived.lanes, a.derived.lanes_needed, a.derived.lanes_limit),
+            (14, Some(14), Some(20))
+        );
+        assert_eq!(reasons(&a), [], "auto sizes the pool: no throughput finding");
+        assert_eq!(
+            why,
+            "auto: the fewest that keep every node's 2 chance(s) for 200 nodes: 14 \
+             (maxUnavailableLimit 10%: 20)"
+        );
+        // The pool grows: auto follows it.
+        let (bigger, _) = auto(None, 240);
+        assert_eq!(bigger.derived.lanes, 17, "what plan advises for 240 nodes");
+        // A count limit below the need: capped, and the warning names the limit.
+        let (capped, why) = auto(Some(IntOrString::Int(10)), 200);
+        assert_eq!(capped.derived.lanes, 10);
+        assert_eq!(why, "auto: 14 needed for 200 nodes, capped at maxUnavailableLimit 10 (10)");
+        let arrival = message(&capped, Reason::ThroughputBelowArrival);
+        assert!(
+            arrival.ends_with("surge.maxUnavailableLimit 14 or more would fix it"),
+            "{arrival}"
+        );
+        let finding = capped.findings.iter().find(|f| f.reason == Reason::ThroughputBelowArrival);
+        assert!(
+            finding.is_some_and(|f| f.fix.starts_with("raise surge.maxUnavailableLimit,")),
+            "{finding:?}"
+        );
+        // A percentage limit is advised as one: 7% of 200 is the smallest that holds 14.
+        let (five, _) = auto(Some(IntOrString::String("5%".into())), 200);
+        assert_eq!(five.derived.lanes, 10);
+        let arrival = message(&five, Reason::ThroughputBelowArrival);
+        assert!(
+            arrival.ends_with(
+                "surge.maxUnavailableLimit \"7%\" (14 of 200 nodes at once) or more would fix it"
+            ),
+            "{arrival}"
+        );
+        // No node count: one lane, and why.
+        let mut spec = spec_with(TOKYO);
+        spec.surge.max_unavailable = IntOrString::String("auto".into());
+        let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let mut facts = pool(14, t, 1);
+        facts.nodes = None;
+        let a = assess(&s, &facts, now());
+        assert_eq!(a.derived.lanes, 1);
+        assert_eq!(a.derived.lanes_reason, "auto: 1, the need is unknown (node count unknown)");
+    }
+
     #[test]
     fn windows_mode_counts_lanes_in_its_burst_capacity_too() {
         // ageThreshold windows on the worked example: K = 2 chances of 10 starts per lane; the
@@ -1213,14 +1356,13 @@ mod tests {
 
     #[test]
     fn smallest_percent_resolves_to_at_least_the_lanes() {
-        use crate::policy::settings::MaxUnavailable;
         for nodes in [1u64, 3, 7, 10, 99, 200, 241, 1000] {
             for lanes in 1..=usize::try_from(nodes).unwrap_or(0) {
                 let p = smallest_percent(lanes, nodes).unwrap_or_else(|| panic!("{lanes}/{nodes}"));
                 let n = usize::try_from(nodes).unwrap_or(0);
-                assert!(MaxUnavailable::Percent(p).resolve(n) >= lanes, "{p}% of {nodes}");
+                assert!(IntOrPercent::Percent(p).resolve(n) >= lanes, "{p}% of {nodes}");
                 if p > 1 {
-                    assert!(MaxUnavailable::Percent(p - 1).resolve(n) < lanes, "{p}% of {nodes}");
+                    assert!(IntOrPercent::Percent(p - 1).resolve(n) < lanes, "{p}% of {nodes}");
                 }
             }
         }

@@ -16,7 +16,7 @@ use super::derive;
 use super::duration::{self, format_human};
 use super::feasibility::{self, Assessment, Finding, PoolFacts, Severity};
 use super::selector;
-use super::settings::{AgeThreshold, Effective};
+use super::settings::{AgeThreshold, Effective, MaxUnavailable};
 use super::strict;
 use super::window::{HORIZON, Occurrence, Schedule};
 use crate::karpenter::NodePool;
@@ -310,9 +310,12 @@ pub struct PoolInput {
 #[serde(rename_all = "camelCase")]
 pub struct SettingsReport {
     pub min_rotation_chances: u32,
-    /// `surge.maxUnavailable` as written: `1`, `3` or `10%`.
+    /// `surge.maxUnavailable` as written: `1`, `3`, `10%` or `auto`.
     #[serde(default)]
     pub max_unavailable: String,
+    /// With `auto`: `surge.maxUnavailableLimit` as in effect (`10%` when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable_limit: Option<String>,
     /// `auto` or the override as a Go duration.
     pub age_threshold: String,
     pub ready_timeout_seconds: i64,
@@ -363,6 +366,12 @@ pub struct DerivedReport {
     /// `rotation_lanes >= rotation_lanes_needed`.
     #[serde(default)]
     pub rotation_lanes_suffice: Option<bool>,
+    /// With `maxUnavailable: auto`: its limit resolved against the pool's nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation_lanes_limit: Option<u64>,
+    /// Why `m` is what it is: the policy's value, or what `auto` chose and why.
+    #[serde(default)]
+    pub rotation_lanes_reason: String,
     /// `C`, with the `m` lanes.
     pub starts_per_occurrence: Option<u64>,
     pub shortest_occurrence_seconds: Option<i64>,
@@ -404,6 +413,18 @@ pub struct LocalOccurrence {
     pub end: String,
 }
 
+/// `o` in each of `zones`, RFC 3339 with the zone's offset.
+pub fn local_occurrences(o: &Occurrence, zones: &[chrono_tz::Tz]) -> Vec<LocalOccurrence> {
+    zones
+        .iter()
+        .map(|tz| LocalOccurrence {
+            timezone: tz.name().to_string(),
+            start: o.start.with_timezone(tz).to_rfc3339_opts(SecondsFormat::Secs, true),
+            end: o.end.with_timezone(tz).to_rfc3339_opts(SecondsFormat::Secs, true),
+        })
+        .collect()
+}
+
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
@@ -428,6 +449,10 @@ fn build_report(
         settings: SettingsReport {
             min_rotation_chances: s.min_rotation_chances,
             max_unavailable: s.max_unavailable.to_string(),
+            max_unavailable_limit: match s.max_unavailable {
+                MaxUnavailable::Auto { limit } => Some(limit.to_string()),
+                MaxUnavailable::Fixed(_) => None,
+            },
             age_threshold: match s.age_threshold {
                 AgeThreshold::Auto => AgeThreshold::AUTO.into(),
                 AgeThreshold::Windows => AgeThreshold::WINDOWS.into(),
@@ -460,6 +485,8 @@ fn build_report(
             rotation_lanes: u64::try_from(d.lanes).unwrap_or(u64::MAX),
             rotation_lanes_needed: d.lanes_needed.and_then(|m| u64::try_from(m).ok()),
             rotation_lanes_suffice: d.lanes_needed.map(|needed| d.lanes >= needed),
+            rotation_lanes_limit: d.lanes_limit.and_then(|m| u64::try_from(m).ok()),
+            rotation_lanes_reason: d.lanes_reason.clone(),
             starts_per_occurrence: d.starts_per_occurrence,
             shortest_occurrence_seconds: d.shortest_occurrence.map(secs),
             shortest_gap_seconds: d.shortest_gap.map(secs),
@@ -472,14 +499,7 @@ fn build_report(
                 start: rfc3339(o.start),
                 end: rfc3339(o.end),
                 duration_seconds: secs(o.duration()),
-                local: zones
-                    .iter()
-                    .map(|tz| LocalOccurrence {
-                        timezone: tz.name().to_string(),
-                        start: o.start.with_timezone(tz).to_rfc3339_opts(SecondsFormat::Secs, true),
-                        end: o.end.with_timezone(tz).to_rfc3339_opts(SecondsFormat::Secs, true),
-                    })
-                    .collect(),
+                local: local_occurrences(o, &zones),
             })
             .collect(),
     }
@@ -744,20 +764,37 @@ pub fn render_human(r: &PlanReport) -> String {
     out
 }
 
-/// `m`'s value: the lanes, with the percentage they come from.
+/// `m`'s value: the lanes, with the percentage or `auto` they come from.
 fn lanes_value(r: &PlanReport) -> String {
     let (m, written) = (r.derived.rotation_lanes, &r.settings.max_unavailable);
     match r.node_pool.nodes {
+        _ if r.settings.max_unavailable_limit.is_some() => format!("{m} ({written})"),
         Some(n) if written.ends_with('%') => format!("{m} ({written} of {n})"),
         None if written.ends_with('%') => format!("{m} ({written} of an unknown pool)"),
         _ => m.to_string(),
     }
 }
 
-/// `m`'s note: the policy's `maxUnavailable` and what the pool needs.
+/// `m`'s note: the policy's `maxUnavailable` and what the pool needs (with `auto`: why it chose
+/// `m`, and the limit to raise when the need is above it).
 fn lanes_note(r: &PlanReport) -> String {
     let d = &r.derived;
     let written = &r.settings.max_unavailable;
+    if let Some(limit) = &r.settings.max_unavailable_limit {
+        return match (d.rotation_lanes_needed, r.node_pool.nodes, d.rotation_lanes_suffice) {
+            (Some(needed), Some(n), Some(false)) => {
+                let raise = match feasibility::smallest_percent(to_usize(needed), n) {
+                    Some(p) if limit.ends_with('%') => format!("\"{p}%\""),
+                    _ => needed.to_string(),
+                };
+                format!(
+                    "{}: too few, raise maxUnavailableLimit to {raise}",
+                    d.rotation_lanes_reason
+                )
+            }
+            _ => d.rotation_lanes_reason.clone(),
+        };
+    }
     match (d.rotation_lanes_needed, r.node_pool.nodes) {
         (Some(needed), Some(n)) => {
             let verdict = if d.rotation_lanes_suffice == Some(true) {

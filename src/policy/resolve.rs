@@ -216,6 +216,8 @@ pub fn desired_status(input: &StatusInputs<'_>) -> RotationPolicyStatus {
         matched_node_pools: i32::try_from(matched).unwrap_or(i32::MAX),
         rotating_node_pools: i32::try_from(rotating).unwrap_or(i32::MAX),
         conditions,
+        // The per-pool view is the controller's to add (it reads the pools' claims).
+        ..RotationPolicyStatus::default()
     }
 }
 

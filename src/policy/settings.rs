@@ -15,7 +15,9 @@ use std::fmt;
 use chrono::Duration;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::crd::{MAX_UNAVAILABLE_ADMITS, MatchNodeRequirements, RotationPolicySpec};
+use super::crd::{
+    INT_OR_PERCENT_ADMITS, MAX_UNAVAILABLE_ADMITS, MatchNodeRequirements, RotationPolicySpec,
+};
 use super::duration::{self, DurationError};
 use super::selector;
 use super::window::Schedule;
@@ -45,26 +47,23 @@ impl AgeThreshold {
     pub const WINDOWS: &'static str = "windows";
 }
 
-/// `surge.maxUnavailable`: how many rotations of one pool may be in flight at once (the pool's
-/// lanes), as the operator wrote it. [`MaxUnavailable::resolve`] turns it into the lane count.
+/// An integer of at least 1 or a percentage of a pool's nodes (Kubernetes' int-or-string, as
+/// `surge.maxUnavailable` and `surge.maxUnavailableLimit` take it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MaxUnavailable {
+pub enum IntOrPercent {
     /// An integer, at least 1.
     Count(u32),
     /// A percentage of the pool's nodes, 1 to 100, rounded up.
     Percent(u32),
 }
 
-impl MaxUnavailable {
-    /// The default: one rotation at a time.
-    pub const ONE: MaxUnavailable = MaxUnavailable::Count(1);
-
-    /// The lanes for a pool of `pool_nodes` nodes: the count, or the percentage of the nodes
+impl IntOrPercent {
+    /// The number for a pool of `pool_nodes` nodes: the count, or the percentage of the nodes
     /// rounded up; at least 1 (a pool without nodes still has one lane).
     pub fn resolve(&self, pool_nodes: usize) -> usize {
         let lanes = match *self {
-            MaxUnavailable::Count(n) => usize::try_from(n).unwrap_or(usize::MAX),
-            MaxUnavailable::Percent(p) => {
+            IntOrPercent::Count(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            IntOrPercent::Percent(p) => {
                 let p = usize::try_from(p).unwrap_or(usize::MAX);
                 pool_nodes.saturating_mul(p).div_ceil(100)
             }
@@ -72,12 +71,12 @@ impl MaxUnavailable {
         lanes.max(1)
     }
 
-    /// The value from the spec, or what is wrong with it.
-    pub fn parse(value: &IntOrString) -> Result<MaxUnavailable, String> {
-        let admits = || format!("must be {MAX_UNAVAILABLE_ADMITS}");
+    /// The value from the spec, or what is wrong with it; `admits` says what the field takes.
+    pub fn parse(value: &IntOrString, admits: &str) -> Result<IntOrPercent, String> {
+        let admits = || format!("must be {admits}");
         match value {
             IntOrString::Int(n) => match u32::try_from(*n) {
-                Ok(n) if n >= 1 => Ok(MaxUnavailable::Count(n)),
+                Ok(n) if n >= 1 => Ok(IntOrPercent::Count(n)),
                 _ => Err(format!("{n} is below 1: {}", admits())),
             },
             IntOrString::String(s) => {
@@ -88,18 +87,97 @@ impl MaxUnavailable {
                 .then(|| digits.parse::<u32>().ok())
                 .flatten()
                 .filter(|p| (1..=100).contains(p));
-                percent.map(MaxUnavailable::Percent).ok_or_else(|| format!("{s:?} {}", admits()))
+                percent.map(IntOrPercent::Percent).ok_or_else(|| format!("{s:?} {}", admits()))
             }
         }
     }
 }
 
 /// As the operator wrote it: `3` or `10%`.
+impl fmt::Display for IntOrPercent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IntOrPercent::Count(n) => write!(f, "{n}"),
+            IntOrPercent::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+/// `surge.maxUnavailable`: how many rotations of one pool may be in flight at once (the pool's
+/// lanes), as the operator wrote it. [`MaxUnavailable::lanes`] turns it into the lane count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxUnavailable {
+    /// A count or a percentage of the pool's nodes.
+    Fixed(IntOrPercent),
+    /// `auto`: the fewest lanes that keep every node's K chances (what `plan` advises), at most
+    /// `limit` (`surge.maxUnavailableLimit`), recomputed as the pool grows or shrinks
+    /// (docs/decisions/max-unavailable-auto.md).
+    Auto {
+        /// `surge.maxUnavailableLimit`.
+        limit: IntOrPercent,
+    },
+}
+
+impl MaxUnavailable {
+    /// The default: one rotation at a time.
+    pub const ONE: MaxUnavailable = MaxUnavailable::Fixed(IntOrPercent::Count(1));
+    /// The spelling of `surge.maxUnavailable: auto`.
+    pub const AUTO: &'static str = "auto";
+    /// `surge.maxUnavailableLimit` when unset.
+    pub const DEFAULT_LIMIT: IntOrPercent = IntOrPercent::Percent(10);
+
+    /// The lanes for a pool of `pool_nodes` nodes. `needed` is what the pool needs
+    /// ([`crate::policy::feasibility::Derived::lanes_needed`]), which only `auto` reads: it uses
+    /// that many, at least 1 and at most its limit; 1 when the need is unknown.
+    pub fn lanes(&self, pool_nodes: usize, needed: Option<usize>) -> usize {
+        match self {
+            MaxUnavailable::Fixed(n) => n.resolve(pool_nodes),
+            MaxUnavailable::Auto { limit } => {
+                needed.unwrap_or(1).clamp(1, limit.resolve(pool_nodes))
+            }
+        }
+    }
+
+    /// The most lanes this value can give a pool of `pool_nodes` nodes: the value itself, or
+    /// `auto`'s limit. What the simulation's invariants hold the controller to.
+    pub fn ceiling(&self, pool_nodes: usize) -> usize {
+        match self {
+            MaxUnavailable::Fixed(n) | MaxUnavailable::Auto { limit: n } => n.resolve(pool_nodes),
+        }
+    }
+
+    /// The values from the spec (`maxUnavailable`, `maxUnavailableLimit`), or what is wrong
+    /// with each, by field name.
+    pub fn parse(
+        value: &IntOrString,
+        limit: Option<&IntOrString>,
+    ) -> Result<MaxUnavailable, Vec<(&'static str, String)>> {
+        let limit = limit
+            .map(|l| IntOrPercent::parse(l, INT_OR_PERCENT_ADMITS))
+            .transpose()
+            .map_err(|problem| ("surge.maxUnavailableLimit", problem));
+        let value = match value {
+            IntOrString::String(s) if s == MaxUnavailable::AUTO => Ok(None),
+            other => IntOrPercent::parse(other, MAX_UNAVAILABLE_ADMITS)
+                .map(Some)
+                .map_err(|problem| ("surge.maxUnavailable", problem)),
+        };
+        match (value, limit) {
+            (Ok(Some(n)), Ok(_)) => Ok(MaxUnavailable::Fixed(n)),
+            (Ok(None), Ok(limit)) => {
+                Ok(MaxUnavailable::Auto { limit: limit.unwrap_or(MaxUnavailable::DEFAULT_LIMIT) })
+            }
+            (value, limit) => Err(value.err().into_iter().chain(limit.err()).collect()),
+        }
+    }
+}
+
+/// As the operator wrote it: `3`, `10%` or `auto`.
 impl fmt::Display for MaxUnavailable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            MaxUnavailable::Count(n) => write!(f, "{n}"),
-            MaxUnavailable::Percent(p) => write!(f, "{p}%"),
+            MaxUnavailable::Fixed(n) => write!(f, "{n}"),
+            MaxUnavailable::Auto { .. } => f.write_str(MaxUnavailable::AUTO),
         }
     }
 }
@@ -120,7 +198,8 @@ pub struct Effective {
     /// `K`. Zero only for a stored spec below the schema's minimum (fatal `KBelowOne`).
     pub min_rotation_chances: u32,
     pub ready_timeout: Duration,
-    /// `surge.maxUnavailable`: the pool's lanes, [`MaxUnavailable::resolve`]d against its nodes.
+    /// `surge.maxUnavailable` (and its `maxUnavailableLimit`): the pool's lanes,
+    /// [`MaxUnavailable::lanes`] for its nodes.
     pub max_unavailable: MaxUnavailable,
     /// Per lane: each lane waits this long after its own completion.
     pub cooldown_after: Duration,
@@ -185,9 +264,14 @@ impl Effective {
         };
 
         let surge = &spec.surge;
-        let max_unavailable = MaxUnavailable::parse(&surge.max_unavailable)
-            .map_err(|problem| err("surge.maxUnavailable", problem))
-            .ok();
+        let max_unavailable =
+            MaxUnavailable::parse(&surge.max_unavailable, surge.max_unavailable_limit.as_ref())
+                .map_err(|problems| {
+                    for (field, problem) in problems {
+                        err(field, problem);
+                    }
+                })
+                .ok();
         let mut positive = |field: &str, value: &str| match parse_duration_field(value) {
             Ok(d) if d > Duration::zero() => Some(d),
             Ok(_) => {
@@ -412,31 +496,34 @@ pub(crate) mod tests {
             Effective::from_spec(spec).map(|e| e.max_unavailable).map_err(|e| e.to_string())
         };
         spec.surge.max_unavailable = IntOrString::Int(3);
-        assert_eq!(parsed(&spec), Ok(MaxUnavailable::Count(3)));
+        assert_eq!(parsed(&spec), Ok(MaxUnavailable::Fixed(IntOrPercent::Count(3))));
         spec.surge.max_unavailable = IntOrString::String("10%".into());
         let ten = parsed(&spec).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(ten, MaxUnavailable::Percent(10));
+        assert_eq!(ten, MaxUnavailable::Fixed(IntOrPercent::Percent(10)));
         assert_eq!(ten.to_string(), "10%");
-        assert_eq!(MaxUnavailable::Count(3).to_string(), "3");
-        // Rounded up, at least 1.
-        let lanes: Vec<usize> = [0, 1, 9, 10, 11, 240].iter().map(|n| ten.resolve(*n)).collect();
+        assert_eq!(IntOrPercent::Count(3).to_string(), "3");
+        // Rounded up, at least 1; a fixed value ignores what the pool needs.
+        let lanes: Vec<usize> =
+            [0, 1, 9, 10, 11, 240].iter().map(|n| ten.lanes(*n, Some(99))).collect();
         assert_eq!(lanes, [1, 1, 1, 1, 2, 24]);
-        assert_eq!(MaxUnavailable::Percent(100).resolve(7), 7);
-        assert_eq!(MaxUnavailable::Percent(1).resolve(101), 2);
-        assert_eq!(MaxUnavailable::Count(5).resolve(0), 5);
-        assert_eq!(MaxUnavailable::ONE.resolve(1000), 1);
+        assert_eq!(IntOrPercent::Percent(100).resolve(7), 7);
+        assert_eq!(IntOrPercent::Percent(1).resolve(101), 2);
+        assert_eq!(IntOrPercent::Count(5).resolve(0), 5);
+        assert_eq!(MaxUnavailable::ONE.lanes(1000, None), 1);
         for ok in ["1%", "99%", "100%"] {
             spec.surge.max_unavailable = IntOrString::String(ok.into());
             assert!(parsed(&spec).is_ok(), "{ok}");
         }
-        for bad in ["0%", "150%", "101%", "abc", "2", "05%", "%", "10 %", "-5%", "1.5%", ""] {
+        for bad in ["0%", "150%", "101%", "abc", "2", "05%", "%", "10 %", "-5%", "1.5%", "", "Auto"]
+        {
             spec.surge.max_unavailable = IntOrString::String(bad.into());
             let text = parsed(&spec).err().unwrap_or_else(|| panic!("{bad:?} accepted"));
             assert_eq!(
                 text,
                 format!(
-                    "spec.surge.maxUnavailable: {bad:?} must be an integer of at least 1 or a \
-                     percentage of the pool's nodes from 1% to 100% (for example 2 or \"10%\")"
+                    "spec.surge.maxUnavailable: {bad:?} must be auto, an integer of at least 1 or \
+                     a percentage of the pool's nodes from 1% to 100% (for example auto, 2 or \
+                     \"10%\")"
                 )
             );
         }
@@ -447,6 +534,49 @@ pub(crate) mod tests {
                 text.starts_with(&format!("spec.surge.maxUnavailable: {bad} is below 1: must be"))
             );
         }
+    }
+
+    #[test]
+    fn max_unavailable_auto_uses_what_the_pool_needs_within_its_limit() {
+        let mut spec = spec_with(&[("UTC", &["Sat"], "02:00", "06:00")]);
+        spec.surge.max_unavailable = IntOrString::String("auto".into());
+        let parsed = |spec: &RotationPolicySpec| {
+            Effective::from_spec(spec).map(|e| e.max_unavailable).map_err(|e| e.to_string())
+        };
+        let auto = parsed(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(auto, MaxUnavailable::Auto { limit: IntOrPercent::Percent(10) }, "10% default");
+        assert_eq!(auto.to_string(), "auto");
+        // The need, within 10% of the nodes (at least 1); 1 when the need is unknown.
+        assert_eq!(auto.lanes(240, Some(17)), 17);
+        assert_eq!(auto.lanes(240, Some(30)), 24, "capped at 10% of 240");
+        assert_eq!(auto.lanes(240, None), 1);
+        assert_eq!(auto.lanes(5, Some(3)), 1, "10% of 5 rounds up to 1");
+        assert_eq!(auto.lanes(240, Some(0)), 1);
+        assert_eq!(auto.ceiling(240), 24);
+        assert_eq!(MaxUnavailable::Fixed(IntOrPercent::Count(3)).ceiling(240), 3);
+        spec.surge.max_unavailable_limit = Some(IntOrString::Int(40));
+        let forty = parsed(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(forty, MaxUnavailable::Auto { limit: IntOrPercent::Count(40) });
+        assert_eq!(forty.lanes(240, Some(30)), 30);
+        assert_eq!(forty.lanes(1000, Some(68)), 40);
+        // A bad limit is named as such, with what the field takes.
+        for (bad, problem) in [
+            (IntOrString::Int(0), "0 is below 1: must be an integer of at least 1"),
+            (IntOrString::String("auto".into()), "\"auto\" must be an integer of at least 1"),
+            (IntOrString::String("0%".into()), "\"0%\" must be an integer of at least 1"),
+        ] {
+            spec.surge.max_unavailable_limit = Some(bad);
+            let text = parsed(&spec).err().unwrap_or_default();
+            assert!(
+                text.starts_with(&format!("spec.surge.maxUnavailableLimit: {problem}")),
+                "{text}"
+            );
+        }
+        // A limit beside a fixed value is checked too (it is ignored, not wrong, when valid).
+        spec.surge.max_unavailable = IntOrString::Int(3);
+        assert!(parsed(&spec).is_err());
+        spec.surge.max_unavailable_limit = Some(IntOrString::String("20%".into()));
+        assert_eq!(parsed(&spec), Ok(MaxUnavailable::Fixed(IntOrPercent::Count(3))));
     }
 
     #[test]

@@ -5,10 +5,11 @@
 //! on a virtual clock. Both hand it the same [`Cluster`] interface.
 pub mod slots;
 mod snapshot;
+pub mod summary;
 mod verbs;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -16,7 +17,7 @@ use crate::clock::Clock;
 use crate::cluster::{ApiError, CacheView, Cluster};
 use crate::engine::{Engine, EngineError, Handler, Key};
 use crate::karpenter::NodePool;
-use crate::policy::crd::RotationPolicy;
+use crate::policy::crd::{NodePoolStatus, RotationPolicy, RotationPolicyStatus};
 use crate::policy::feasibility;
 use crate::policy::invalid::InvalidPolicy;
 use crate::policy::resolve::{self, Governance, PolicySelector, PoolView, StatusInputs};
@@ -119,7 +120,33 @@ pub struct Controller {
     assessments: HashMap<String, (String, Arc<feasibility::Assessment>)>,
     /// The cache's claims by pool and by node, rebuilt when the cache changes.
     index: IndexCache,
+    /// Each pool's entry of its policy's status, with the cache version, day and window it was
+    /// computed for: recomputed only when one of them moves.
+    pool_status: HashMap<String, (StatusKey, NodePoolStatus)>,
     swept: bool,
+}
+
+/// What a pool's status entry depends on: the cache version (the pool, its claims, the
+/// policies), the day (the policy view's window horizon), and the window open now or next.
+#[derive(Debug, Clone)]
+struct StatusKey {
+    cache: Weak<CacheView>,
+    day: chrono::NaiveDate,
+    window: Option<crate::policy::window::Occurrence>,
+}
+
+impl StatusKey {
+    fn matches(
+        &self,
+        cache: &Arc<CacheView>,
+        day: chrono::NaiveDate,
+        window: Option<crate::policy::window::Occurrence>,
+    ) -> bool {
+        std::ptr::eq(self.cache.as_ptr(), Arc::as_ptr(cache))
+            && self.cache.strong_count() > 0
+            && self.day == day
+            && self.window == window
+    }
 }
 
 impl Controller {
@@ -147,6 +174,7 @@ impl Controller {
             validity: HashMap::new(),
             assessments: HashMap::new(),
             index: IndexCache::default(),
+            pool_status: HashMap::new(),
             swept: false,
         }
     }
@@ -176,6 +204,13 @@ impl Controller {
 
     pub fn has_swept(&self) -> bool {
         self.swept
+    }
+
+    /// The lanes `maxUnavailable: auto` chose for `pool` at its last pass (`None` for a fixed
+    /// value or a pool not passed yet): what `simulate` reports as the N in use.
+    pub fn lanes_chosen(&self, pool: &str) -> Option<usize> {
+        let (_, a) = self.assessments.get(pool)?;
+        a.derived.lanes_limit.map(|_| a.derived.lanes)
     }
 
     fn policy_view(
@@ -284,6 +319,13 @@ impl Controller {
     }
 
     fn snapshot(&mut self, cache: Arc<CacheView>, pool: NodePool, now: DateTime<Utc>) -> Snapshot {
+        let mut snap = self.prepared(cache, pool, now);
+        snap.select_candidates();
+        snap
+    }
+
+    /// A pool's snapshot with its governance, feasibility and lanes, candidates not selected.
+    fn prepared(&mut self, cache: Arc<CacheView>, pool: NodePool, now: DateTime<Utc>) -> Snapshot {
         let governance = self.governance(&cache, &pool, now);
         let index = self.index.of(&cache);
         let namespace = self.ctx.config.namespace.clone();
@@ -293,11 +335,80 @@ impl Controller {
             let short = pool.limits_without_room_for(&snap.node_worth());
             let assessment = self.assessment(&pool, &policy, nodes, short, now);
             snap.fatal = assessment.has_fatal();
+            // `lanes(np)`: `maxUnavailable` for the pool's nodes (`auto`: what the pool needs,
+            // within its limit), decided by feasibility only.
+            snap.lanes = assessment.derived.lanes;
             snap.assessment = Some(assessment);
-            snap.lanes = lanes(&policy.settings, nodes);
-            snap.select_candidates();
         }
         snap
+    }
+
+    /// What the pool looks like to the controller now (read-only; no rule runs):
+    /// [`summary::PoolSummary`]. `None` when the pool is not in the cache.
+    pub fn pool_summary(&mut self, pool: &str) -> Option<summary::PoolSummary> {
+        let now = self.clock.now();
+        let cache = self.ctx.cluster.cache();
+        self.summary_of(&cache, pool, now)
+    }
+
+    /// [`Controller::pool_summary`] of every cached pool, by name.
+    pub fn pool_summaries(&mut self) -> Vec<summary::PoolSummary> {
+        let now = self.clock.now();
+        let cache = self.ctx.cluster.cache();
+        let names: Vec<String> = cache.pools.keys().cloned().collect();
+        names.iter().filter_map(|p| self.summary_of(&cache, p, now)).collect()
+    }
+
+    fn summary_of(
+        &mut self,
+        cache: &Arc<CacheView>,
+        pool: &str,
+        now: DateTime<Utc>,
+    ) -> Option<summary::PoolSummary> {
+        let np = cache.pools.get(pool)?.as_ref().clone();
+        let labels = np.metadata.labels.clone().unwrap_or_default();
+        let resolved = resolve::resolve(&policy_selectors(cache), &labels);
+        let snap = self.prepared(cache.clone(), np, now);
+        let governance = match (&snap.governance, resolved) {
+            (GovernanceView::Governed(p), _) => {
+                summary::GovernanceSummary::Ready { policy: p.name.clone() }
+            }
+            (GovernanceView::Conflict(policies), _) => {
+                summary::GovernanceSummary::Conflict { policies: policies.clone() }
+            }
+            (GovernanceView::Invalid(message), Governance::Governed { policy, .. }) => {
+                summary::GovernanceSummary::Invalid { policy, message: message.clone() }
+            }
+            (GovernanceView::Invalid(_) | GovernanceView::Ungoverned, _) => {
+                summary::GovernanceSummary::Ungoverned
+            }
+        };
+        Some(summary::of(&snap, governance))
+    }
+
+    /// The pool's entry of its governing policy's status (`view` is that policy's), recomputed
+    /// only when the cache, the day or the window open now or next moved.
+    fn pool_status(
+        &mut self,
+        cache: &Arc<CacheView>,
+        pool: &str,
+        view: &PolicyView,
+        now: DateTime<Utc>,
+    ) -> Option<NodePoolStatus> {
+        let schedule = &view.settings.schedule;
+        // Open 24/7, what is due follows the clock: no window edge to key it on.
+        let window = summary::current_or_next(schedule, now);
+        let keyed = !schedule.is_always_open();
+        if keyed
+            && let Some((key, status)) = self.pool_status.get(pool)
+            && key.matches(cache, now.date_naive(), window)
+        {
+            return Some(status.clone());
+        }
+        let status = self.summary_of(cache, pool, now)?.status();
+        let key = StatusKey { cache: Arc::downgrade(cache), day: now.date_naive(), window };
+        self.pool_status.insert(pool.to_string(), (key, status.clone()));
+        Some(status)
     }
 
     /// One pass over a pool; returns when to come back (zero: the pool is gone).
@@ -607,16 +718,29 @@ impl Controller {
         self.validity.retain(|n, _| cache.policies.contains_key(n));
         self.policies.retain(|n, _| cache.policies.contains_key(n));
         self.assessments.retain(|n, _| cache.pools.contains_key(n));
+        self.pool_status.retain(|n, _| cache.pools.contains_key(n));
         for (name, policy) in &cache.policies {
             let invalid = self.validity(policy);
-            let status = resolve::desired_status(&StatusInputs {
+            let pools = by_policy.get(name.as_str()).map_or(&[][..], Vec::as_slice);
+            let mut status = resolve::desired_status(&StatusInputs {
                 policy: name,
                 generation: policy.metadata.generation,
                 invalid: invalid.as_ref().map(|e| e.as_ref()),
-                pools: by_policy.get(name.as_str()).map_or(&[], Vec::as_slice),
+                pools,
                 previous: policy.status.as_ref(),
                 now,
             });
+            if invalid.is_none()
+                && let Ok(view) = self.policy_view(policy, now)
+            {
+                let governed =
+                    pools.iter().filter(|p| p.governance.policy() == Some(name.as_str()));
+                let names: Vec<String> = governed.map(|p| p.name.to_string()).collect();
+                status.node_pools =
+                    names.iter().filter_map(|p| self.pool_status(&cache, p, &view, now)).collect();
+                status.node_pools.sort_by(|a, b| a.name.cmp(&b.name));
+                add_policy_summary(&mut status, &view, now);
+            }
             if policy.status.as_ref() == Some(&status) {
                 continue;
             }
@@ -632,11 +756,17 @@ impl Controller {
     }
 }
 
-/// `lanes(np)`: `spec.surge.maxUnavailable` resolved against the pool's nodes
-/// ([`Snapshot::pool_nodes`]: each in-flight rotation's replacement not counted twice). The
-/// simulation's invariants and figures read it too, so the number of lanes is decided here only.
-pub fn lanes(settings: &Effective, nodes: usize) -> usize {
-    settings.max_unavailable.resolve(nodes)
+/// The policy-wide columns of the status: the window open now or next, and the rotations in
+/// flight against those allowed, summed over the governed pools.
+fn add_policy_summary(status: &mut RotationPolicyStatus, view: &PolicyView, now: DateTime<Utc>) {
+    status.next_window = summary::current_or_next(&view.settings.schedule, now)
+        .map(|o| o.start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    if !status.node_pools.is_empty() {
+        let in_flight: i64 = status.node_pools.iter().map(|p| i64::from(p.in_flight)).sum();
+        let allowed: i64 =
+            status.node_pools.iter().map(|p| i64::from(p.max_unavailable.unwrap_or(0))).sum();
+        status.in_flight = Some(format!("{in_flight}/{allowed}"));
+    }
 }
 
 /// Per-pool gauges after a pass (§4.2).
@@ -652,6 +782,8 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
     if let Some(p) = snap.policy() {
         g.window_active = p.settings.schedule.in_window(now);
         g.window_period = p.period;
+        g.max_unavailable = Some(snap.lanes as u64);
+        g.next_window = summary::current_or_next(&p.settings.schedule, now).map(|o| o.start);
         let period = p.period.unwrap_or(Duration::minutes(1));
         let short = |(_, d): &(&crate::karpenter::NodeClaim, &snapshot::Derived)| {
             let expire = d.expire_after.unwrap_or(crate::policy::duration::ExpireAfter::Never);
@@ -668,6 +800,11 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         g.t_rot_estimate = Some(a.derived.t_rot_est);
         g.t_rot_bound = Some(a.derived.t_rot);
     }
+    g.nearest_deadline = snap
+        .pool_claims_derived()
+        .filter(|(c, _)| !c.is_deleting())
+        .filter_map(|(_, d)| crate::policy::derive::deadline(d.created()?, d.expire_after?))
+        .min();
     if let Some(pool) = &snap.pool {
         g.freeze_until = annotation(&pool.metadata, Key::Freeze)
             .and_then(|v| DateTime::parse_from_rfc3339(v).ok())

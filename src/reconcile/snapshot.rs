@@ -256,6 +256,10 @@ impl IndexCache {
     }
 }
 
+/// A claim of the pool, its candidate facts and the instant it is due
+/// ([`Snapshot::claim_dues`]).
+pub type ClaimDue<'a> = (&'a NodeClaim, Option<ClaimFacts>, Option<DateTime<Utc>>);
+
 /// The snapshot one pass reads.
 pub struct Snapshot {
     pub now: DateTime<Utc>,
@@ -558,22 +562,9 @@ impl Snapshot {
         }
         self.selected = Some(self.version);
         let Some(policy) = self.policy().cloned() else { return };
-        let period = policy.period.unwrap_or(Duration::minutes(1));
         let mut census = 0;
         let mut pick: Option<RotationOrder<'_>> = None;
-        let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
-        // A pass that wrote nothing reads the cached claims and nodes: their facts are derived.
-        let unwritten = self.claims.is_empty() && self.nodes.is_empty();
-        let facts: Vec<Option<ClaimFacts>> = claims
-            .iter()
-            .zip(derived)
-            .map(
-                |(cached, d)| {
-                    if unwritten { d.cached.clone() } else { self.written_facts(cached, d) }
-                },
-            )
-            .collect();
-        let dues = self.lookahead_dues(&policy, period, &facts, derived);
+        let (facts, derived, dues) = self.facts_and_dues(&policy);
         // A claim another slot already rotates is never picked again (slots: N > 1).
         let anchored: BTreeSet<String> = self.anchors().into_values().map(str::to_string).collect();
         for ((f, d), due) in facts.iter().zip(derived).zip(dues) {
@@ -596,6 +587,46 @@ impl Snapshot {
         let pick = pick.map(|p| p.name.to_string());
         self.census = census;
         self.pick = pick;
+    }
+
+    /// The pool's claims' candidate facts (after this pass's writes) and due instants (the
+    /// burst lookahead's), parallel to the claims the index holds for the pool.
+    #[allow(clippy::type_complexity)]
+    fn facts_and_dues(
+        &self,
+        policy: &PolicyView,
+    ) -> (Vec<Option<ClaimFacts>>, &[Derived], Vec<Option<DateTime<Utc>>>) {
+        let period = policy.period.unwrap_or(Duration::minutes(1));
+        let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
+        // A pass that wrote nothing reads the cached claims and nodes: their facts are derived.
+        let unwritten = self.claims.is_empty() && self.nodes.is_empty();
+        let facts: Vec<Option<ClaimFacts>> = claims
+            .iter()
+            .zip(derived)
+            .map(
+                |(cached, d)| {
+                    if unwritten { d.cached.clone() } else { self.written_facts(cached, d) }
+                },
+            )
+            .collect();
+        let dues = self.lookahead_dues(policy, period, &facts, derived);
+        (facts, derived, dues)
+    }
+
+    /// Every claim of the pool with its candidate facts and the instant it is due, as a start
+    /// reads them ([`Snapshot::select_candidates`]): what the policy status and `noderotation
+    /// status` count as due. Empty outside a governed pool.
+    pub fn claim_dues(&self) -> Vec<ClaimDue<'_>> {
+        let Some(policy) = self.policy() else { return Vec::new() };
+        let (facts, _, dues) = self.facts_and_dues(policy);
+        let (claims, _) = self.index.pool_derived(&self.cache, self.pool_name());
+        claims
+            .iter()
+            .map(|c| self.live(c))
+            .zip(facts)
+            .zip(dues)
+            .map(|((c, f), d)| (c, f, d))
+            .collect()
     }
 
     /// Each claim's due instant (parallel to `facts`): §3.2's, or earlier where the burst

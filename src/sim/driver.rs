@@ -393,6 +393,11 @@ impl Driver {
         }
     }
 
+    /// The lanes `maxUnavailable: auto` chose for `pool` in the leader's last pass over it.
+    pub fn lanes_chosen(&self, pool: &str) -> Option<usize> {
+        self.ctl.as_ref()?.lanes_chosen(pool)
+    }
+
     /// Announcements made since the last call, by any instance.
     pub fn take_announcements(&mut self) -> Vec<Announcement> {
         if let Some(ctl) = &self.ctl {

@@ -79,16 +79,33 @@ pub fn pool_facts(pool: &NodePool) -> PoolFacts {
     }
 }
 
-/// The rotations `pool` may have in flight under `settings` (`lanes(np)`), as the controller
-/// decides it ([`crate::reconcile::lanes`]), over the pool's claims in `view` that are not being
-/// deleted.
-pub fn lanes(settings: &Effective, view: &CacheView, pool: &str) -> usize {
-    let nodes = view
-        .claims
+/// The pool's claims in `view` that are not being deleted.
+fn live_claims(view: &CacheView, pool: &str) -> usize {
+    view.claims
         .values()
         .filter(|c| c.node_pool() == Some(pool) && c.metadata.deletion_timestamp.is_none())
-        .count();
-    crate::reconcile::lanes(settings, nodes)
+        .count()
+}
+
+/// The most rotations `pool` may have in flight under `settings`, over the pool's claims in
+/// `view` that are not being deleted: `spec.surge.maxUnavailable`, or with `auto` its
+/// `maxUnavailableLimit` ([`crate::policy::settings::MaxUnavailable::ceiling`]). Invariants
+/// I12 and I13 hold the controller to it: `auto` never puts more in flight than its limit.
+pub fn lanes(settings: &Effective, view: &CacheView, pool: &str) -> usize {
+    settings.max_unavailable.ceiling(live_claims(view, pool))
+}
+
+/// The lanes the controller uses for `pool` at `now` (`auto`: what feasibility says the pool
+/// needs, within its limit), over the pool's claims in `view` that are not being deleted.
+pub fn lanes_in_use(
+    settings: &Effective,
+    view: &CacheView,
+    pool: &NodePool,
+    now: DateTime<Utc>,
+) -> usize {
+    let name = pool.metadata.name.as_deref().unwrap_or("");
+    let facts = PoolFacts { nodes: Some(live_claims(view, name) as u64), ..pool_facts(pool) };
+    feasibility::assess(settings, &facts, now).derived.lanes
 }
 
 /// A layer-1 fatal finding for the pool under `settings` at `now`.
@@ -138,11 +155,61 @@ pub fn unreachable_at_start(
     let dues: Vec<DateTime<Utc>> = queue.iter().map(|(_, due)| *due).collect();
     let tgp = pool.termination_grace_period().ok().flatten();
     let slot = settings.t_rot_est(tgp) + settings.cooldown_after;
-    let lanes = lanes(settings, view, name);
+    let lanes = lanes_in_use(settings, view, pool, now);
     crate::policy::lookahead::reachable_lanes(now, &dues, &open, slot, lanes)
         .into_iter()
         .zip(&queue)
         .filter(|(reached, _)| !reached)
         .map(|(_, (order, _))| order.name.to_string())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::karpenter::NodeClaim;
+    use crate::policy::settings::tests::spec_with;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    fn view(claims: usize, deleting: usize) -> CacheView {
+        let mut view = CacheView::default();
+        for i in 0..claims + deleting {
+            let name = format!("c{i}");
+            let labels = [(crate::karpenter::NODEPOOL_LABEL.to_string(), "big".to_string())];
+            let deletion =
+                (i >= claims).then_some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+            let meta = ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(labels.into_iter().collect()),
+                deletion_timestamp: deletion,
+                ..Default::default()
+            };
+            view.claims.insert(name, Arc::new(NodeClaim { metadata: meta, ..Default::default() }));
+        }
+        view
+    }
+
+    fn settings(m: &str, limit: Option<IntOrString>) -> Effective {
+        let mut spec = spec_with(&[("UTC", &["Sat"], "02:00", "06:00")]);
+        spec.surge.max_unavailable = match m.parse::<i32>() {
+            Ok(n) => IntOrString::Int(n),
+            Err(_) => IntOrString::String(m.into()),
+        };
+        spec.surge.max_unavailable_limit = limit;
+        Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// I12 and I13 hold `auto` to its limit (10% of the live claims unless set), whatever number
+    /// the controller computed; a fixed value to itself.
+    #[test]
+    fn the_invariants_hold_auto_to_its_limit() {
+        assert_eq!(lanes(&settings("auto", None), &view(30, 5), "big"), 3, "10% of 30 live");
+        assert_eq!(lanes(&settings("auto", None), &view(31, 0), "big"), 4, "rounded up");
+        let limit = Some(IntOrString::Int(7));
+        assert_eq!(lanes(&settings("auto", limit), &view(300, 0), "big"), 7);
+        assert_eq!(lanes(&settings("2", None), &view(300, 0), "big"), 2);
+    }
 }

@@ -227,6 +227,9 @@ pub struct Figures {
     /// The same figures per pool, by name (empty inside a pool's own figures). Writes, Events,
     /// claims created and evictions are counted for the whole cluster only.
     pub per_pool: BTreeMap<String, Figures>,
+    /// A pool under `maxUnavailable: auto`: the fewest and the most lanes the controller chose
+    /// over the run (per pool only).
+    pub lanes_chosen: Option<(u64, u64)>,
 }
 
 impl Figures {
@@ -326,6 +329,15 @@ impl Figures {
         f
     }
 
+    /// Records the lanes `maxUnavailable: auto` chose, by pool.
+    pub fn set_lanes_chosen(&mut self, chosen: &BTreeMap<String, (u64, u64)>) {
+        for (pool, range) in chosen {
+            if let Some(f) = self.per_pool.get_mut(pool) {
+                f.lanes_chosen = Some(*range);
+            }
+        }
+    }
+
     pub fn in_window_share(&self) -> Option<f64> {
         (self.replacements > 0)
             .then(|| self.replacements_in_window as f64 / self.replacements as f64)
@@ -398,6 +410,13 @@ pub fn rows(ours: &Figures, alone: Option<&Figures>) -> Vec<(String, String, Str
         out.push(("rotations in flight at most".into(), ours.max_in_flight.to_string(), dash()));
         for (pool, f) in &ours.per_pool {
             out.push((format!("  in pool {pool}"), f.max_in_flight.to_string(), dash()));
+        }
+    }
+    // `maxUnavailable: auto`: the N the controller chose (the fewest and the most, when it moved).
+    for (pool, f) in &ours.per_pool {
+        if let Some((lo, hi)) = f.lanes_chosen {
+            let n = if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") };
+            out.push((format!("maxUnavailable auto chose, pool {pool}"), n, dash()));
         }
     }
     out.push((

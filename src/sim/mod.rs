@@ -22,6 +22,7 @@ pub mod trace;
 pub mod world;
 pub mod world_faults;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
@@ -169,6 +170,8 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
     let mut calm_until: Option<DateTime<Utc>> = None;
     let mut last_progress = start;
     let mut events_total: u64 = 0;
+    // The lanes `maxUnavailable: auto` chose per pool over the measured span (fewest, most).
+    let mut lanes_chosen: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     loop {
         let tw = world.next_time();
         let td = driver.as_ref().and_then(Driver::next_time);
@@ -182,6 +185,7 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
             let mut f =
                 Figures::collect(&world, &recorder.rotations, applied, events_total, &mut gov);
             f.events = writes.event;
+            f.set_lanes_chosen(&lanes_chosen);
             figures = Some(f);
             if driver.is_none() || (opts.stop_on_violation && !checker.violations.is_empty()) {
                 break;
@@ -335,6 +339,14 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
                 break;
             }
         }
+        if let (Some(dr), Some(p), true) =
+            (driver.as_ref(), pool, info_controller && figures.is_none())
+            && let Some(n) = dr.lanes_chosen(world.pool_name(p))
+        {
+            let n = n as u64;
+            let e = lanes_chosen.entry(world.pool_name(p).to_string()).or_insert((n, n));
+            *e = (e.0.min(n), e.1.max(n));
+        }
         // Wake-ups: the leader's watch changes, mapped to pools as `run` maps them.
         if let Some(dr) = driver.as_mut() {
             dr.watch(now);
@@ -349,13 +361,15 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
     let figures = figures.unwrap_or_else(|| {
         world.settle_metrics();
         let writes = world.cluster.write_counts();
-        Figures::collect(
+        let mut f = Figures::collect(
             &world,
             &recorder.rotations,
             writes.patch + writes.delete + writes.create + writes.status,
             writes.event,
             &mut gov,
-        )
+        );
+        f.set_lanes_chosen(&lanes_chosen);
+        f
     });
     let (passes, restarts, leader_changes, zombie_passes) = driver
         .as_ref()
