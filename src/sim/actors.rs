@@ -1255,8 +1255,17 @@ impl World {
             ActionKind::RemoveAnchor | ActionKind::ReplaceNodePool | ActionKind::DeleteNodePool => {
                 let Some(pool) = pool else { return };
                 // The rotation in flight (the lowest slot's, with several) and its slot.
+                let stage = |claim: &str| {
+                    let state = self.snap.claims.get(claim).and_then(|c| {
+                        c.metadata.annotations.as_ref()?.get(CLAIM_STATE).map(String::as_str)
+                    });
+                    step.stage.as_deref().is_none_or(|want| state == Some(want))
+                };
                 let anchored = self.snap.pools.get(&pool_name).and_then(|p| {
-                    anchors(p).into_iter().next().map(|(slot, a)| (slot, a.to_string()))
+                    anchors(p)
+                        .into_iter()
+                        .find(|(_, a)| stage(a))
+                        .map(|(slot, a)| (slot, a.to_string()))
                 });
                 let anchor = anchored.as_ref().map(|(_, a)| a.clone());
                 let key = slot_key(Key::ActiveRotation, anchored.map_or(0, |(slot, _)| slot));

@@ -319,6 +319,10 @@ pub struct ScriptStep {
     /// editNodePool: the new `spec.limits` (replaces the old ones; `{}` removes them).
     #[serde(default)]
     pub limits: Option<BTreeMap<String, String>>,
+    /// removeAnchor, replaceNodePool, deleteNodePool: wait for a rotation in this stage
+    /// (`pending` or `draining`, as the claim's `state` says) instead of any rotation in flight.
+    #[serde(default)]
+    pub stage: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -628,6 +632,8 @@ pub struct Step {
     pub name: Option<String>,
     /// editNodePool: what changes.
     pub edit: Option<PoolEdit>,
+    /// removeAnchor, replaceNodePool, deleteNodePool: the claim state of the rotation waited for.
+    pub stage: Option<String>,
 }
 
 /// An edit of a NodePool, compiled.
@@ -838,6 +844,21 @@ impl Scenario {
                 ),
                 (_, false) => None,
             };
+            let waits = matches!(
+                s.action,
+                ActionKind::RemoveAnchor | ActionKind::ReplaceNodePool | ActionKind::DeleteNodePool
+            );
+            match (s.stage.as_deref(), waits) {
+                (None, _) | (Some("pending" | "draining"), true) => {}
+                (Some(other), true) => {
+                    bail!("{}: {other:?} is not a stage: pending or draining", f("stage"))
+                }
+                (Some(_), false) => bail!(
+                    "{}: belongs to removeAnchor, replaceNodePool and deleteNodePool, not {:?}",
+                    f("stage"),
+                    s.action
+                ),
+            }
             for (k, v) in edit.as_ref().and_then(|e| e.limits.as_ref()).into_iter().flatten() {
                 let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.clone());
                 if quantity_millis(&q).is_none() {
@@ -853,6 +874,7 @@ impl Scenario {
                 policy: s.policy.as_deref().cloned(),
                 name: s.name.clone(),
                 edit,
+                stage: s.stage.clone(),
             });
         }
         script.sort_by_key(|s| s.at);
