@@ -58,8 +58,26 @@ pub const I14: &str = "I14 one-rotation-per-claim";
 /// rotation draining onto it leaves pods without room (a drain paced by a PDB leaves the host
 /// empty for a while, so a new placeholder fits there).
 pub const I15: &str = "I15 one-rotation-per-surge-host";
+/// The product's promise "capacity first" for rotations in flight: while a rotation drains onto
+/// a node (the surge host its slot records, or any node frozen for it other than its own old
+/// node), the controller never cordons that node, never freezes it for another rotation or
+/// strips the rotation's `surge-for` and `do-not-disrupt` from it, and never deletes its claim,
+/// until the old claim is gone. A rotation escalates only onto a host already frozen for it.
+pub const I16: &str = "I16 landing-node-kept";
+/// The product's promise "capacity first": the controller deletes an old claim without a Ready
+/// surge host frozen for it only when the governing policy enables the forceful fallback and
+/// the claim is inside it (`deadline - now < t_rot`) at that instant; a `ForcefulFallback` Event
+/// is announced only for such a delete.
+pub const I17: &str = "I17 surge-less-delete-only-by-policy";
+/// The product's promise "never more disruption than the budget", counted on what is really
+/// disrupted: the claims of a pool marked `state=draining` (being deleted, or about to be) and
+/// those carrying our `state` that a rotation deleted and that are not gone yet (marked failed
+/// while they drain), whatever happened to the anchors (removed by hand, the pool replaced). A
+/// controller step that disrupts one more leaves at most `maxUnavailable` of them (rotations
+/// started under a larger N may finish).
+pub const I18: &str = "I18 budget-counts-draining-claims";
 /// The invariants the simulation checks, for the summary line.
-pub const ALL: &str = "I1-I15";
+pub const ALL: &str = "I1-I18";
 
 const LAST_FAILURE_AT: &str = "noderotation.io/last-failure-at";
 const RETRY_COUNT: &str = "noderotation.io/retry-count";
@@ -132,6 +150,8 @@ pub struct StepInfo<'a> {
     pub exact: bool,
     /// The deposed leader's pass (split brain: its effects are not held to quiescence).
     pub zombie: bool,
+    /// The `ForcefulFallback` Events announced during the step: their pool and claim.
+    pub forceful_events: &'a [(String, Option<String>)],
 }
 
 pub struct Checker {
@@ -167,6 +187,12 @@ pub struct Checker {
     /// deadlines start out crowded), for invariant 8.
     unreachable: BTreeSet<String>,
     gov: Gov,
+    /// I17: claims marked draining as a forceful fallback their policy allowed, by pool, whose
+    /// `ForcefulFallback` Event has not been seen yet (a stalled pass announces in a later step
+    /// than its write).
+    forceful_marks: BTreeMap<String, BTreeSet<String>>,
+    /// I18: claims carrying our `state` whose delete a controller step sent, until they are gone.
+    our_deletes: BTreeSet<String>,
     pub violations: Vec<Violation>,
 }
 
@@ -276,6 +302,78 @@ fn state_of(c: &crate::karpenter::NodeClaim) -> Option<&str> {
     annotation(&c.metadata, CLAIM_STATE)
 }
 
+/// A node a rotation drains onto (I16).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Landing {
+    /// The rotation's old claim.
+    claim: String,
+    /// The node receiving its pods.
+    host: String,
+}
+
+/// The claim's node: its `status.nodeName`, else the world's record of it.
+fn node_of(view: &CacheView, world: &World, claim: &str) -> Option<String> {
+    view.claims
+        .get(claim)
+        .and_then(|c| c.status.as_ref()?.node_name.clone())
+        .or_else(|| world.claims.get(claim).map(|c| c.node.clone()))
+}
+
+/// I16: every node a rotation drains onto in `view`: for each claim marked `state=draining`
+/// that still exists, the surge host its slot records (while anchored, not forceful) and every
+/// node frozen for it (`surge-for`) other than its own old node. Read off the claims and nodes,
+/// so a landing outlives a lost anchor.
+fn landings(view: &CacheView, world: &World) -> BTreeSet<Landing> {
+    let mut out = BTreeSet::new();
+    let draining: BTreeSet<&str> = view
+        .claims
+        .iter()
+        .filter(|(_, c)| state_of(c) == Some("draining"))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    if draining.is_empty() {
+        return out;
+    }
+    for np in view.pools.values() {
+        let m = &np.metadata;
+        for (slot, claim) in anchors(np) {
+            let forceful =
+                slot_annotation(m, Key::RotationMode, slot) == Some("forceful-fallback");
+            let host = slot_annotation(m, Key::SurgeHost, slot).filter(|h| !h.is_empty());
+            if let (false, true, Some(host)) = (forceful, draining.contains(claim), host) {
+                out.insert(Landing { claim: claim.to_string(), host: host.to_string() });
+            }
+        }
+    }
+    for (name, n) in &view.nodes {
+        if let Some(claim) = annotation(&n.metadata, SURGE_FOR)
+            && draining.contains(claim)
+            && node_of(view, world, claim).as_deref() != Some(name.as_str())
+        {
+            out.insert(Landing { claim: claim.to_string(), host: name.clone() });
+        }
+    }
+    out
+}
+
+/// The surge host a rotation's slot records, if the pool anchors `claim` (before or after).
+fn recorded_host<'v>(views: [&'v CacheView; 2], pool: &str, claim: &str) -> Option<&'v str> {
+    views.into_iter().find_map(|v| {
+        let np = v.pools.get(pool)?;
+        let slot = slot_of(np, claim)?;
+        slot_annotation(&np.metadata, Key::SurgeHost, slot).filter(|h| !h.is_empty())
+    })
+}
+
+/// The rotation mode a pool's slot records for `claim` (before or after the step).
+fn mode_of<'v>(views: [&'v CacheView; 2], pool: &str, claim: &str) -> Option<&'v str> {
+    views.into_iter().find_map(|v| {
+        let np = v.pools.get(pool)?;
+        let slot = slot_of(np, claim)?;
+        slot_annotation(&np.metadata, Key::RotationMode, slot)
+    })
+}
+
 impl Checker {
     pub fn new(plan: Arc<Compiled>, faults: bool, lag: Duration, start: &CacheView) -> Checker {
         let mut gov = Gov::default();
@@ -315,6 +413,8 @@ impl Checker {
             lead,
             unreachable,
             gov,
+            forceful_marks: BTreeMap::new(),
+            our_deletes: BTreeSet::new(),
             violations: Vec::new(),
         }
     }
@@ -358,6 +458,9 @@ impl Checker {
             }
             self.starts(prev, d, step, world);
             self.deletions(prev, post, d, step, world);
+            self.landing_nodes(prev, post, d, step, world);
+            self.surge_less_deletes(prev, post, d, step, world);
+            self.budget(post, d, step);
             self.protections(d, now);
             self.identity(prev, post, d, now);
             if !step.zombie {
@@ -1198,6 +1301,284 @@ impl Checker {
         for (detail, s) in bad {
             self.fail(I11, now, detail, vec![s]);
         }
+    }
+
+    /// I16 over a controller step: what it did to the nodes rotations drain onto (before the
+    /// step, and still draining after it), and that a landing it began is frozen for its
+    /// rotation. Pools whose governance the step sees lost are rolled back by §5.4 instead.
+    fn landing_nodes(
+        &mut self,
+        prev: &CacheView,
+        post: &CacheView,
+        d: &Diff,
+        step: &StepInfo<'_>,
+        world: &World,
+    ) {
+        if d.nodes.is_empty() && d.claims.is_empty() && d.pools.is_empty() {
+            return;
+        }
+        let now = step.now;
+        let before = landings(prev, world);
+        let after = landings(post, world);
+        // A rotation that drains ends only when its old claim is gone: marking the claim failed
+        // (the sweep, a lost anchor) does not stop the drain onto its landing node.
+        let still_draining = |claim: &str| post.claims.contains_key(claim);
+        let mut bad = Vec::new();
+        let deleted_now: BTreeSet<&str> = d
+            .claims
+            .iter()
+            .filter(|(_, a, b)| {
+                a.as_ref().is_some_and(|a| !a.is_deleting())
+                    && b.as_ref().is_none_or(|b| b.is_deleting())
+            })
+            .map(|(n, _, _)| n.as_str())
+            .collect();
+        for l in before.iter().filter(|l| still_draining(&l.claim)) {
+            let pool = self.claim_pool.get(&l.claim).cloned().unwrap_or_default();
+            if !self.governed(post, &pool) {
+                continue;
+            }
+            let (Some(a), Some(b)) = (prev.nodes.get(&l.host), post.nodes.get(&l.host)) else {
+                continue;
+            };
+            let frozen = |n: &k8s_openapi::api::core::v1::Node| {
+                annotation(&n.metadata, SURGE_FOR) == Some(l.claim.as_str())
+                    && annotation(&n.metadata, DO_NOT_DISRUPT) == Some("true")
+            };
+            if frozen(a) && !frozen(b) {
+                bad.push(format!(
+                    "{} took the freeze of {} off node {} (surge-for {:?}, do-not-disrupt {:?}) while {} drains onto it",
+                    step.actor,
+                    l.claim,
+                    l.host,
+                    annotation(&b.metadata, SURGE_FOR),
+                    annotation(&b.metadata, DO_NOT_DISRUPT),
+                    l.claim
+                ));
+            }
+            if !unschedulable(a) && unschedulable(b) {
+                bad.push(format!(
+                    "{} cordoned node {} while {} drains onto it",
+                    step.actor, l.host, l.claim
+                ));
+            }
+            let host_claim = world.nodes.get(&l.host).map(|n| n.claim.as_str());
+            if let Some(c) = host_claim.filter(|c| deleted_now.contains(c)) {
+                bad.push(format!(
+                    "{} deleted claim {c} of node {} while {} drains onto it",
+                    step.actor, l.host, l.claim
+                ));
+            }
+        }
+        for l in after.difference(&before) {
+            let pool = self.claim_pool.get(&l.claim).cloned().unwrap_or_default();
+            if !self.governed(post, &pool) {
+                continue;
+            }
+            let Some(n) = post.nodes.get(&l.host) else { continue };
+            let surge_for = annotation(&n.metadata, SURGE_FOR);
+            let dnd = annotation(&n.metadata, DO_NOT_DISRUPT);
+            if surge_for != Some(l.claim.as_str()) || dnd != Some("true") {
+                bad.push(format!(
+                    "{} drains {} onto node {}, which is not frozen for it (surge-for {surge_for:?}, do-not-disrupt {dnd:?})",
+                    step.actor, l.claim, l.host
+                ));
+            }
+        }
+        for detail in bad {
+            if self.flagged.insert((I16.to_string(), detail.clone())) {
+                let node = detail.split(" node ").nth(1).unwrap_or("").split_whitespace().next();
+                let about = node.map(|n| n.trim_end_matches(',').to_string()).into_iter().collect();
+                self.fail(I16, now, detail, about);
+            }
+        }
+    }
+
+    /// The pool is governed by exactly one valid policy in `view`.
+    fn governed(&mut self, view: &CacheView, pool: &str) -> bool {
+        view.pools.get(pool).is_some_and(|np| self.gov.of(view, np).settings().is_some())
+    }
+
+    /// I17 over a controller step: every old claim it deleted (anchored, or marked draining) had
+    /// a Ready surge host frozen for it, or is a forceful fallback its policy allows at that
+    /// instant; every claim it marked draining as a forceful fallback was inside the fallback;
+    /// and every `ForcefulFallback` Event it announced went with such a mark in its pool (the
+    /// Event follows the mark, which the delete follows: a delete that fails is re-issued later).
+    fn surge_less_deletes(
+        &mut self,
+        prev: &CacheView,
+        post: &CacheView,
+        d: &Diff,
+        step: &StepInfo<'_>,
+        world: &World,
+    ) {
+        let now = step.now;
+        let mut bad = Vec::new();
+        let tolerance = self.tolerance;
+        let recent = |key: Option<usize>| {
+            world.operator_touched.get(&key).is_some_and(|t| now - *t <= tolerance)
+        };
+        for (name, a, b) in &d.claims {
+            let Some(a) = a else { continue };
+            let pool = self.claim_pool.get(name).cloned().unwrap_or_default();
+            if recent(world.pool_index(&pool)) || recent(None) {
+                continue;
+            }
+            let forceful = mode_of([post, prev], &pool, name) == Some("forceful-fallback");
+            let marked = b.as_deref().and_then(state_of) == Some("draining")
+                && state_of(a) != Some("draining");
+            let deleted = !a.is_deleting() && b.as_ref().is_none_or(|b| b.is_deleting());
+            let anchored = anchored(prev.pools.get(&pool)).contains(name)
+                || anchored(post.pools.get(&pool)).contains(name);
+            let old_claim_deleted = deleted && (anchored || state_of(a) == Some("draining"));
+            if !(forceful && marked) && !old_claim_deleted {
+                continue;
+            }
+            let verdict = self.fallback_verdict(prev, post, &pool, a, now);
+            if forceful && marked {
+                match &verdict {
+                    Ok(()) => {
+                        self.forceful_marks.entry(pool.clone()).or_default().insert(name.clone());
+                    }
+                    Err(why) => bad.push((
+                        format!(
+                            "{} started {name} of pool {pool} as a forceful fallback although {why}",
+                            step.actor
+                        ),
+                        name.clone(),
+                    )),
+                }
+            }
+            if !old_claim_deleted {
+                continue;
+            }
+            // A reap is held to I6: only the delete of a rotation's old claim is judged here.
+            let host = recorded_host([post, prev], &pool, name);
+            let ready_surge = host.is_some_and(|h| {
+                post.nodes.get(h).is_some_and(|n| {
+                    crate::karpenter::node_ready(n)
+                        && annotation(&n.metadata, SURGE_FOR) == Some(name.as_str())
+                })
+            });
+            let why = match (ready_surge, forceful, verdict) {
+                (true, _, _) | (false, true, Ok(())) => continue,
+                (false, false, _) => "the rotation is not a forceful fallback".to_string(),
+                (false, true, Err(why)) => why,
+            };
+            bad.push((
+                format!(
+                    "{} deleted {name} of pool {pool} without a Ready surge (recorded host {host:?}) although {why}",
+                    step.actor
+                ),
+                name.clone(),
+            ));
+        }
+        for (pool, claim) in step.forceful_events {
+            let marks = self.forceful_marks.entry(pool.clone()).or_default();
+            let taken = match claim {
+                Some(c) => marks.remove(c),
+                None => marks.pop_first().is_some(),
+            };
+            if !taken {
+                bad.push((
+                    format!(
+                        "{} announced ForcefulFallback for {} in pool {pool} without a forceful start its policy allowed",
+                        step.actor,
+                        claim.as_deref().unwrap_or("a claim")
+                    ),
+                    pool.to_string(),
+                ));
+            }
+        }
+        for (detail, about) in bad {
+            self.fail(I17, now, detail, vec![about]);
+        }
+    }
+
+    /// Whether the governing policy of `pool` allows the forceful fallback for `claim` at `now`
+    /// (§3.6: enabled, and `deadline - now < t_rot` with the claim's tGP, else the pool's), and
+    /// why not.
+    fn fallback_verdict(
+        &mut self,
+        prev: &CacheView,
+        post: &CacheView,
+        pool: &str,
+        claim: &crate::karpenter::NodeClaim,
+        now: DateTime<Utc>,
+    ) -> Result<(), String> {
+        let np = prev.pools.get(pool).or_else(|| post.pools.get(pool)).cloned();
+        let settings = np.as_ref().and_then(|np| self.gov.of(prev, np).settings().cloned());
+        let Some(s) = settings else {
+            return Err("its pool is not governed by one valid policy".into());
+        };
+        if !s.forceful_fallback {
+            return Err("forcefulFallback is not enabled".into());
+        }
+        let tgp = claim
+            .termination_grace_period()
+            .ok()
+            .flatten()
+            .or_else(|| np.as_ref()?.termination_grace_period().ok().flatten());
+        let deadline = claim
+            .created()
+            .zip(claim.expire_after().ok())
+            .and_then(|(c, e)| crate::policy::derive::deadline(c, e));
+        if crate::policy::derive::forceful_fallback_due(true, deadline, s.t_rot(tgp), now) {
+            Ok(())
+        } else {
+            Err(format!("the claim is not inside the fallback (deadline {deadline:?}, t_rot {})", fmt(s.t_rot(tgp))))
+        }
+    }
+
+    /// I18 over a controller step that marked a claim `draining` or deleted one carrying our
+    /// `state`: its pool then has at most `lanes` claims really disrupted by rotations, those
+    /// marked draining and those carrying our `state` whose delete a controller step sent (a
+    /// claim marked failed while it still drains is still disrupted).
+    fn budget(&mut self, post: &CacheView, d: &Diff, step: &StepInfo<'_>) {
+        let mut pools = BTreeSet::new();
+        for (name, a, b) in &d.claims {
+            let was = a.as_deref().and_then(state_of);
+            let is = b.as_deref().and_then(state_of);
+            if is == Some("draining") && was != Some("draining") {
+                pools.extend(self.claim_pool.get(name).cloned());
+            }
+            let deleted = a.as_ref().is_some_and(|a| !a.is_deleting())
+                && b.as_ref().is_none_or(|b| b.is_deleting());
+            if deleted && was.is_some() {
+                self.our_deletes.insert(name.clone());
+                pools.extend(self.claim_pool.get(name).cloned());
+            }
+        }
+        self.our_deletes.retain(|c| post.claims.contains_key(c));
+        for pool in pools {
+            let Some(np) = post.pools.get(&pool) else { continue };
+            let Some(settings) = self.gov.of(post, np).settings().cloned() else { continue };
+            let lanes = gov::lanes(&settings, post, &pool);
+            let disrupted = self.disrupted_in(post, &pool);
+            if disrupted.len() > lanes {
+                let detail = format!(
+                    "{} left {} claims of pool {pool} draining or being deleted ({}), over its maxUnavailable {lanes}",
+                    step.actor,
+                    disrupted.len(),
+                    disrupted.iter().cloned().collect::<Vec<_>>().join(", ")
+                );
+                self.fail(I18, step.now, detail, vec![pool]);
+            }
+        }
+    }
+
+    /// I18: the claims of `pool` in `view` marked `state=draining`, or carrying our `state` and
+    /// being deleted by a rotation.
+    fn disrupted_in(&self, view: &CacheView, pool: &str) -> BTreeSet<String> {
+        view.claims
+            .iter()
+            .filter(|(n, c)| {
+                c.node_pool() == Some(pool)
+                    && (state_of(c) == Some("draining")
+                        || (state_of(c).is_some() && self.our_deletes.contains(*n)))
+            })
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     /// I7: an anchor whose claim is gone is released by the next clean pass.

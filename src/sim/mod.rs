@@ -321,6 +321,11 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
         world.snap = Arc::clone(&post);
         recorder.observe(&d, &post, now, &world, &mut gov);
         let exact = driver.as_ref().is_some_and(|dr| !dr.faults_on());
+        let forceful_events: Vec<(String, Option<String>)> = announcements
+            .iter()
+            .filter(|a| a.what == "event:ForcefulFallback")
+            .map(|a| (a.pool.clone(), a.claim.clone()))
+            .collect();
         let info = StepInfo {
             now,
             actor: &actor,
@@ -330,6 +335,7 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
             faulted,
             exact,
             zombie,
+            forceful_events: &forceful_events,
         };
         if driver.is_some() {
             let before = checker.violations.len();
