@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
+use super::admission::Admission;
 use super::cache::{Change, ClientCache};
 use super::{Faults, WriteCounts};
 use crate::cluster::{
@@ -224,6 +225,8 @@ pub(super) struct State {
     pub(super) events: Vec<EventRecord>,
     pub(super) writes: WriteCounts,
     pub(super) faults: Option<Box<dyn Faults>>,
+    /// The API server's standing refusals (a rejected placeholder, a pod list that times out).
+    pub(super) admission: Admission,
 }
 
 impl State {
