@@ -2410,6 +2410,60 @@ fn three_rotations_of_one_pool_run_at_once_each_in_its_own_slot() {
     assert_eq!(fx.ctl.telemetry().completed_count(POOL, Outcome::Success), 3);
 }
 
+/// A pass over a pool whose slots it ran, the error of the slots that failed (if any).
+fn pass_reporting(fx: &mut Fx) -> Option<noderotation::reconcile::ReconcileError> {
+    fx.client.flush_cache();
+    fx.ctl.reconcile_pool(POOL).err()
+}
+
+/// One slot's persistent error is not the pool's: admission rejects c1's placeholder on every
+/// create and the list of the pods on c2's node times out on every call, while the pool's other
+/// rotations start, escalate, complete and roll back in the same passes; each failed slot is
+/// reported after the others ran, with the earliest requeue they asked for.
+#[test]
+fn one_slots_persistent_error_holds_back_no_other_slot() {
+    use noderotation::cluster::memory::Rejected;
+    let mut fx = three_lanes();
+    for (i, c) in ["c1", "c2", "c3", "c4"].iter().enumerate() {
+        fx.claim(c, Duration::days(10) - Duration::minutes(i as i64));
+    }
+    fx.world.reject_placeholder(Rejected::Claim("c1".into()), "exceeded quota: placeholders");
+    fx.world.time_out_pod_list("node-c2", true);
+    // Pass 1 starts c1 (slot 0): rejected.
+    let err = pass_reporting(&mut fx).expect("c1's placeholder is rejected");
+    assert!(err.to_string().contains("forbidden"), "{err}");
+    // Pass 2: slot 0 fails again; the free slot starts c2, whose pod list times out.
+    let err = pass_reporting(&mut fx).expect("both fail");
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 1).as_deref(), Some("c2"), "{err}");
+    assert!(err.to_string().contains("rotation slot 0") && err.to_string().contains("slot 1"));
+    // Pass 3: slots 0 and 1 fail; slot 2 starts c3 and creates its placeholder.
+    let err = pass_reporting(&mut fx).expect("two slots fail");
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 2).as_deref(), Some("c3"));
+    assert!(fx.placeholder("c3").is_some(), "c3's own placeholder");
+    assert_eq!(err.requeue(), Some(Duration::seconds(30)), "c3's run asked for 30s: {err}");
+    assert!(fx.placeholder("c1").is_none() && fx.placeholder("c2").is_none());
+    // c3's surge is ready: it escalates while slots 0 and 1 still fail.
+    fx.advance(Duration::minutes(2));
+    fx.provision_surge("c3", "s3");
+    pass_reporting(&mut fx).expect("slots 0 and 1 still fail");
+    assert_eq!(fx.claim_ann("c3", Key::State).as_deref(), Some("draining"));
+    assert!(fx.deleting("c3"));
+    // Its drain ends: the completion is announced in a pass whose other slots fail.
+    fx.finalize("c3");
+    pass_reporting(&mut fx).expect("slots 0 and 1 still fail");
+    assert_eq!(fx.announced("emit:success"), 1);
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 2), None, "c3's slot is free");
+    // readyTimeout: both refused rotations roll back in one pass, each in its own slot.
+    fx.advance(Duration::minutes(14));
+    let last = pass_reporting(&mut fx);
+    assert!(last.is_none(), "{last:?}");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("failed"));
+    assert_eq!(fx.announced("emit:failure"), 2);
+    let failed = fx.event_messages("RotationFailed");
+    assert!(failed.iter().any(|m| m.contains("rejected") && m.contains("forbidden")), "{failed:?}");
+}
+
 /// Two rotations of a three-lane pool are pending; c1's placeholder runs on node-s1 (claim s1)
 /// and c1 goes draining onto it, deleting its old claim and its placeholder. Returns c1's slot.
 fn c1_drains_onto_s1(fx: &mut Fx) -> usize {
