@@ -907,15 +907,112 @@ fn completion_already_released_by_another_pass_announces_nothing() {
     assert_eq!(fx.announced("emit:expired"), 0);
 }
 
+/// A pod that requests nothing (BestEffort), owned like the workload.
+fn best_effort_pod(name: &str, node: &str) -> k8s_openapi::api::core::v1::Pod {
+    let mut pod = workload_pod(name, node);
+    if let Some(spec) = pod.spec.as_mut() {
+        for c in &mut spec.containers {
+            c.resources = None;
+        }
+    }
+    pod
+}
+
+/// A node whose pods to reschedule request nothing (BestEffort) has no capacity to reserve: it
+/// is rotated inside the window without a surge, marked and announced as such (not as the
+/// forceful fallback), and completes as a success; it never counts as a failure nor pauses the
+/// pool.
 #[test]
-fn a_placeholder_that_would_request_nothing_is_refused_and_rolled_back() {
+fn a_node_with_nothing_to_reserve_is_rotated_without_a_surge() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.world.apply_pod(best_effort_pod("web-c1", "node-c1")).expect("BestEffort pod");
+    fx.pass();
+    assert!(fx.placeholder("c1").is_none(), "nothing to reserve: no placeholder");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+    assert!(fx.deleting("c1"), "deleted inside the window, without a surge");
+    assert_eq!(fx.pool_ann(Key::RotationMode).as_deref(), Some("nothing-to-reserve"));
+    assert_eq!(fx.pool_ann(Key::ActiveRotationState).as_deref(), Some("draining"));
+    assert!(fx.pool_ann(Key::DrainingAt).is_some());
+    assert_eq!(fx.events("NothingToReserve"), 1);
+    assert_eq!(fx.announced("emit:nothing_to_reserve"), 1);
+    assert_eq!(fx.ctl.telemetry().nothing_to_reserve_count(POOL), 1);
+    for other in ["SurgeClampRefused", "ForcefulFallback", "RotationFailed"] {
+        assert_eq!(fx.events(other), 0, "{other}");
+    }
+    assert_eq!(fx.announced("emit:forceful_fallback"), 0);
+    fx.pass();
+    assert_eq!(fx.events("NothingToReserve"), 1, "announced once");
+    fx.finalize("c1");
+    fx.pass();
+    assert_eq!(fx.announced("emit:success"), 1);
+    assert_eq!(fx.announced("emit:failure"), 0);
+    assert!(fx.pool_ann(Key::LastFailureAt).is_none(), "no failure pause");
+    assert!(fx.pool_ann(Key::LastRotationAt).is_some(), "a success: the cooldown applies");
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    assert!(fx.pool_ann(Key::RotationMode).is_none(), "cleared with the anchor");
+}
+
+/// A node with no pods to reschedule at all is the same case.
+#[test]
+fn an_empty_node_is_rotated_without_a_surge() {
     let mut fx = Fx::new();
     fx.claim("c1", Duration::days(10));
     fx.world.delete_now(&noderotation::cluster::ObjectRef::pod("apps", "web-c1"));
     fx.pass();
     assert!(fx.placeholder("c1").is_none());
+    assert!(fx.deleting("c1"));
+    assert_eq!(fx.events("NothingToReserve"), 1);
+    assert_eq!(fx.announced("emit:failure"), 0);
+}
+
+/// The surge-less path's first write loses (the anchor went since the pass read the pool, a hand
+/// edit): the pass owns nothing more, marks nothing and deletes nothing.
+#[test]
+fn a_node_with_nothing_to_reserve_whose_anchor_went_is_not_deleted() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.world.apply_pod(best_effort_pod("web-c1", "node-c1")).expect("BestEffort pod");
+    let hook = fx.intercept();
+    let world = fx.world.clone();
+    hook.before_write(
+        |w| w.contains("rotation-mode=nothing-to-reserve"),
+        move || {
+            world.update_pool(POOL, |p| {
+                if let Some(a) = p.metadata.annotations.as_mut() {
+                    a.remove(Key::ActiveRotation.full());
+                }
+            });
+        },
+    );
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(!fx.deleting("c1"), "no anchor, no delete");
+    assert!(fx.pool_ann(Key::RotationMode).is_none());
+    assert_eq!(fx.events("NothingToReserve"), 0);
+}
+
+/// The pods request something but the DaemonSets fill the node: the clamp lowers every request
+/// to 0, the placeholder is refused and the attempt rolls back, as §3.3 says.
+#[test]
+fn a_placeholder_the_clamp_lowers_to_nothing_is_refused_and_rolled_back() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    let ds: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "ds-c1", "namespace": "kube-system",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "ds", "controller": true}]},
+        "spec": {"nodeName": "node-c1", "containers": [{"name": "agent", "image": "agent",
+            "resources": {"requests": {"cpu": "4", "memory": "16Gi"}}}]},
+        "status": {"phase": "Running"}
+    }))
+    .expect("DaemonSet pod");
+    fx.world.apply_pod(ds).expect("DaemonSet pod");
+    fx.pass();
+    assert!(fx.placeholder("c1").is_none());
     assert_eq!(fx.events("SurgeClampRefused"), 1);
+    assert_eq!(fx.events("NothingToReserve"), 0);
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert!(!fx.deleting("c1"));
     assert_eq!(fx.announced("emit:failure"), 1);
     // The failure says what happened: nothing waited for readyTimeout.
     let failed = fx.event_messages("RotationFailed");
@@ -1062,7 +1159,10 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("anchor_lost", a_start_whose_anchor_write_loses_does_nothing),
     ("expired_cleanup", an_expired_claim_still_anchored_is_cleaned_up_without_announcing),
     ("complete_unowned", completion_already_released_by_another_pass_announces_nothing),
-    ("placeholder_refused", a_placeholder_that_would_request_nothing_is_refused_and_rolled_back),
+    ("placeholder_refused", a_placeholder_the_clamp_lowers_to_nothing_is_refused_and_rolled_back),
+    ("nothing_to_reserve", a_node_with_nothing_to_reserve_is_rotated_without_a_surge),
+    ("nothing_to_reserve_empty", an_empty_node_is_rotated_without_a_surge),
+    ("nothing_to_reserve_lost", a_node_with_nothing_to_reserve_whose_anchor_went_is_not_deleted),
     ("expiry_unowned", force_expiry_of_a_finalized_claim_seen_through_a_stale_cache_owns_nothing),
     ("drain_stuck", a_drain_past_tgp_plus_buffer_is_reported_stuck_and_keeps_the_gate),
     ("failed_expired", a_failed_claim_still_anchored_and_force_expired_is_claimed_once),
@@ -1733,9 +1833,9 @@ fn a_rollback_unfreezes_the_surge_host_the_cache_does_not_show_frozen() {
     assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "host frozen");
     assert_eq!(fx.claim_ann("c1", Key::SurgeClaim).as_deref(), Some("s1"));
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
-    // Preempted placeholder, drained old node.
+    // Preempted placeholder, and readyTimeout passes.
     fx.world.delete_now(&ObjectRef::pod(NS, noderotation::placeholder::placeholder_name("c1")));
-    fx.world.delete_now(&ObjectRef::pod("apps", "web-c1"));
+    fx.advance(Duration::minutes(16));
     let hook = fx.intercept();
     hook.stale_cache(|view| {
         if let Some(n) = view.nodes.get_mut("node-s1") {

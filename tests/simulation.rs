@@ -148,6 +148,24 @@ fn one_slots_refused_placeholder_holds_back_no_other_rotation() {
     }
 }
 
+/// Nodes with nothing to reserve (BestEffort pods, empty spare nodes) are rotated inside the
+/// window without a surge and never counted as failures; before, each attempt was refused,
+/// counted as a failure and paused the pool, and the node ended in its forced expiry (seed 1:
+/// I8, jobs-00008).
+#[test]
+fn nodes_with_nothing_to_reserve_are_rotated_inside_the_window_without_a_surge() {
+    let plan = scenario("nothing-to-reserve.yaml");
+    let r = run(Arc::clone(&plan), &opts(1, Duration::weeks(3), false, embedded()), &mut |_| {});
+    assert!(r.violations.is_empty(), "{}", explain(&r));
+    let jobs = &r.figures.per_pool["jobs"];
+    assert_eq!(jobs.forced_expiries, 0, "{jobs:?}");
+    assert_eq!(jobs.outcomes.get("failure"), None, "{jobs:?}");
+    assert_eq!(jobs.in_window_share(), Some(1.0), "{jobs:?}");
+    assert!(jobs.paths.get("none needed").copied().unwrap_or(0) >= 12, "{jobs:?}");
+    let api = &r.figures.per_pool["api"];
+    assert_eq!(api.paths.get("none needed"), None, "a pool with requests surges: {api:?}");
+}
+
 #[test]
 fn a_seed_replays_exactly() {
     let plan = scenario("tight-race.yaml");

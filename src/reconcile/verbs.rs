@@ -343,6 +343,9 @@ impl<'c> PassHost<'c> {
             Reason::ForcefulFallback => format!(
                 "NodeClaim {claim} is deleted without surge: its forced expiry is closer than t_rot"
             ),
+            Reason::NothingToReserve => format!(
+                "NodeClaim {claim} is deleted without surge: the pods to reschedule from its node request no resources (BestEffort, or none), so there is no capacity to reserve first"
+            ),
             Reason::WindowMissed => format!(
                 "the maintenance window closed with {} candidate(s) left in NodePool {pool}",
                 self.snap.census
@@ -850,7 +853,12 @@ impl<'c> PassHost<'c> {
         };
         let built = match placeholder::build_placeholder(&input) {
             Ok(p) => p,
-            Err(_) => {
+            // No capacity to reserve: the rules drain the node without a surge.
+            Err(placeholder::PlaceholderRefused::NothingToReserve) => {
+                self.ctx.placeholder_trouble.remove(&name);
+                return Ok(Outcome::NothingToReserve);
+            }
+            Err(placeholder::PlaceholderRefused::ClampedToZero { .. }) => {
                 self.ctx.placeholder_trouble.insert(
                     name,
                     "its placeholder would request nothing after the clamp to the node's \
@@ -1185,6 +1193,10 @@ impl<'c> PassHost<'c> {
             Signal::ForcefulFallback => {
                 self.ctx.telemetry.forceful_fallback(&pool);
                 tracing::warn!(nodepool = %pool, nodeclaim = claim.as_deref().unwrap_or(""), "forceful fallback: deleting without surge");
+            }
+            Signal::NothingToReserve => {
+                self.ctx.telemetry.nothing_to_reserve(&pool);
+                tracing::info!(nodepool = %pool, nodeclaim = claim.as_deref().unwrap_or(""), "nothing to reserve: deleting without surge");
             }
             Signal::WindowMissed => {
                 self.ctx.telemetry.window_missed(&pool);

@@ -280,6 +280,12 @@ fn shared_claims(view: &CacheView) -> Vec<(String, Vec<String>)> {
     by_claim.into_iter().filter(|(_, v)| v.len() > 1).map(|(c, v)| (c.to_string(), v)).collect()
 }
 
+/// A slot's `rotation-mode` that marks a rotation without a surge: the forceful fallback, or a
+/// node with nothing to reserve.
+fn surge_less(mode: Option<&str>) -> bool {
+    matches!(mode, Some("forceful-fallback" | "nothing-to-reserve"))
+}
+
 fn state_of(c: &crate::karpenter::NodeClaim) -> Option<&str> {
     annotation(&c.metadata, CLAIM_STATE)
 }
@@ -491,7 +497,7 @@ impl Checker {
             for slot in crate::reconcile::slots::used(m) {
                 let surge_draining = slot_annotation(m, Key::ActiveRotationState, slot)
                     == Some("draining")
-                    && slot_annotation(m, Key::RotationMode, slot) != Some("forceful-fallback");
+                    && !surge_less(slot_annotation(m, Key::RotationMode, slot));
                 let path = slot_annotation(m, Key::SurgePath, slot);
                 if surge_draining && !matches!(path, Some("provisioned" | "absorbed")) {
                     let claim = slot_annotation(m, Key::ActiveRotation, slot)
@@ -1064,8 +1070,7 @@ impl Checker {
                 .and_then(|p| post.pools.get(p).or_else(|| prev.pools.get(p)))
                 .is_some_and(|np| {
                     let slot = slot_of(np, claim).unwrap_or(0);
-                    slot_annotation(&np.metadata, Key::RotationMode, slot)
-                        == Some("forceful-fallback")
+                    surge_less(slot_annotation(&np.metadata, Key::RotationMode, slot))
                 });
             if forceful {
                 continue;
