@@ -1161,6 +1161,7 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("complete_unowned", completion_already_released_by_another_pass_announces_nothing),
     ("placeholder_refused", a_placeholder_the_clamp_lowers_to_nothing_is_refused_and_rolled_back),
     ("nothing_to_reserve", a_node_with_nothing_to_reserve_is_rotated_without_a_surge),
+    ("retry_lanes", a_retry_from_failed_rechecks_the_lane_limit),
     ("nothing_to_reserve_empty", an_empty_node_is_rotated_without_a_surge),
     ("nothing_to_reserve_lost", a_node_with_nothing_to_reserve_whose_anchor_went_is_not_deleted),
     ("expiry_unowned", force_expiry_of_a_finalized_claim_seen_through_a_stale_cache_owns_nothing),
@@ -2508,6 +2509,44 @@ fn three_rotations_of_one_pool_run_at_once_each_in_its_own_slot() {
     fx.pass();
     assert_eq!(fx.claim_ann("c4", Key::State).as_deref(), Some("pending"));
     assert_eq!(fx.ctl.telemetry().completed_count(POOL, Outcome::Success), 3);
+}
+
+/// A retry from `failed` is a new attempt, so it re-checks the lane limit: maxUnavailable lowered
+/// from 3 to 2 while three rotations are in flight, the failed one releases its slot instead of
+/// starting again (the pool would otherwise keep three in flight).
+#[test]
+fn a_retry_from_failed_rechecks_the_lane_limit() {
+    let mut fx = three_lanes();
+    for (i, c) in ["c1", "c2", "c3"].iter().enumerate() {
+        fx.claim(c, Duration::days(10) - Duration::minutes(i as i64));
+    }
+    for _ in 0..3 {
+        fx.pass();
+    }
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 2).as_deref(), Some("c3"));
+    // c3's attempt failed an hour ago, its backoff is over; maxUnavailable goes down to 2.
+    fx.set_claim_ann("c3", Key::State, Some("failed"));
+    fx.set_claim_ann("c3", Key::FailedAt, Some("2026-11-28T02:00:00Z"));
+    fx.set_claim_ann("c3", Key::StartedAt, None);
+    fx.world
+        .update_policy("rotate-a", |p| {
+            p.spec.surge.max_unavailable =
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2);
+        })
+        .expect("policy");
+    fx.pass();
+    assert_eq!(fx.claim_ann("c3", Key::State).as_deref(), Some("failed"), "no third attempt");
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 2), None, "its slot is released");
+    for c in ["c1", "c2"] {
+        assert_eq!(fx.claim_ann(c, Key::State).as_deref(), Some("pending"), "{c} goes on");
+    }
+    // Within the lanes, a retry goes ahead as before.
+    fx.set_claim_ann("c2", Key::State, Some("failed"));
+    fx.set_claim_ann("c2", Key::FailedAt, Some("2026-11-28T02:00:00Z"));
+    fx.set_claim_ann("c2", Key::StartedAt, None);
+    fx.set_pool_ann(Key::LastFailureAt, None);
+    fx.pass();
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("pending"), "retried");
 }
 
 /// A pass over a pool whose slots it ran, the error of the slots that failed (if any).
