@@ -193,6 +193,7 @@ impl Facts for Toy {
                 Value::Int(i64::from(self.view.pool.contains_key(&Key::ActiveRotation)))
             }
             Pred::Lanes => Value::Int(1),
+            Pred::StuckDrains => Value::Int(0),
             Pred::Latest => {
                 let times: Vec<DateTime<Utc>> = args.iter().filter_map(Value::as_time).collect();
                 times.into_iter().max().map(Value::Time).unwrap_or(Value::Nil)

@@ -701,6 +701,37 @@ fn window_edge_verdicts_stamp_defer_settle_and_miss_once() {
     assert_eq!(fx.announced("emit:window_missed"), 1);
 }
 
+/// A stuck drain (past tGP + buffer) does not defer the window's verdict: it cannot finish in
+/// time, and deferring carried the stamp into every later occurrence, so no WindowMissed was
+/// raised for as long as the drain hung.
+#[test]
+fn a_stuck_drain_does_not_silence_window_missed() {
+    let windows = r#"[{timezone: UTC, days: [Sat], start: "02:00", end: "04:00"}]"#;
+    let mut fx = Fx::with(policy_yaml("", Some(windows)), pool_yaml(""));
+    fx.claim("c1", Duration::days(10)).claim("c2", Duration::days(10));
+    fx.pass(); // Sat 03:00: in window
+    fx.advance(Duration::minutes(5));
+    fx.provision_surge("c1", "s1");
+    fx.pass(); // 03:05: c1 draining; its drain never ends (a volume that does not detach)
+    assert!(fx.deleting("c1"));
+    fx.advance(Duration::minutes(56)); // 04:01: closed, the drain not stuck yet
+    fx.pass();
+    assert!(fx.pool_ann(Key::WindowOpenedAt).is_some(), "deferred: c1 can still finish");
+    fx.advance(Duration::minutes(69)); // 05:10: stuck since 04:07 (tGP 1h + buffer 2m)
+    fx.pass();
+    assert_eq!(fx.events("DrainStuck"), 1);
+    assert_eq!(fx.announced("emit:window_missed"), 1, "c2 was left: missed");
+    assert_eq!(fx.events("WindowMissed"), 1);
+    assert!(fx.pool_ann(Key::WindowOpenedAt).is_none());
+    // The next occurrence is stamped and judged on its own.
+    fx.advance(Duration::days(7) - Duration::hours(2) - Duration::minutes(40)); // Sat 02:30
+    fx.pass();
+    assert!(fx.pool_ann(Key::WindowOpenedAt).is_some(), "stamped again");
+    fx.advance(Duration::minutes(91)); // 04:01
+    fx.pass();
+    assert_eq!(fx.announced("emit:window_missed"), 2);
+}
+
 #[test]
 fn insufficient_headroom_is_warned_once_per_distinct_shortfall() {
     let mut fx = Fx::with(policy_yaml("", None), pool_yaml("  limits: {cpu: \"10\"}"));
@@ -1144,6 +1175,7 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("earliest_deadline", earliest_deadline_first_with_mixed_expire_after),
     ("freeze", freeze_holds_a_pending_rotation_but_readytimeout_still_rolls_it_back),
     ("window_edge", window_edge_verdicts_stamp_defer_settle_and_miss_once),
+    ("window_stuck_drain", a_stuck_drain_does_not_silence_window_missed),
     ("headroom", insufficient_headroom_is_warned_once_per_distinct_shortfall),
     ("forceful_fallback", forceful_fallback_only_when_enabled_and_too_close_to_the_deadline),
     ("conflicts", conflicting_writes_are_retried_and_announced_exactly_once),

@@ -725,11 +725,8 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         let count =
             crate::policy::derive::parse_retry_count(annotation(&cand.metadata, Key::RetryCount));
         g.retry_count = g.retry_count.max(count);
-        let bound = snap.drain_bound(cand);
-        let deleted =
-            cand.metadata.deletion_timestamp.as_ref().and_then(crate::cluster::chrono_time);
-        g.drain_stuck += u64::from(deleted.is_some_and(|t| now - t > bound));
     }
+    g.drain_stuck = snap.stuck_drains() as u64;
     g
 }
 

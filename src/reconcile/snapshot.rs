@@ -652,6 +652,19 @@ impl Snapshot {
         d.facts(claim, node)
     }
 
+    /// The pool's rotations in flight whose drain is stuck: the old claim deleting for longer
+    /// than [`Snapshot::drain_bound`] (`stuck_drains`, and the `noderotation_drain_stuck` gauge).
+    pub fn stuck_drains(&self) -> usize {
+        self.anchored_claims().filter(|c| self.drain_stuck(c)).count()
+    }
+
+    /// The claim has been deleting for longer than its [`Snapshot::drain_bound`].
+    pub fn drain_stuck(&self, claim: &NodeClaim) -> bool {
+        let deleted =
+            claim.metadata.deletion_timestamp.as_ref().and_then(crate::cluster::chrono_time);
+        deleted.is_some_and(|t| self.now - t > self.drain_bound(claim))
+    }
+
     /// `drain_bound` (§4.2): the claim's tGP, else its pool's, else 1h, plus the buffer. The rule
     /// `draining_stuck` and the `noderotation_drain_stuck` gauge both read it.
     pub fn drain_bound(&self, claim: &NodeClaim) -> Duration {
@@ -1053,6 +1066,7 @@ impl Facts for Snapshot {
                 _ => Value::Nil,
             },
             Pred::InFlight => Value::Int(self.anchors().len() as i64),
+            Pred::StuckDrains => Value::Int(self.stuck_drains() as i64),
             Pred::Lanes => Value::Int(self.lanes as i64),
             Pred::ForeignAnchor => Value::Bool(self.foreign_anchor().is_some()),
             Pred::Latest => {

@@ -657,8 +657,16 @@ impl<'c> PassHost<'c> {
         if self.in_window(now) {
             return (!readable).then_some(Verdict::Stamp);
         }
-        // Deferred while any slot of the pool has a rotation in flight.
-        if !readable || !super::slots::anchors(meta).is_empty() {
+        // Deferred while a slot of the pool has a rotation in flight that is not a stuck drain
+        // (`window_defer`).
+        let anchors = super::slots::anchors(meta);
+        let pool = self.snap.pool_name();
+        let stuck = anchors
+            .values()
+            .filter_map(|name| self.snap.claim(name))
+            .filter(|c| c.node_pool() == Some(pool) && self.snap.drain_stuck(c))
+            .count();
+        if !readable || anchors.len() > stuck {
             return None;
         }
         Some(if self.snap.census == 0 { Verdict::Settled } else { Verdict::Missed })
