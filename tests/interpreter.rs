@@ -217,9 +217,9 @@ impl Host for Toy {
         // `match`: the stored copy must still read as the values the pass evaluated.
         let matches = |ann: &BTreeMap<Key, String>| {
             a.match_.iter().all(|(k, want)| {
-                let have = ann
-                    .get(k)
-                    .map_or(Value::Nil, |raw| noderotation::engine::value_of_annotation(*k, raw));
+                let have = ann.get(k).map_or(Value::Nil, |raw| {
+                    noderotation::engine::value_of_annotation(*k, raw, Some(self.now))
+                });
                 noderotation::engine::same_value(&have, want)
             })
         };

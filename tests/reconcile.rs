@@ -1194,6 +1194,12 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("placeholder_refused", a_placeholder_the_clamp_lowers_to_nothing_is_refused_and_rolled_back),
     ("nothing_to_reserve", a_node_with_nothing_to_reserve_is_rotated_without_a_surge),
     ("retry_lanes", a_retry_from_failed_rechecks_the_lane_limit),
+    ("future_gate_stamp", a_gate_stamp_in_the_future_is_warned_and_restamped_not_obeyed),
+    (
+        "future_started_at",
+        a_started_at_in_the_future_is_warned_and_restamped_so_ready_timeout_comes,
+    ),
+    ("future_failed_at", a_failed_at_in_the_future_is_warned_and_not_obeyed),
     ("nothing_to_reserve_empty", an_empty_node_is_rotated_without_a_surge),
     ("nothing_to_reserve_lost", a_node_with_nothing_to_reserve_whose_anchor_went_is_not_deleted),
     ("expiry_unowned", force_expiry_of_a_finalized_claim_seen_through_a_stale_cache_owns_nothing),
@@ -1643,6 +1649,91 @@ fn an_unreadable_gate_stamp_is_warned_once_and_restamped_so_the_gate_reopens() {
         fx.pass();
         assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "{key:?}: reopened");
     }
+}
+
+/// A gate stamp in the future (a hand edit, a wrong clock) is invalid, not obeyed: obeyed, a
+/// year-2099 stamp closed the gate until 2099. It is warned about and re-stamped with now, so
+/// the gate holds one pause and opens, as for an unreadable one. Within the clock-skew
+/// tolerance a stamp is a stamp.
+#[test]
+fn a_gate_stamp_in_the_future_is_warned_and_restamped_not_obeyed() {
+    for key in [Key::LastRotationAt, Key::LastFailureAt] {
+        let mut fx = Fx::new();
+        fx.claim("c1", Duration::days(10));
+        fx.set_pool_ann(key, Some("2099-01-01T00:00:00Z"));
+        let now = fx.clock.now();
+        fx.pass();
+        assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "{key:?}: the gate holds");
+        let stamped = fx.pool_ann(key).expect("re-stamped");
+        let stamped = chrono::DateTime::parse_from_rfc3339(&stamped).expect("RFC3339");
+        assert_eq!(stamped, now, "{key:?} re-stamped with now");
+        let warned = fx.event_messages("InvalidGateStamp");
+        assert_eq!(warned.len(), 1, "{key:?}");
+        assert!(
+            warned[0].contains(key.full()) && warned[0].contains("in the future"),
+            "{warned:?}"
+        );
+        fx.advance(Duration::minutes(11));
+        fx.pass();
+        assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "{key:?}: reopened");
+    }
+    // A minute ahead (another replica's clock): obeyed, nothing warned.
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.set_pool_ann(Key::LastRotationAt, Some("2026-11-28T03:01:00Z"));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "the cooldown runs from the stamp");
+    assert_eq!(fx.pool_ann(Key::LastRotationAt).as_deref(), Some("2026-11-28T03:01:00Z"));
+    assert_eq!(fx.events("InvalidGateStamp"), 0);
+}
+
+/// A `started-at` in the future never let readyTimeout come: the pending rotation (its
+/// placeholder never ready) held its slot, its frozen node and its cordon for good. It is
+/// warned about and re-stamped with now, and the rollback comes readyTimeout later.
+#[test]
+fn a_started_at_in_the_future_is_warned_and_restamped_so_ready_timeout_comes() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.set_claim_ann("c1", Key::StartedAt, Some("2099-01-01T00:00:00Z"));
+    fx.advance(Duration::minutes(1));
+    fx.pass();
+    let warned = fx.event_messages("InvalidStamp");
+    assert_eq!(warned.len(), 1);
+    assert!(warned[0].contains("started-at") && warned[0].contains("in the future"), "{warned:?}");
+    assert_eq!(fx.claim_ann("c1", Key::StartedAt).as_deref(), Some("2026-11-28T03:01:00Z"));
+    fx.advance(Duration::minutes(16));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "readyTimeout came");
+}
+
+/// A `failed-at` in the future is no backoff: the claim is picked and retried (obeyed, it backed
+/// off until 2099), and warned about. A release never carries it onto the pool's
+/// `last-failure-at`, which would have paused every start of the pool until then.
+#[test]
+fn a_failed_at_in_the_future_is_warned_and_not_obeyed() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.set_claim_ann("c1", Key::State, Some("failed"));
+    fx.set_claim_ann("c1", Key::FailedAt, Some("2099-01-01T00:00:00Z"));
+    fx.set_claim_ann("c1", Key::RetryCount, Some("1"));
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "picked: no backoff");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"), "retried");
+    let warned = fx.event_messages("InvalidStamp");
+    assert_eq!(warned.len(), 1);
+    assert!(warned[0].contains("failed-at") && warned[0].contains("in the future"), "{warned:?}");
+
+    // Anchored and failed with the start gates closed (frozen): released, and the pool's
+    // failure pause is not stamped with 2099.
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.set_claim_ann("c1", Key::State, Some("failed"));
+    fx.set_claim_ann("c1", Key::StartedAt, None);
+    fx.set_claim_ann("c1", Key::FailedAt, Some("2099-01-01T00:00:00Z"));
+    fx.set_pool_ann(Key::Freeze, Some("2026-11-28T05:00:00Z"));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "released while frozen");
+    assert_eq!(fx.pool_ann(Key::LastFailureAt), None, "2099 is not carried onto the pool");
 }
 
 #[test]

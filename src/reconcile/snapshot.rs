@@ -471,7 +471,7 @@ impl Snapshot {
                 continue;
             };
             let drained = || super::slots::time_at(meta?, Key::DrainingAt, *slot);
-            if let Some(t) = time_annotation(&cand.metadata, Key::StartedAt).or_else(drained) {
+            if let Some(t) = stamp_at(&cand.metadata, Key::StartedAt, self.now).or_else(drained) {
                 starts.push(t);
             }
         }
@@ -754,7 +754,7 @@ impl Snapshot {
         let waiting: Option<Vec<DateTime<Utc>>> = self
             .surges_waiting(Some(claim))
             .into_iter()
-            .map(|c| time_annotation(&c.metadata, Key::StartedAt))
+            .map(|c| stamp_at(&c.metadata, Key::StartedAt, self.now))
             .collect();
         let first_waiting = waiting?.into_iter().min();
         // A claim whose node is Ready is capacity, whatever its status says yet (the claim's
@@ -779,6 +779,12 @@ fn time_annotation(meta: &ObjectMeta, key: Key) -> Option<DateTime<Utc>> {
     annotation(meta, key)
         .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
         .map(|t| t.with_timezone(&Utc))
+}
+
+/// A stamp (the instant something happened) as the rules read it at `now`: `None` when absent,
+/// unreadable, or later than `now` beyond the clock-skew tolerance.
+fn stamp_at(meta: &ObjectMeta, key: Key, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    time_annotation(meta, key).filter(|t| !derive::in_the_future(*t, now))
 }
 
 /// `karpenter.sh/do-not-disrupt: "true"` set by someone else (no owned marker, §3.4).
@@ -920,8 +926,9 @@ impl Facts for Snapshot {
         let since = |key: Key| -> Value {
             match pool_meta.and_then(|m| annotation(m, key)) {
                 None => Value::Duration(FOREVER),
-                // Unreadable: treated as just now, so a corrupted anchor never lifts a gate.
-                Some(_) => match pool_meta.and_then(|m| time_annotation(m, key)) {
+                // Unreadable (or in the future): treated as just now, so a corrupted anchor
+                // never lifts a gate, and re-stamped by the rows that warn about it.
+                Some(_) => match pool_meta.and_then(|m| stamp_at(m, key, now)) {
                     Some(t) => Value::Duration(now - t),
                     None => Value::Duration(Duration::zero()),
                 },
@@ -974,7 +981,7 @@ impl Facts for Snapshot {
             },
             Pred::EffectiveBackoff => match (self.policy(), claim) {
                 (Some(p), Some(c)) => {
-                    let Some(failed_at) = time_annotation(&c.metadata, Key::FailedAt) else {
+                    let Some(failed_at) = stamp_at(&c.metadata, Key::FailedAt, now) else {
                         return Value::Duration(Duration::zero());
                     };
                     let count = derive::retry_count_u32(annotation(&c.metadata, Key::RetryCount));
@@ -1042,7 +1049,7 @@ impl Facts for Snapshot {
                 .unwrap_or(Value::Nil),
             Pred::SurgePath => {
                 let Some(c) = claim else { return Value::Nil };
-                let Some(started) = time_annotation(&c.metadata, Key::StartedAt) else {
+                let Some(started) = stamp_at(&c.metadata, Key::StartedAt, now) else {
                     return Value::Nil;
                 };
                 let host_created = self

@@ -71,16 +71,29 @@ fn full(k: Key) -> String {
     k.full().to_string()
 }
 
+/// What is wrong with a stamp the rules read as nil: unreadable, or in the future.
+fn stamp_fault(raw: &str, now: DateTime<Utc>) -> String {
+    use crate::policy::derive::{STAMP_SKEW_TOLERANCE, in_the_future};
+    match DateTime::parse_from_rfc3339(raw) {
+        Ok(t) if in_the_future(t.with_timezone(&Utc), now) => format!(
+            "in the future (beyond the {} of clock skew tolerated)",
+            crate::policy::duration::format_human(STAMP_SKEW_TOLERANCE)
+        ),
+        _ => "not an RFC3339 time".to_string(),
+    }
+}
+
 /// The claim state as the conditional writes read it ([`crate::engine::claim_state`]).
 fn state_of(meta: &ObjectMeta) -> ClaimState {
     crate::engine::claim_state(annotation(meta, Key::State))
 }
 
-/// Whether an annotation is absent or unreadable for its declared type (`once` writes).
-fn unreadable(meta: &ObjectMeta, key: Key) -> bool {
+/// Whether an annotation is absent or unreadable for its declared type at `now` (`once`
+/// writes): a stamp in the future is unreadable.
+fn unreadable(meta: &ObjectMeta, key: Key, now: DateTime<Utc>) -> bool {
     match annotation(meta, key) {
         None => true,
-        Some(raw) => crate::engine::value_of_annotation(key, raw).is_nil(),
+        Some(raw) => crate::engine::value_of_annotation(key, raw, Some(now)).is_nil(),
     }
 }
 
@@ -400,14 +413,19 @@ impl<'c> PassHost<'c> {
                 .into_iter()
                 .find_map(|(k, effect)| {
                     let raw = annotation(meta?, k)?;
-                    DateTime::parse_from_rfc3339(raw).is_err().then_some((k, raw, effect))
+                    crate::engine::value_of_annotation(k, raw, Some(self.snap.now))
+                        .is_nil()
+                        .then_some((k, raw, effect))
                 });
                 match unreadable {
                     Some((k, raw, effect)) => format!(
-                        "{} on NodePool {pool} is not an RFC3339 time ({raw:?}): re-stamped with now, so {effect} and then opens",
-                        k.full()
+                        "{} on NodePool {pool} is {} ({raw:?}): re-stamped with now, so {effect} and then opens",
+                        k.full(),
+                        stamp_fault(raw, self.snap.now)
                     ),
-                    None => format!("a gate stamp on NodePool {pool} was not an RFC3339 time"),
+                    None => format!(
+                        "a gate stamp on NodePool {pool} was not an RFC3339 time in the past"
+                    ),
                 }
             }
             Reason::InvalidFreeze => {
@@ -462,6 +480,31 @@ impl<'c> PassHost<'c> {
             ),
             Reason::ShortLead => {
                 format!("NodeClaim {claim} cannot get K window chances before its expiry")
+            }
+            Reason::InvalidStamp => {
+                let meta = self.snap.claim(&claim).map(|c| &c.metadata);
+                let bad = [
+                    (
+                        Key::StartedAt,
+                        "re-stamped with now: readyTimeout counts from this attempt's pass",
+                    ),
+                    (Key::FailedAt, "not obeyed: the claim is retried without a backoff"),
+                ]
+                .into_iter()
+                .find_map(|(k, effect)| {
+                    let raw = annotation(meta?, k)?;
+                    crate::engine::value_of_annotation(k, raw, Some(self.snap.now))
+                        .is_nil()
+                        .then_some((k, raw, effect))
+                });
+                match bad {
+                    Some((k, raw, effect)) => format!(
+                        "{} on NodeClaim {claim} is {} ({raw:?}): {effect}",
+                        k.full(),
+                        stamp_fault(raw, self.snap.now)
+                    ),
+                    None => format!("a stamp on NodeClaim {claim} was not a valid past time"),
+                }
             }
         }
     }
@@ -537,6 +580,7 @@ impl<'c> PassHost<'c> {
             .map(|k| (*k, self.meta(&obj).and_then(|m| annotation(m, *k)).map(str::to_string)))
             .collect();
         let incr = a.incr.to_vec();
+        let now = self.snap.now;
         self.conditional(a.verb, &obj, Some(a), |fresh| {
             let meta = fresh.meta();
             if !from.is_empty() && !from.contains(&state_of(meta)) {
@@ -551,8 +595,9 @@ impl<'c> PassHost<'c> {
                 return Decide::Skip(Outcome::Raced);
             }
             let moved = matches.iter().any(|(k, want)| {
-                let have = annotation(meta, *k)
-                    .map_or(Value::Nil, |raw| crate::engine::value_of_annotation(*k, raw));
+                let have = annotation(meta, *k).map_or(Value::Nil, |raw| {
+                    crate::engine::value_of_annotation(*k, raw, Some(now))
+                });
                 !crate::engine::same_value(&have, want)
             });
             if moved {
@@ -560,7 +605,7 @@ impl<'c> PassHost<'c> {
             }
             let mut patch = Self::patch_of(&set, &clear, meta);
             for (k, v) in &once {
-                if unreadable(meta, *k)
+                if unreadable(meta, *k, now)
                     && let Some(s) = v.to_annotation()
                 {
                     patch.set.insert(full(*k), s);
