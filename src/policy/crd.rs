@@ -29,9 +29,15 @@ pub const AGE_THRESHOLD_PATTERN: &str =
 /// A percentage of a pool's nodes for `maxUnavailable`: `1%` to `100%`, no leading zero.
 pub const PERCENT_PATTERN: &str = "^([1-9][0-9]?|100)%$";
 
+/// The most rotations one pool may have in flight (`maxUnavailable`, and what a percentage
+/// resolves to): each one holds a set of per-slot annotations on the NodePool, and at this bound
+/// they stay well under the API server's 256 KiB limit on an object's annotations
+/// (docs/decisions/parallel-rotations.md: at most about 85 KiB).
+pub const MAX_UNAVAILABLE: u32 = 100;
+
 /// What `maxUnavailable` admits, in the words of the CRD rule and the local validation.
-pub const MAX_UNAVAILABLE_ADMITS: &str = "an integer of at least 1 or a percentage of the pool's nodes from 1% to 100% (for example \
-     2 or \"10%\")";
+pub const MAX_UNAVAILABLE_ADMITS: &str = "an integer from 1 to 100 or a percentage of the pool's nodes from 1% to 100% (for example \
+     2 or \"10%\"; a percentage resolves to at most 100)";
 
 /// 24-hour `HH:MM`.
 pub const HHMM_PATTERN: &str = "^([01][0-9]|2[0-3]):[0-5][0-9]$";
@@ -195,8 +201,9 @@ pub struct MaintenanceWindow {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Surge {
-    /// Nodes of one NodePool replaced at the same time: an integer of at least 1, or a
-    /// percentage of the pool's nodes from 1% to 100% (`"10%"`, rounded up, at least 1). Each
+    /// Nodes of one NodePool replaced at the same time: an integer from 1 to 100, or a
+    /// percentage of the pool's nodes from 1% to 100% (`"10%"`, rounded up, at least 1, at most
+    /// 100: every rotation in flight keeps its state in annotations of the NodePool). Each
     /// rotation in flight has its own surge placeholder and surge node; they start earliest
     /// deadline first, each waits cooldownAfter after its own completion, a failure pauses new
     /// starts of the whole pool (failurePause), and spec.limits must have room for all their
@@ -436,10 +443,12 @@ fn max_unavailable_schema(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// `maxUnavailable >= 1`, or a percentage string from 1% to 100%.
+/// `1 <= maxUnavailable <= MAX_UNAVAILABLE`, or a percentage string from 1% to 100%.
 fn max_unavailable_rule() -> serde_json::Value {
     serde_json::json!({
-        "rule": format!("type(self) == int ? self >= 1 : self.matches('{PERCENT_PATTERN}')"),
+        "rule": format!(
+            "type(self) == int ? self >= 1 && self <= {MAX_UNAVAILABLE} : self.matches('{PERCENT_PATTERN}')"
+        ),
         "message": format!("maxUnavailable must be {MAX_UNAVAILABLE_ADMITS}"),
         "reason": "FieldValueInvalid"
     })
@@ -666,10 +675,15 @@ mod tests {
         let [rule] = rules.as_slice() else { panic!("{rules:?}") };
         assert_eq!(
             rule["rule"].as_str(),
-            Some("type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')")
+            Some(
+                "type(self) == int ? self >= 1 && self <= 100 : self.matches('^([1-9][0-9]?|100)%$')"
+            )
         );
         let message = rule["message"].as_str().unwrap_or_default();
-        assert!(message.contains("at least 1") && message.contains("1% to 100%"), "{message}");
+        assert!(message.contains("from 1 to 100") && message.contains("1% to 100%"), "{message}");
+        for (n, ok) in [(0, false), (1, true), (100, true), (101, false), (-1, false)] {
+            assert_eq!(MaxUnavailable::parse(&IntOrString::Int(n)).is_ok(), ok, "{n}");
+        }
         let pattern = regex::Regex::new(PERCENT_PATTERN).unwrap_or_else(|e| panic!("{e}"));
         for text in ["1%", "10%", "99%", "100%", "0%", "150%", "101%", "05%", "abc", "2", "%", ""] {
             let local = MaxUnavailable::parse(&IntOrString::String(text.into())).is_ok();

@@ -666,6 +666,13 @@ fn lanes_hint(check: &Check, policy: MaxUnavailable, nodes: u64) -> String {
     let Some(m) = check.lanes_needed() else {
         return "no surge.maxUnavailable is enough".into();
     };
+    let most = usize::try_from(super::crd::MAX_UNAVAILABLE).unwrap_or(usize::MAX);
+    if m > most {
+        return format!(
+            "it needs {m} rotations at once, more than surge.maxUnavailable allows ({most}): \
+             lengthen or add maintenance windows, or split the pool"
+        );
+    }
     let percent = match policy {
         MaxUnavailable::Percent(_) => smallest_percent(m, nodes),
         MaxUnavailable::Count(_) => None,
@@ -679,8 +686,12 @@ fn lanes_hint(check: &Check, policy: MaxUnavailable, nodes: u64) -> String {
 }
 
 /// The smallest percentage of `nodes` that resolves to at least `lanes`
-/// ([`MaxUnavailable::resolve`]), if one up to 100% does.
+/// ([`MaxUnavailable::resolve`]), if one up to 100% does (never more lanes than
+/// [`super::crd::MAX_UNAVAILABLE`]).
 pub fn smallest_percent(lanes: usize, nodes: u64) -> Option<u32> {
+    if !u32::try_from(lanes).is_ok_and(|l| l <= super::crd::MAX_UNAVAILABLE) {
+        return None;
+    }
     let n = u128::from(nodes);
     let m = u128::try_from(lanes.max(1)).ok()?;
     // ceil(n * p / 100) >= m  <=>  n * p > (m - 1) * 100.
@@ -1215,7 +1226,7 @@ mod tests {
     fn smallest_percent_resolves_to_at_least_the_lanes() {
         use crate::policy::settings::MaxUnavailable;
         for nodes in [1u64, 3, 7, 10, 99, 200, 241, 1000] {
-            for lanes in 1..=usize::try_from(nodes).unwrap_or(0) {
+            for lanes in 1..=usize::try_from(nodes).unwrap_or(0).min(100) {
                 let p = smallest_percent(lanes, nodes).unwrap_or_else(|| panic!("{lanes}/{nodes}"));
                 let n = usize::try_from(nodes).unwrap_or(0);
                 assert!(MaxUnavailable::Percent(p).resolve(n) >= lanes, "{p}% of {nodes}");
@@ -1225,6 +1236,7 @@ mod tests {
             }
         }
         assert_eq!(smallest_percent(11, 10), None, "more lanes than nodes");
+        assert_eq!(smallest_percent(101, 1000), None, "more lanes than maxUnavailable allows");
         assert_eq!(smallest_percent(1, 0), None);
     }
 }

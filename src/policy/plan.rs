@@ -783,6 +783,12 @@ fn lanes_note(r: &PlanReport) -> String {
         (Some(needed), Some(n)) => {
             let verdict = if d.rotation_lanes_suffice == Some(true) {
                 "enough".to_string()
+            } else if needed > u64::from(crate::policy::crd::MAX_UNAVAILABLE) {
+                format!(
+                    "too few, and more than maxUnavailable allows ({}): lengthen or add \
+                     maintenance windows, or split the pool",
+                    crate::policy::crd::MAX_UNAVAILABLE
+                )
             } else {
                 match feasibility::smallest_percent(to_usize(needed), n) {
                     Some(p) if written.ends_with('%') => {

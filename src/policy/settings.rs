@@ -15,7 +15,9 @@ use std::fmt;
 use chrono::Duration;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::crd::{MAX_UNAVAILABLE_ADMITS, MatchNodeRequirements, RotationPolicySpec};
+use super::crd::{
+    MAX_UNAVAILABLE, MAX_UNAVAILABLE_ADMITS, MatchNodeRequirements, RotationPolicySpec,
+};
 use super::duration::{self, DurationError};
 use super::selector;
 use super::window::Schedule;
@@ -60,7 +62,9 @@ impl MaxUnavailable {
     pub const ONE: MaxUnavailable = MaxUnavailable::Count(1);
 
     /// The lanes for a pool of `pool_nodes` nodes: the count, or the percentage of the nodes
-    /// rounded up; at least 1 (a pool without nodes still has one lane).
+    /// rounded up; at least 1 (a pool without nodes still has one lane), at most
+    /// [`MAX_UNAVAILABLE`] (a percentage of a very large pool, or a count a stored object carries
+    /// past the schema).
     pub fn resolve(&self, pool_nodes: usize) -> usize {
         let lanes = match *self {
             MaxUnavailable::Count(n) => usize::try_from(n).unwrap_or(usize::MAX),
@@ -69,7 +73,8 @@ impl MaxUnavailable {
                 pool_nodes.saturating_mul(p).div_ceil(100)
             }
         };
-        lanes.max(1)
+        let most = usize::try_from(MAX_UNAVAILABLE).unwrap_or(usize::MAX);
+        lanes.clamp(1, most)
     }
 
     /// The value from the spec, or what is wrong with it.
@@ -77,7 +82,12 @@ impl MaxUnavailable {
         let admits = || format!("must be {MAX_UNAVAILABLE_ADMITS}");
         match value {
             IntOrString::Int(n) => match u32::try_from(*n) {
-                Ok(n) if n >= 1 => Ok(MaxUnavailable::Count(n)),
+                Ok(n) if (1..=MAX_UNAVAILABLE).contains(&n) => Ok(MaxUnavailable::Count(n)),
+                Ok(n) if n > MAX_UNAVAILABLE => Err(format!(
+                    "{n} is above {MAX_UNAVAILABLE} (each rotation in flight keeps its state in \
+                     the NodePool's annotations, which the API server limits to 256 KiB): {}",
+                    admits()
+                )),
                 _ => Err(format!("{n} is below 1: {}", admits())),
             },
             IntOrString::String(s) => {
@@ -425,6 +435,9 @@ pub(crate) mod tests {
         assert_eq!(MaxUnavailable::Percent(1).resolve(101), 2);
         assert_eq!(MaxUnavailable::Count(5).resolve(0), 5);
         assert_eq!(MaxUnavailable::ONE.resolve(1000), 1);
+        // At most 100 lanes, however large the pool (the NodePool's annotations stay small).
+        assert_eq!(MaxUnavailable::Percent(10).resolve(5000), 100);
+        assert_eq!(MaxUnavailable::Count(100).resolve(5000), 100);
         for ok in ["1%", "99%", "100%"] {
             spec.surge.max_unavailable = IntOrString::String(ok.into());
             assert!(parsed(&spec).is_ok(), "{ok}");
@@ -435,8 +448,9 @@ pub(crate) mod tests {
             assert_eq!(
                 text,
                 format!(
-                    "spec.surge.maxUnavailable: {bad:?} must be an integer of at least 1 or a \
-                     percentage of the pool's nodes from 1% to 100% (for example 2 or \"10%\")"
+                    "spec.surge.maxUnavailable: {bad:?} must be an integer from 1 to 100 or a \
+                     percentage of the pool's nodes from 1% to 100% (for example 2 or \"10%\"; a \
+                     percentage resolves to at most 100)"
                 )
             );
         }
@@ -446,6 +460,17 @@ pub(crate) mod tests {
             assert!(
                 text.starts_with(&format!("spec.surge.maxUnavailable: {bad} is below 1: must be"))
             );
+        }
+        spec.surge.max_unavailable = IntOrString::Int(100);
+        assert_eq!(parsed(&spec), Ok(MaxUnavailable::Count(100)));
+        for bad in [101, i32::MAX] {
+            spec.surge.max_unavailable = IntOrString::Int(bad);
+            let text = parsed(&spec).err().unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(
+                text.starts_with(&format!("spec.surge.maxUnavailable: {bad} is above 100 (")),
+                "{text}"
+            );
+            assert!(text.contains("256 KiB"), "{text}");
         }
     }
 
