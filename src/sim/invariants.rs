@@ -1,4 +1,4 @@
-//! The simulation's invariants (I1–I15), each a named check over one step:
+//! The simulation's invariants (I1–I21), each a named check over one step:
 //! the store before and after it, what the controller announced during it, and what the world
 //! knows (which pods run where, which claims ever existed). Safety checks run after every step;
 //! the quiescence and liveness checks run where their premise holds (no faults, or the calm
