@@ -406,22 +406,14 @@ impl<'c> PassHost<'c> {
             }
             Reason::InvalidGateStamp => {
                 let meta = self.snap.pool.as_ref().map(|p| &p.metadata);
-                let unreadable = [
+                let gates = [
                     (Key::LastRotationAt, "gate A holds for one cooldownAfter"),
                     (Key::LastFailureAt, "gate B holds for one failurePause"),
-                ]
-                .into_iter()
-                .find_map(|(k, effect)| {
-                    let raw = annotation(meta?, k)?;
-                    crate::engine::value_of_annotation(k, raw, Some(self.snap.now))
-                        .is_nil()
-                        .then_some((k, raw, effect))
-                });
-                match unreadable {
-                    Some((k, raw, effect)) => format!(
-                        "{} on NodePool {pool} is {} ({raw:?}): re-stamped with now, so {effect} and then opens",
-                        k.full(),
-                        stamp_fault(raw, self.snap.now)
+                ];
+                match self.invalid_stamp(meta, &gates) {
+                    Some((k, fault, effect)) => format!(
+                        "{} on NodePool {pool} is {fault}: re-stamped with now, so {effect} and then opens",
+                        k.full()
                     ),
                     None => format!(
                         "a gate stamp on NodePool {pool} was not an RFC3339 time in the past"
@@ -483,30 +475,34 @@ impl<'c> PassHost<'c> {
             }
             Reason::InvalidStamp => {
                 let meta = self.snap.claim(&claim).map(|c| &c.metadata);
-                let bad = [
-                    (
-                        Key::StartedAt,
-                        "re-stamped with now: readyTimeout counts from this attempt's pass",
-                    ),
+                let stamps = [
+                    (Key::StartedAt, "re-stamped with now: readyTimeout counts from this pass"),
                     (Key::FailedAt, "not obeyed: the claim is retried without a backoff"),
-                ]
-                .into_iter()
-                .find_map(|(k, effect)| {
-                    let raw = annotation(meta?, k)?;
-                    crate::engine::value_of_annotation(k, raw, Some(self.snap.now))
-                        .is_nil()
-                        .then_some((k, raw, effect))
-                });
-                match bad {
-                    Some((k, raw, effect)) => format!(
-                        "{} on NodeClaim {claim} is {} ({raw:?}): {effect}",
-                        k.full(),
-                        stamp_fault(raw, self.snap.now)
-                    ),
+                ];
+                match self.invalid_stamp(meta, &stamps) {
+                    Some((k, fault, effect)) => {
+                        format!("{} on NodeClaim {claim} is {fault}: {effect}", k.full())
+                    }
                     None => format!("a stamp on NodeClaim {claim} was not a valid past time"),
                 }
             }
         }
+    }
+
+    /// The first of `keys` whose stamp on `meta` the rules read as nil (unreadable, or in the
+    /// future), with what is wrong with it (the value quoted) and what follows from it.
+    fn invalid_stamp(
+        &self,
+        meta: Option<&ObjectMeta>,
+        keys: &[(Key, &'static str)],
+    ) -> Option<(Key, String, &'static str)> {
+        let now = self.snap.now;
+        keys.iter().find_map(|(k, effect)| {
+            let raw = annotation(meta?, *k)?;
+            crate::engine::value_of_annotation(*k, raw, Some(now))
+                .is_nil()
+                .then(|| (*k, format!("{} ({raw:?})", stamp_fault(raw, now)), *effect))
+        })
     }
 
     fn next_attempt(&self, claim: &str) -> Option<DateTime<Utc>> {
