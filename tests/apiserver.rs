@@ -1330,7 +1330,8 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
     assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], name.as_str());
 
     // A short cooldown: the second rotation starts soon after the first, once the test has put
-    // a workload on the surge node (an empty node is refused a placeholder).
+    // a workload on the surge node (an empty node has nothing to reserve: it would be rotated
+    // without a surge, and the test follows a surge).
     let policy = json!({"readyTimeout": "10m", "cooldownAfter": "20s", "retryBackoff": "30m"});
     let mut fx = Rotation::new(&env, "helm-rot", policy).await?;
     fx.ns = ns.to_string();
