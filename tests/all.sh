@@ -113,6 +113,12 @@ sweeps() {
   # flight), over its own 24 minutes (~35 s).
   target/release/noderotation simulate --seeds 200 --faults \
     --scenario deploy/examples/scenarios/fleet-compressed.yaml
+  # One slot refused (a placeholder admission rejects, a pod list that times out) beside two
+  # healthy ones, over its own 2 hours (invariant I21, ~7 s); nodes with nothing to reserve (~15 s).
+  target/release/noderotation simulate --seeds 100 --faults \
+    --scenario deploy/examples/scenarios/one-slot-rejected.yaml
+  target/release/noderotation simulate --seeds 10 --weeks 2 --faults \
+    --scenario deploy/examples/scenarios/nothing-to-reserve.yaml
   # The figures the docs promise for big pools and `ageThreshold: windows` (docs/big-pools.md):
   # one seed, 8 weeks each, checked on the summary table (~45 s). The condition reads f (forced
   # expiries under noderotation), w (% of replacements inside windows), l (mean lifetime used, %),
