@@ -247,12 +247,12 @@ impl Controller {
         now: DateTime<Utc>,
     ) -> Result<Arc<PolicyView>, String> {
         let name = policy.metadata.name.clone().unwrap_or_default();
-        let key = format!(
-            "{}/{}/{}",
+        let revision = format!(
+            "{}/{}",
             policy.metadata.uid.as_deref().unwrap_or(""),
-            policy.metadata.generation.unwrap_or(0),
-            now.date_naive()
+            policy.metadata.generation.unwrap_or(0)
         );
+        let key = format!("{revision}/{}", now.date_naive());
         if let Some((k, v)) = self.policies.get(&name)
             && *k == key
         {
@@ -262,7 +262,7 @@ impl Controller {
             .map(|settings| {
                 let period = settings.schedule.period(now);
                 let open = crate::policy::lookahead::OpenTime::of(&settings.schedule, now);
-                Arc::new(PolicyView { name: name.clone(), settings, period, open })
+                Arc::new(PolicyView { name: name.clone(), revision, settings, period, open })
             })
             .map_err(|e| e.to_string());
         self.policies.insert(name, (key, view.clone()));
@@ -309,7 +309,9 @@ impl Controller {
     }
 
     /// Feasibility of the pool; `nodes` is `N` ([`Snapshot::pool_nodes`]), `short_limits` the
-    /// resources of `spec.limits` with less than one of its nodes' worth left.
+    /// resources of `spec.limits` with less than one of its nodes' worth left. Cached until the
+    /// policy (its revision: an edit of maxUnavailable changes the lanes at once), the pool, the
+    /// day or what the pool's facts say moves.
     fn assessment(
         &mut self,
         pool: &NodePool,
@@ -320,8 +322,9 @@ impl Controller {
     ) -> Arc<feasibility::Assessment> {
         let name = pool.metadata.name.clone().unwrap_or_default();
         let key = format!(
-            "{}/{:?}/{}/{nodes}/{:?}/{:?}",
+            "{}/{}/{:?}/{}/{nodes}/{:?}/{:?}",
             policy.name,
+            policy.revision,
             pool.metadata.generation,
             now.date_naive(),
             short_limits,

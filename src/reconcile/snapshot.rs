@@ -30,6 +30,9 @@ pub const KARPENTER_POOL_LABEL: &str = "karpenter.sh/nodepool";
 #[derive(Debug, Clone)]
 pub struct PolicyView {
     pub name: String,
+    /// The policy's uid and generation: what is derived from the view (a pool's feasibility
+    /// assessment, its lanes) is recomputed when it changes.
+    pub revision: String,
     pub settings: Effective,
     /// `P`, the worst-case window period from now (§3.1).
     pub period: Option<Duration>,
