@@ -217,6 +217,7 @@ fn generate(book: &Rulebook) -> String {
     for k in &book.annotations.keys {
         let t = match &k.value {
             ValueType::Time => "KeyType::Time".to_string(),
+            ValueType::Stamp => "KeyType::Stamp".to_string(),
             ValueType::Duration => "KeyType::Duration".to_string(),
             ValueType::Int => "KeyType::Int".to_string(),
             ValueType::ClaimName => "KeyType::ClaimName".to_string(),

@@ -26,6 +26,7 @@ pub const DURATION_BUCKETS: [f64; 17] = [
 pub const COMPLETED_TOTAL: &str = "noderotation_completed_total";
 pub const FORCEFUL_FALLBACK_TOTAL: &str = "noderotation_forceful_fallback_total";
 pub const WINDOW_MISSED_TOTAL: &str = "noderotation_window_missed_total";
+pub const NOTHING_TO_RESERVE_TOTAL: &str = "noderotation_nothing_to_reserve_total";
 pub const DURATION_SECONDS: &str = "noderotation_duration_seconds";
 pub const BUILD_INFO: &str = "noderotation_build_info";
 
@@ -276,6 +277,7 @@ pub struct Telemetry {
     gauges: BTreeMap<PoolGauge, GaugeVec>,
     completed: IntCounterVec,
     forceful_fallback: IntCounterVec,
+    nothing_to_reserve: IntCounterVec,
     window_missed: IntCounterVec,
     duration: HistogramVec,
 }
@@ -337,6 +339,17 @@ impl Telemetry {
                 &[POOL],
             ),
         );
+        let nothing_to_reserve = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    NOTHING_TO_RESERVE_TOTAL,
+                    "Surge-less rotations whose old node's pods request no resources (BestEffort \
+                     pods, or none): no capacity to reserve first, deleted inside the window.",
+                ),
+                &[POOL],
+            ),
+        );
         let window_missed = registered(
             &registry,
             IntCounterVec::new(
@@ -370,7 +383,15 @@ impl Telemetry {
             ),
         );
         build_info.with_label_values(&[crate::VERSION, crate::COMMIT]).set(1.0);
-        Telemetry { registry, gauges, completed, forceful_fallback, window_missed, duration }
+        Telemetry {
+            registry,
+            gauges,
+            completed,
+            forceful_fallback,
+            nothing_to_reserve,
+            window_missed,
+            duration,
+        }
     }
 
     /// The dedicated registry (for the `/metrics` handler or a test).
@@ -401,6 +422,11 @@ impl Telemetry {
         self.forceful_fallback.with_label_values(&[pool]).inc();
     }
 
+    /// One surge-less rotation of a node with nothing to reserve.
+    pub fn nothing_to_reserve(&self, pool: &str) {
+        self.nothing_to_reserve.with_label_values(&[pool]).inc();
+    }
+
     /// One occurrence closed with candidates left (the `missed` window-edge verdict).
     pub fn window_missed(&self, pool: &str) {
         self.window_missed.with_label_values(&[pool]).inc();
@@ -424,6 +450,7 @@ impl Telemetry {
             let _ = self.completed.remove_label_values(&[pool, outcome.as_str()]);
         }
         let _ = self.forceful_fallback.remove_label_values(&[pool]);
+        let _ = self.nothing_to_reserve.remove_label_values(&[pool]);
         let _ = self.window_missed.remove_label_values(&[pool]);
         for phase in Phase::ALL {
             let _ = self.duration.remove_label_values(&[pool, phase.as_str()]);
@@ -448,6 +475,10 @@ impl Telemetry {
 
     pub fn forceful_fallback_count(&self, pool: &str) -> u64 {
         self.counter(FORCEFUL_FALLBACK_TOTAL, &[(POOL, pool)])
+    }
+
+    pub fn nothing_to_reserve_count(&self, pool: &str) -> u64 {
+        self.counter(NOTHING_TO_RESERVE_TOTAL, &[(POOL, pool)])
     }
 
     pub fn window_missed_count(&self, pool: &str) -> u64 {
@@ -657,6 +688,7 @@ mod tests {
         t.set_pool_gauges("general", &full());
         t.completed("general", Outcome::Success);
         t.forceful_fallback("general");
+        t.nothing_to_reserve("general");
         t.window_missed("general");
         t.duration("general", Phase::Drain, 42.0);
         let text = t.render();
@@ -681,6 +713,7 @@ mod tests {
             "noderotation_nearest_deadline_timestamp",
             "noderotation_completed_total",
             "noderotation_forceful_fallback_total",
+            "noderotation_nothing_to_reserve_total",
             "noderotation_window_missed_total",
             "noderotation_duration_seconds",
         ];
@@ -717,6 +750,8 @@ mod tests {
         t.window_missed("a");
         assert_eq!(t.forceful_fallback_count("a"), 1);
         assert_eq!(t.window_missed_count("a"), 2);
+        t.nothing_to_reserve("a");
+        assert_eq!(t.nothing_to_reserve_count("a"), 1);
         t.duration("a", Phase::SurgeWait, 240.0);
         t.duration("a", Phase::SurgeWait, -3.0);
         t.duration("a", Phase::SurgeWait, f64::NAN);
@@ -764,6 +799,7 @@ mod tests {
                 t.completed(pool, o);
             }
             t.forceful_fallback(pool);
+            t.nothing_to_reserve(pool);
             t.window_missed(pool);
             for ph in Phase::ALL {
                 t.duration(pool, ph, 60.0);

@@ -96,7 +96,7 @@ echo "SBOM: $(tests/image/sbom.sh "$harness_bin/syft" target/noderotation.spdx.j
 
 # ---- Deterministic simulation ---------------------------------------------------------------
 # 300 seeds x 2 virtual weeks of the built-in fleet with every fault on (crashes, leader changes,
-# conflicts, transient errors, cache lag, lost/late wake-ups, stuck drains, ...), invariants 1-8
+# conflicts, transient errors, cache lag, lost/late wake-ups, stuck drains, ...), invariants I1-I21
 # checked after every step, on the release binary; then short sweeps of the other scenarios
 # (operator script, shortage, forceful batch, tight race, the full-stack fleet) for rule coverage. A violation
 # prints its seed, the invariant, a trace and the one command that replays it.
@@ -113,6 +113,12 @@ sweeps() {
   # flight), over its own 24 minutes (~35 s).
   target/release/noderotation simulate --seeds 200 --faults \
     --scenario deploy/examples/scenarios/fleet-compressed.yaml
+  # One slot refused (a placeholder admission rejects, a pod list that times out) beside two
+  # healthy ones, over its own 2 hours (invariant I21, ~7 s); nodes with nothing to reserve (~15 s).
+  target/release/noderotation simulate --seeds 100 --faults \
+    --scenario deploy/examples/scenarios/one-slot-rejected.yaml
+  target/release/noderotation simulate --seeds 10 --weeks 2 --faults \
+    --scenario deploy/examples/scenarios/nothing-to-reserve.yaml
   # The figures the docs promise for big pools and `ageThreshold: windows` (docs/big-pools.md):
   # one seed, 8 weeks each, checked on the summary table (~45 s). The condition reads f (forced
   # expiries under noderotation), w (% of replacements inside windows), l (mean lifetime used, %),

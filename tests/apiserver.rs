@@ -2111,7 +2111,8 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
     // placeholders below are admitted under `restricted`.
     let _ = env.kubectl(&["create", "namespace", ns]);
     // A short cooldown: the second rotation starts soon after the first, once the test has put
-    // a workload on the surge node (an empty node is refused a placeholder).
+    // a workload on the surge node (an empty node has nothing to reserve: it would be rotated
+    // without a surge, and the test follows a surge).
     let surge = json!({"readyTimeout": "10m", "cooldownAfter": "20s", "retryBackoff": "30m"});
     let mut fx = Rotation::without_policy(&env, "helm-rot").await?;
     fx.ns = ns.to_string();

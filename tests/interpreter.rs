@@ -194,6 +194,7 @@ impl Facts for Toy {
                 Value::Int(i64::from(self.view.pool.contains_key(&Key::ActiveRotation)))
             }
             Pred::Lanes => Value::Int(1),
+            Pred::StuckDrains => Value::Int(0),
             Pred::Latest => {
                 let times: Vec<DateTime<Utc>> = args.iter().filter_map(Value::as_time).collect();
                 times.into_iter().max().map(Value::Time).unwrap_or(Value::Nil)
@@ -217,9 +218,9 @@ impl Host for Toy {
         // `match`: the stored copy must still read as the values the pass evaluated.
         let matches = |ann: &BTreeMap<Key, String>| {
             a.match_.iter().all(|(k, want)| {
-                let have = ann
-                    .get(k)
-                    .map_or(Value::Nil, |raw| noderotation::engine::value_of_annotation(*k, raw));
+                let have = ann.get(k).map_or(Value::Nil, |raw| {
+                    noderotation::engine::value_of_annotation(*k, raw, Some(self.now))
+                });
                 noderotation::engine::same_value(&have, want)
             })
         };

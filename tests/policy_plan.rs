@@ -545,6 +545,21 @@ fn plan_shows_what_max_unavailable_auto_uses_and_why() {
     ] {
         assert!(run.stdout.contains(text), "{text:?} in\n{}", run.stdout);
     }
+    // More than 100 needed: auto stops at 100 whatever the limit, and no limit is the fix.
+    let all = policy_file("auto-all.yaml", |t| {
+        t.replace("maxUnavailable: 1", "maxUnavailable: auto\n    maxUnavailableLimit: \"100%\"")
+    });
+    let run = plan(&all, "2000", "human");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for text in [
+        "100 (auto)       auto: 135 needed for 2000 nodes, capped at maxUnavailableLimit 100% \
+         (100): too few, and more than auto ever uses (100): lengthen or add maintenance windows, \
+         or split the pool",
+        "it needs 135 rotations at once, more than surge.maxUnavailable allows (100)",
+        "fix: lengthen or add maintenance windows, lower surge.cooldownAfter",
+    ] {
+        assert!(run.stdout.contains(text), "{text:?} in\n{}", run.stdout);
+    }
 }
 
 /// A hostile manifest in a scratch file: `plan` must refuse it with exit 1 and a message that

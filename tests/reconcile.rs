@@ -701,6 +701,37 @@ fn window_edge_verdicts_stamp_defer_settle_and_miss_once() {
     assert_eq!(fx.announced("emit:window_missed"), 1);
 }
 
+/// A stuck drain (past tGP + buffer) does not defer the window's verdict: it cannot finish in
+/// time, and deferring carried the stamp into every later occurrence, so no WindowMissed was
+/// raised for as long as the drain hung.
+#[test]
+fn a_stuck_drain_does_not_silence_window_missed() {
+    let windows = r#"[{timezone: UTC, days: [Sat], start: "02:00", end: "04:00"}]"#;
+    let mut fx = Fx::with(policy_yaml("", Some(windows)), pool_yaml(""));
+    fx.claim("c1", Duration::days(10)).claim("c2", Duration::days(10));
+    fx.pass(); // Sat 03:00: in window
+    fx.advance(Duration::minutes(5));
+    fx.provision_surge("c1", "s1");
+    fx.pass(); // 03:05: c1 draining; its drain never ends (a volume that does not detach)
+    assert!(fx.deleting("c1"));
+    fx.advance(Duration::minutes(56)); // 04:01: closed, the drain not stuck yet
+    fx.pass();
+    assert!(fx.pool_ann(Key::WindowOpenedAt).is_some(), "deferred: c1 can still finish");
+    fx.advance(Duration::minutes(69)); // 05:10: stuck since 04:07 (tGP 1h + buffer 2m)
+    fx.pass();
+    assert_eq!(fx.events("DrainStuck"), 1);
+    assert_eq!(fx.announced("emit:window_missed"), 1, "c2 was left: missed");
+    assert_eq!(fx.events("WindowMissed"), 1);
+    assert!(fx.pool_ann(Key::WindowOpenedAt).is_none());
+    // The next occurrence is stamped and judged on its own.
+    fx.advance(Duration::days(7) - Duration::hours(2) - Duration::minutes(40)); // Sat 02:30
+    fx.pass();
+    assert!(fx.pool_ann(Key::WindowOpenedAt).is_some(), "stamped again");
+    fx.advance(Duration::minutes(91)); // 04:01
+    fx.pass();
+    assert_eq!(fx.announced("emit:window_missed"), 2);
+}
+
 #[test]
 fn insufficient_headroom_is_warned_once_per_distinct_shortfall() {
     let mut fx = Fx::with(policy_yaml("", None), pool_yaml("  limits: {cpu: \"10\"}"));
@@ -907,15 +938,112 @@ fn completion_already_released_by_another_pass_announces_nothing() {
     assert_eq!(fx.announced("emit:expired"), 0);
 }
 
+/// A pod that requests nothing (BestEffort), owned like the workload.
+fn best_effort_pod(name: &str, node: &str) -> k8s_openapi::api::core::v1::Pod {
+    let mut pod = workload_pod(name, node);
+    if let Some(spec) = pod.spec.as_mut() {
+        for c in &mut spec.containers {
+            c.resources = None;
+        }
+    }
+    pod
+}
+
+/// A node whose pods to reschedule request nothing (BestEffort) has no capacity to reserve: it
+/// is rotated inside the window without a surge, marked and announced as such (not as the
+/// forceful fallback), and completes as a success; it never counts as a failure nor pauses the
+/// pool.
 #[test]
-fn a_placeholder_that_would_request_nothing_is_refused_and_rolled_back() {
+fn a_node_with_nothing_to_reserve_is_rotated_without_a_surge() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.world.apply_pod(best_effort_pod("web-c1", "node-c1")).expect("BestEffort pod");
+    fx.pass();
+    assert!(fx.placeholder("c1").is_none(), "nothing to reserve: no placeholder");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+    assert!(fx.deleting("c1"), "deleted inside the window, without a surge");
+    assert_eq!(fx.pool_ann(Key::RotationMode).as_deref(), Some("nothing-to-reserve"));
+    assert_eq!(fx.pool_ann(Key::ActiveRotationState).as_deref(), Some("draining"));
+    assert!(fx.pool_ann(Key::DrainingAt).is_some());
+    assert_eq!(fx.events("NothingToReserve"), 1);
+    assert_eq!(fx.announced("emit:nothing_to_reserve"), 1);
+    assert_eq!(fx.ctl.telemetry().nothing_to_reserve_count(POOL), 1);
+    for other in ["SurgeClampRefused", "ForcefulFallback", "RotationFailed"] {
+        assert_eq!(fx.events(other), 0, "{other}");
+    }
+    assert_eq!(fx.announced("emit:forceful_fallback"), 0);
+    fx.pass();
+    assert_eq!(fx.events("NothingToReserve"), 1, "announced once");
+    fx.finalize("c1");
+    fx.pass();
+    assert_eq!(fx.announced("emit:success"), 1);
+    assert_eq!(fx.announced("emit:failure"), 0);
+    assert!(fx.pool_ann(Key::LastFailureAt).is_none(), "no failure pause");
+    assert!(fx.pool_ann(Key::LastRotationAt).is_some(), "a success: the cooldown applies");
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none());
+    assert!(fx.pool_ann(Key::RotationMode).is_none(), "cleared with the anchor");
+}
+
+/// A node with no pods to reschedule at all is the same case.
+#[test]
+fn an_empty_node_is_rotated_without_a_surge() {
     let mut fx = Fx::new();
     fx.claim("c1", Duration::days(10));
     fx.world.delete_now(&noderotation::cluster::ObjectRef::pod("apps", "web-c1"));
     fx.pass();
     assert!(fx.placeholder("c1").is_none());
+    assert!(fx.deleting("c1"));
+    assert_eq!(fx.events("NothingToReserve"), 1);
+    assert_eq!(fx.announced("emit:failure"), 0);
+}
+
+/// The surge-less path's first write loses (the anchor went since the pass read the pool, a hand
+/// edit): the pass owns nothing more, marks nothing and deletes nothing.
+#[test]
+fn a_node_with_nothing_to_reserve_whose_anchor_went_is_not_deleted() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.world.apply_pod(best_effort_pod("web-c1", "node-c1")).expect("BestEffort pod");
+    let hook = fx.intercept();
+    let world = fx.world.clone();
+    hook.before_write(
+        |w| w.contains("rotation-mode=nothing-to-reserve"),
+        move || {
+            world.update_pool(POOL, |p| {
+                if let Some(a) = p.metadata.annotations.as_mut() {
+                    a.remove(Key::ActiveRotation.full());
+                }
+            });
+        },
+    );
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(!fx.deleting("c1"), "no anchor, no delete");
+    assert!(fx.pool_ann(Key::RotationMode).is_none());
+    assert_eq!(fx.events("NothingToReserve"), 0);
+}
+
+/// The pods request something but the DaemonSets fill the node: the clamp lowers every request
+/// to 0, the placeholder is refused and the attempt rolls back, as §3.3 says.
+#[test]
+fn a_placeholder_the_clamp_lowers_to_nothing_is_refused_and_rolled_back() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    let ds: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "ds-c1", "namespace": "kube-system",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "ds", "controller": true}]},
+        "spec": {"nodeName": "node-c1", "containers": [{"name": "agent", "image": "agent",
+            "resources": {"requests": {"cpu": "4", "memory": "16Gi"}}}]},
+        "status": {"phase": "Running"}
+    }))
+    .expect("DaemonSet pod");
+    fx.world.apply_pod(ds).expect("DaemonSet pod");
+    fx.pass();
+    assert!(fx.placeholder("c1").is_none());
     assert_eq!(fx.events("SurgeClampRefused"), 1);
+    assert_eq!(fx.events("NothingToReserve"), 0);
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert!(!fx.deleting("c1"));
     assert_eq!(fx.announced("emit:failure"), 1);
     // The failure says what happened: nothing waited for readyTimeout.
     let failed = fx.event_messages("RotationFailed");
@@ -1102,6 +1230,7 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("earliest_deadline", earliest_deadline_first_with_mixed_expire_after),
     ("freeze", freeze_holds_a_pending_rotation_but_readytimeout_still_rolls_it_back),
     ("window_edge", window_edge_verdicts_stamp_defer_settle_and_miss_once),
+    ("window_stuck_drain", a_stuck_drain_does_not_silence_window_missed),
     ("headroom", insufficient_headroom_is_warned_once_per_distinct_shortfall),
     ("forceful_fallback", forceful_fallback_only_when_enabled_and_too_close_to_the_deadline),
     ("conflicts", conflicting_writes_are_retried_and_announced_exactly_once),
@@ -1117,8 +1246,17 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("anchor_lost", a_start_whose_anchor_write_loses_does_nothing),
     ("expired_cleanup", an_expired_claim_still_anchored_is_cleaned_up_without_announcing),
     ("complete_unowned", completion_already_released_by_another_pass_announces_nothing),
-    ("placeholder_refused", a_placeholder_that_would_request_nothing_is_refused_and_rolled_back),
+    ("placeholder_refused", a_placeholder_the_clamp_lowers_to_nothing_is_refused_and_rolled_back),
     ("placeholder_class_unsafe", no_placeholder_is_created_while_its_priority_class_is_unsafe),
+    ("nothing_to_reserve", a_node_with_nothing_to_reserve_is_rotated_without_a_surge),
+    ("retry_lanes", a_retry_from_failed_rechecks_the_lane_limit),
+    (
+        "future_started_at",
+        a_started_at_in_the_future_is_warned_and_restamped_so_ready_timeout_comes,
+    ),
+    ("future_failed_at", a_failed_at_in_the_future_is_warned_and_not_obeyed),
+    ("nothing_to_reserve_empty", an_empty_node_is_rotated_without_a_surge),
+    ("nothing_to_reserve_lost", a_node_with_nothing_to_reserve_whose_anchor_went_is_not_deleted),
     ("expiry_unowned", force_expiry_of_a_finalized_claim_seen_through_a_stale_cache_owns_nothing),
     ("drain_stuck", a_drain_past_tgp_plus_buffer_is_reported_stuck_and_keeps_the_gate),
     ("failed_expired", a_failed_claim_still_anchored_and_force_expired_is_claimed_once),
@@ -1542,10 +1680,14 @@ fn an_unknown_state_on_an_unanchored_claim_reads_as_none_and_is_rotated() {
 
 #[test]
 fn an_unreadable_gate_stamp_is_warned_once_and_restamped_so_the_gate_reopens() {
-    for key in [Key::LastRotationAt, Key::LastFailureAt] {
+    // A stamp in the future is invalid too, not obeyed: obeyed, 2099 closed the gate until 2099.
+    let cases = [Key::LastRotationAt, Key::LastFailureAt]
+        .into_iter()
+        .flat_map(|key| [(key, "last tuesday"), (key, "2099-01-01T00:00:00Z")]);
+    for (key, bad) in cases {
         let mut fx = Fx::new();
         fx.claim("c1", Duration::days(10));
-        fx.set_pool_ann(key, Some("last tuesday"));
+        fx.set_pool_ann(key, Some(bad));
         let now = fx.clock.now();
         fx.pass();
         assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "{key:?}: the gate holds");
@@ -1553,8 +1695,11 @@ fn an_unreadable_gate_stamp_is_warned_once_and_restamped_so_the_gate_reopens() {
         let stamped = chrono::DateTime::parse_from_rfc3339(&stamped).expect("RFC3339");
         assert_eq!(stamped, now, "{key:?} re-stamped with now");
         assert_eq!(fx.events("InvalidGateStamp"), 1, "{key:?}");
+        let why = if bad.starts_with("2099") { "in the future" } else { "not an RFC3339 time" };
         assert!(
-            fx.event_messages("InvalidGateStamp").iter().all(|m| m.contains(key.full())),
+            fx.event_messages("InvalidGateStamp")
+                .iter()
+                .all(|m| m.contains(key.full()) && m.contains(why)),
             "{:?}",
             fx.event_messages("InvalidGateStamp")
         );
@@ -1566,6 +1711,68 @@ fn an_unreadable_gate_stamp_is_warned_once_and_restamped_so_the_gate_reopens() {
         fx.pass();
         assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "{key:?}: reopened");
     }
+}
+
+/// A gate stamp a little ahead of now (another replica's clock, within the skew tolerance) is a
+/// stamp like any other: obeyed as written, nothing warned.
+#[test]
+fn a_gate_stamp_within_the_clock_skew_tolerance_is_obeyed() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.set_pool_ann(Key::LastRotationAt, Some("2026-11-28T03:01:00Z"));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "the cooldown runs from the stamp");
+    assert_eq!(fx.pool_ann(Key::LastRotationAt).as_deref(), Some("2026-11-28T03:01:00Z"));
+    assert_eq!(fx.events("InvalidGateStamp"), 0);
+}
+
+/// A `started-at` in the future never let readyTimeout come: the pending rotation (its
+/// placeholder never ready) held its slot, its frozen node and its cordon for good. It is
+/// warned about and re-stamped with now, and the rollback comes readyTimeout later.
+#[test]
+fn a_started_at_in_the_future_is_warned_and_restamped_so_ready_timeout_comes() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.set_claim_ann("c1", Key::StartedAt, Some("2099-01-01T00:00:00Z"));
+    fx.advance(Duration::minutes(1));
+    fx.pass();
+    let warned = fx.event_messages("InvalidStamp");
+    assert_eq!(warned.len(), 1);
+    assert!(warned[0].contains("started-at") && warned[0].contains("in the future"), "{warned:?}");
+    assert_eq!(fx.claim_ann("c1", Key::StartedAt).as_deref(), Some("2026-11-28T03:01:00Z"));
+    fx.advance(Duration::minutes(16));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "readyTimeout came");
+}
+
+/// A `failed-at` in the future is no backoff: the claim is picked and retried (obeyed, it backed
+/// off until 2099), and warned about. A release never carries it onto the pool's
+/// `last-failure-at`, which would have paused every start of the pool until then.
+#[test]
+fn a_failed_at_in_the_future_is_warned_and_not_obeyed() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.set_claim_ann("c1", Key::State, Some("failed"));
+    fx.set_claim_ann("c1", Key::FailedAt, Some("2099-01-01T00:00:00Z"));
+    fx.set_claim_ann("c1", Key::RetryCount, Some("1"));
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "picked: no backoff");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"), "retried");
+    let warned = fx.event_messages("InvalidStamp");
+    assert_eq!(warned.len(), 1);
+    assert!(warned[0].contains("failed-at") && warned[0].contains("in the future"), "{warned:?}");
+
+    // Anchored and failed with the start gates closed (frozen): released, and the pool's
+    // failure pause is not stamped with 2099.
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.set_claim_ann("c1", Key::State, Some("failed"));
+    fx.set_claim_ann("c1", Key::StartedAt, None);
+    fx.set_claim_ann("c1", Key::FailedAt, Some("2099-01-01T00:00:00Z"));
+    fx.set_pool_ann(Key::Freeze, Some("2026-11-28T05:00:00Z"));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "released while frozen");
+    assert_eq!(fx.pool_ann(Key::LastFailureAt), None, "2099 is not carried onto the pool");
 }
 
 #[test]
@@ -1789,9 +1996,9 @@ fn a_rollback_unfreezes_the_surge_host_the_cache_does_not_show_frozen() {
     assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "host frozen");
     assert_eq!(fx.claim_ann("c1", Key::SurgeClaim).as_deref(), Some("s1"));
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
-    // Preempted placeholder, drained old node.
+    // Preempted placeholder, and readyTimeout passes.
     fx.world.delete_now(&ObjectRef::pod(NS, noderotation::placeholder::placeholder_name("c1")));
-    fx.world.delete_now(&ObjectRef::pod("apps", "web-c1"));
+    fx.advance(Duration::minutes(16));
     let hook = fx.intercept();
     hook.stale_cache(|view| {
         if let Some(n) = view.nodes.get_mut("node-s1") {
@@ -2464,6 +2671,98 @@ fn three_rotations_of_one_pool_run_at_once_each_in_its_own_slot() {
     fx.pass();
     assert_eq!(fx.claim_ann("c4", Key::State).as_deref(), Some("pending"));
     assert_eq!(fx.ctl.telemetry().completed_count(POOL, Outcome::Success), 3);
+}
+
+/// A retry from `failed` is a new attempt, so it re-checks the lane limit: maxUnavailable lowered
+/// from 3 to 2 while three rotations are in flight, the failed one releases its slot instead of
+/// starting again (the pool would otherwise keep three in flight).
+#[test]
+fn a_retry_from_failed_rechecks_the_lane_limit() {
+    let mut fx = three_lanes();
+    for (i, c) in ["c1", "c2", "c3"].iter().enumerate() {
+        fx.claim(c, Duration::days(10) - Duration::minutes(i as i64));
+    }
+    for _ in 0..3 {
+        fx.pass();
+    }
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 2).as_deref(), Some("c3"));
+    // c3's attempt failed an hour ago, its backoff is over; maxUnavailable goes down to 2.
+    fx.set_claim_ann("c3", Key::State, Some("failed"));
+    fx.set_claim_ann("c3", Key::FailedAt, Some("2026-11-28T02:00:00Z"));
+    fx.set_claim_ann("c3", Key::StartedAt, None);
+    fx.world
+        .update_policy("rotate-a", |p| {
+            p.spec.surge.max_unavailable =
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2);
+        })
+        .expect("policy");
+    fx.pass();
+    assert_eq!(fx.claim_ann("c3", Key::State).as_deref(), Some("failed"), "no third attempt");
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 2), None, "its slot is released");
+    for c in ["c1", "c2"] {
+        assert_eq!(fx.claim_ann(c, Key::State).as_deref(), Some("pending"), "{c} goes on");
+    }
+    // Within the lanes, a retry goes ahead as before.
+    fx.set_claim_ann("c2", Key::State, Some("failed"));
+    fx.set_claim_ann("c2", Key::FailedAt, Some("2026-11-28T02:00:00Z"));
+    fx.set_claim_ann("c2", Key::StartedAt, None);
+    fx.set_pool_ann(Key::LastFailureAt, None);
+    fx.pass();
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("pending"), "retried");
+}
+
+/// A pass over a pool whose slots it ran, the error of the slots that failed (if any).
+fn pass_reporting(fx: &mut Fx) -> Option<noderotation::reconcile::ReconcileError> {
+    fx.client.flush_cache();
+    fx.ctl.reconcile_pool(POOL).err()
+}
+
+/// One slot's persistent error is not the pool's: admission rejects c1's placeholder on every
+/// create and the list of the pods on c2's node times out on every call, while the pool's other
+/// rotations start, escalate, complete and roll back in the same passes; each failed slot is
+/// reported after the others ran, with the earliest requeue they asked for.
+#[test]
+fn one_slots_persistent_error_holds_back_no_other_slot() {
+    use noderotation::cluster::memory::Rejected;
+    let mut fx = three_lanes();
+    for (i, c) in ["c1", "c2", "c3", "c4"].iter().enumerate() {
+        fx.claim(c, Duration::days(10) - Duration::minutes(i as i64));
+    }
+    fx.world.reject_placeholder(Rejected::Claim("c1".into()), "exceeded quota: placeholders");
+    fx.world.time_out_pod_list("node-c2", true);
+    // Pass 1 starts c1 (slot 0): rejected.
+    let err = pass_reporting(&mut fx).expect("c1's placeholder is rejected");
+    assert!(err.to_string().contains("forbidden"), "{err}");
+    // Pass 2: slot 0 fails again; the free slot starts c2, whose pod list times out.
+    let err = pass_reporting(&mut fx).expect("both fail");
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 1).as_deref(), Some("c2"), "{err}");
+    assert!(err.to_string().contains("rotation slot 0") && err.to_string().contains("slot 1"));
+    // Pass 3: slots 0 and 1 fail; slot 2 starts c3 and creates its placeholder.
+    let err = pass_reporting(&mut fx).expect("two slots fail");
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 2).as_deref(), Some("c3"));
+    assert!(fx.placeholder("c3").is_some(), "c3's own placeholder");
+    assert_eq!(err.requeue(), Some(Duration::seconds(30)), "c3's run asked for 30s: {err}");
+    assert!(fx.placeholder("c1").is_none() && fx.placeholder("c2").is_none());
+    // c3's surge is ready: it escalates while slots 0 and 1 still fail.
+    fx.advance(Duration::minutes(2));
+    fx.provision_surge("c3", "s3");
+    pass_reporting(&mut fx).expect("slots 0 and 1 still fail");
+    assert_eq!(fx.claim_ann("c3", Key::State).as_deref(), Some("draining"));
+    assert!(fx.deleting("c3"));
+    // Its drain ends: the completion is announced in a pass whose other slots fail.
+    fx.finalize("c3");
+    pass_reporting(&mut fx).expect("slots 0 and 1 still fail");
+    assert_eq!(fx.announced("emit:success"), 1);
+    assert_eq!(slot_ann(&fx, Key::ActiveRotation, 2), None, "c3's slot is free");
+    // readyTimeout: both refused rotations roll back in one pass, each in its own slot.
+    fx.advance(Duration::minutes(14));
+    let last = pass_reporting(&mut fx);
+    assert!(last.is_none(), "{last:?}");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("failed"));
+    assert_eq!(fx.announced("emit:failure"), 2);
+    let failed = fx.event_messages("RotationFailed");
+    assert!(failed.iter().any(|m| m.contains("rejected") && m.contains("forbidden")), "{failed:?}");
 }
 
 /// Two rotations of a three-lane pool are pending; c1's placeholder runs on node-s1 (claim s1)

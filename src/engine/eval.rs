@@ -33,7 +33,11 @@ fn value(e: &Ir, facts: &dyn Facts, outcomes: &Outcomes) -> Result<Value, String
         },
         Ir::Annotation(obj, k) => match value(obj, facts, outcomes)? {
             Value::Object(o) => {
-                facts.annotation(&o, *k).map(|raw| parse_annotation(*k, &raw)).unwrap_or(Value::Nil)
+                let now = facts.root(Root::Now).as_time();
+                facts
+                    .annotation(&o, *k)
+                    .map(|raw| parse_annotation(*k, &raw, now))
+                    .unwrap_or(Value::Nil)
             }
             _ => Value::Nil,
         },
@@ -114,11 +118,15 @@ fn arith(op: BinOp, l: &Value, r: &Value) -> Result<Value, String> {
     })
 }
 
-/// Reads an annotation by the type the reference declares; unreadable values are nil.
-pub fn parse_annotation(key: Key, raw: &str) -> Value {
+/// Reads an annotation by the type the reference declares; unreadable values are nil, and so is
+/// a stamp later than `now` beyond the clock-skew tolerance (`None`: no check).
+pub fn parse_annotation(key: Key, raw: &str, now: Option<DateTime<chrono::Utc>>) -> Value {
+    let time = || DateTime::parse_from_rfc3339(raw).map(|t| t.with_timezone(&chrono::Utc)).ok();
     match key.value_type() {
-        KeyType::Time => DateTime::parse_from_rfc3339(raw)
-            .map(|t| Value::Time(t.with_timezone(&chrono::Utc)))
+        KeyType::Time => time().map(Value::Time).unwrap_or(Value::Nil),
+        KeyType::Stamp => time()
+            .filter(|t| now.is_none_or(|now| !crate::policy::derive::in_the_future(*t, now)))
+            .map(Value::Time)
             .unwrap_or(Value::Nil),
         KeyType::Duration => {
             crate::policy::duration::parse(raw).map(Value::Duration).unwrap_or(Value::Nil)

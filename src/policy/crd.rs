@@ -29,13 +29,19 @@ pub const AGE_THRESHOLD_PATTERN: &str =
 /// A percentage of a pool's nodes for `maxUnavailable`: `1%` to `100%`, no leading zero.
 pub const PERCENT_PATTERN: &str = "^([1-9][0-9]?|100)%$";
 
+/// The most rotations one pool may have in flight (`maxUnavailable`, `maxUnavailableLimit`, what
+/// a percentage resolves to and what `auto` chooses): each one holds a set of per-slot annotations
+/// on the NodePool, and at this bound they stay well under the API server's 256 KiB limit on an
+/// object's annotations (docs/decisions/parallel-rotations.md: at most about 85 KiB).
+pub const MAX_UNAVAILABLE: u32 = 100;
+
 /// What `maxUnavailableLimit` admits, in the words of the CRD rule and the local validation.
-pub const INT_OR_PERCENT_ADMITS: &str = "an integer of at least 1 or a percentage of the pool's nodes from 1% to 100% (for example \
-     2 or \"10%\")";
+pub const INT_OR_PERCENT_ADMITS: &str = "an integer from 1 to 100 or a percentage of the pool's nodes from 1% to 100% (for example \
+     2 or \"10%\"; a percentage resolves to at most 100)";
 
 /// What `maxUnavailable` admits, in the words of the CRD rule and the local validation.
-pub const MAX_UNAVAILABLE_ADMITS: &str = "auto, an integer of at least 1 or a percentage of the pool's nodes from 1% to 100% (for \
-     example auto, 2 or \"10%\")";
+pub const MAX_UNAVAILABLE_ADMITS: &str = "auto, an integer from 1 to 100 or a percentage of the pool's nodes from 1% to 100% (for \
+     example auto, 2 or \"10%\"; a percentage resolves to at most 100)";
 
 /// 24-hour `HH:MM`.
 pub const HHMM_PATTERN: &str = "^([01][0-9]|2[0-3]):[0-5][0-9]$";
@@ -218,22 +224,24 @@ pub struct MaintenanceWindow {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Surge {
-    /// Nodes of one NodePool replaced at the same time: an integer of at least 1, a
-    /// percentage of the pool's nodes from 1% to 100% (`"10%"`, rounded up, at least 1), or
-    /// `auto`: the fewest that keep every node's minRotationChances windows for the pool's
-    /// current size (what `noderotation plan` advises), at most maxUnavailableLimit, recomputed
-    /// as the pool grows or shrinks. Each rotation in flight has its own surge placeholder and
-    /// surge node; they start earliest deadline first, each waits cooldownAfter after its own
-    /// completion, a failure pauses new starts of the whole pool (failurePause), and
-    /// spec.limits must have room for all their surge nodes together. Default 1.
+    /// Nodes of one NodePool replaced at the same time: an integer from 1 to 100, a percentage
+    /// of the pool's nodes from 1% to 100% (`"10%"`, rounded up, at least 1, at most 100: every
+    /// rotation in flight keeps its state in annotations of the NodePool), or `auto`: the fewest
+    /// that keep every node's minRotationChances windows for the pool's current size (what
+    /// `noderotation plan` advises), at most maxUnavailableLimit, recomputed as the pool grows or
+    /// shrinks. Each rotation in flight has its own surge placeholder and surge node; they start
+    /// earliest deadline first, each waits cooldownAfter after its own completion, a failure
+    /// pauses new starts of the whole pool (failurePause), and spec.limits must have room for all
+    /// their surge nodes together. Default 1.
     #[serde(default = "default_max_unavailable", deserialize_with = "max_unavailable_or_default")]
     #[schemars(schema_with = "max_unavailable_schema")]
     pub max_unavailable: IntOrString,
 
-    /// With maxUnavailable `auto`, the most rotations in flight it may use: an integer of at
-    /// least 1 or a percentage of the pool's nodes from 1% to 100% (rounded up, at least 1).
-    /// When the pool needs more, the ThroughputBelowArrival warning says which limit would do.
-    /// Ignored unless maxUnavailable is auto. Default "10%".
+    /// With maxUnavailable `auto`, the most rotations in flight it may use: an integer from 1
+    /// to 100 or a percentage of the pool's nodes from 1% to 100% (rounded up, at least 1, at
+    /// most 100: auto never chooses more than 100). When the pool needs more, the
+    /// ThroughputBelowArrival warning says which limit would do. Ignored unless maxUnavailable
+    /// is auto. Default "10%".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "max_unavailable_limit_schema")]
     pub max_unavailable_limit: Option<IntOrString>,
@@ -511,15 +519,16 @@ fn age_threshold_rule() -> Rule {
     .reason(Reason::FieldValueInvalid)
 }
 
-/// `maxUnavailable`: Kubernetes' int-or-string, an integer of at least 1, a percentage from 1%
-/// to 100% or `auto`, checked by one CEL rule so that each bad value gets one message saying
-/// what to write.
+/// `maxUnavailable`: Kubernetes' int-or-string, an integer from 1 to [`MAX_UNAVAILABLE`], a
+/// percentage from 1% to 100% or `auto`, checked by one CEL rule so that each bad value gets one
+/// message saying what to write.
 fn max_unavailable_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "x-kubernetes-int-or-string": true,
         "x-kubernetes-validations": [serde_json::json!({
             "rule": format!(
-                "type(self) == int ? self >= 1 : (self == 'auto' || self.matches('{PERCENT_PATTERN}'))"
+                "type(self) == int ? self >= 1 && self <= {MAX_UNAVAILABLE} : (self == 'auto' || \
+                 self.matches('{PERCENT_PATTERN}'))"
             ),
             "message": format!("maxUnavailable must be {MAX_UNAVAILABLE_ADMITS}"),
             "reason": "FieldValueInvalid"
@@ -527,12 +536,15 @@ fn max_unavailable_schema(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// `maxUnavailableLimit`: an integer of at least 1 or a percentage from 1% to 100%.
+/// `maxUnavailableLimit`: an integer from 1 to [`MAX_UNAVAILABLE`] or a percentage from 1% to
+/// 100%.
 fn max_unavailable_limit_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "x-kubernetes-int-or-string": true,
         "x-kubernetes-validations": [serde_json::json!({
-            "rule": format!("type(self) == int ? self >= 1 : self.matches('{PERCENT_PATTERN}')"),
+            "rule": format!(
+                "type(self) == int ? self >= 1 && self <= {MAX_UNAVAILABLE} : self.matches('{PERCENT_PATTERN}')"
+            ),
             "message": format!("maxUnavailableLimit must be {INT_OR_PERCENT_ADMITS}"),
             "reason": "FieldValueInvalid"
         })]
@@ -767,30 +779,39 @@ mod tests {
         assert_eq!(
             rule["rule"].as_str(),
             Some(
-                "type(self) == int ? self >= 1 : (self == 'auto' || \
+                "type(self) == int ? self >= 1 && self <= 100 : (self == 'auto' || \
                  self.matches('^([1-9][0-9]?|100)%$'))"
             )
         );
         let message = rule["message"].as_str().unwrap_or_default();
-        assert!(message.contains("at least 1") && message.contains("1% to 100%"), "{message}");
+        assert!(message.contains("from 1 to 100") && message.contains("1% to 100%"), "{message}");
         assert!(message.starts_with("maxUnavailable must be auto, "), "{message}");
         let limit = rule_of("maxUnavailableLimit");
         assert_eq!(
             limit["rule"].as_str(),
-            Some("type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')")
+            Some(
+                "type(self) == int ? self >= 1 && self <= 100 : self.matches('^([1-9][0-9]?|100)%$')"
+            )
         );
         let message = limit["message"].as_str().unwrap_or_default();
         assert!(message.starts_with("maxUnavailableLimit must be an integer"), "{message}");
+        assert!(message.contains("from 1 to 100") && message.contains("1% to 100%"), "{message}");
+        // The integer bounds, the same for the value, for the limit beside auto and in the rules.
+        let auto = IntOrString::String("auto".into());
+        for (n, ok) in [(0, false), (1, true), (100, true), (101, false), (-1, false)] {
+            let n = IntOrString::Int(n);
+            assert_eq!(MaxUnavailable::parse(&n, None).is_ok(), ok, "{n:?}");
+            assert_eq!(MaxUnavailable::parse(&auto, Some(&n)).is_ok(), ok, "limit {n:?}");
+        }
         let pattern = regex::Regex::new(PERCENT_PATTERN).unwrap_or_else(|e| panic!("{e}"));
         for text in ["1%", "10%", "99%", "100%", "0%", "150%", "101%", "05%", "abc", "2", "%", ""] {
             let value = IntOrString::String(text.into());
             let local = IntOrPercent::parse(&value, "").is_ok();
             assert_eq!(pattern.is_match(text), local, "{text:?}");
             assert_eq!(MaxUnavailable::parse(&value, None).is_ok(), local, "{text:?}");
-            let as_limit = MaxUnavailable::parse(&IntOrString::String("auto".into()), Some(&value));
+            let as_limit = MaxUnavailable::parse(&auto, Some(&value));
             assert_eq!(as_limit.is_ok(), local, "limit {text:?}");
         }
-        let auto = IntOrString::String("auto".into());
         assert!(MaxUnavailable::parse(&auto, None).is_ok());
         assert!(MaxUnavailable::parse(&auto, Some(&auto)).is_err(), "a limit is a number");
         let yaml = |v: &str| serde_norway::from_str::<Surge>(&format!("maxUnavailable: {v}"));

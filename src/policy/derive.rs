@@ -105,6 +105,17 @@ pub fn backoff(retry_backoff: Duration, retry_count: u32) -> Duration {
     retry_backoff * (1i32 << doublings).min(MAX_BACKOFF_FACTOR)
 }
 
+/// How far in the future a stamp (`last-rotation-at`, `last-failure-at`, `started-at`,
+/// `failed-at`: the instant something happened) may lie before it is invalid: clock skew between
+/// the replicas that write and read it. A later value is treated as unreadable and warned about,
+/// never obeyed: obeyed, a stamp years ahead holds its gate, backoff or readyTimeout for years.
+pub const STAMP_SKEW_TOLERANCE: Duration = Duration::minutes(2);
+
+/// `stamp` lies further in the future than [`STAMP_SKEW_TOLERANCE`] allows at `now`.
+pub fn in_the_future(stamp: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+    stamp > now + STAMP_SKEW_TOLERANCE
+}
+
 /// When a failed claim becomes eligible again: `min(failed_at + backoff, end of the occurrence
 /// containing failed_at)`; `failed_at` outside every occurrence: at once. Recomputed from the
 /// schedule given, so editing a window entry moves it (§3.2). The window gate still
@@ -290,8 +301,9 @@ pub fn candidacy_due(
         return Candidacy::NotDue { due_after: due };
     }
     if claim.state == ClaimState::Failed {
-        // A failed state without failed-at (hand-edited) is retried at once.
-        if let Some(failed_at) = claim.failed_at {
+        // A failed state without a valid failed-at (hand-edited: unreadable, or in the future)
+        // is retried at once.
+        if let Some(failed_at) = claim.failed_at.filter(|t| !in_the_future(*t, now)) {
             let until = eligible_at(
                 failed_at,
                 claim.retry_count,
@@ -592,6 +604,14 @@ mod tests {
             Candidacy::BackingOff { until: failed_at + Duration::hours(1) }
         );
         assert_eq!(candidacy(&f, &s, p, failed_at + Duration::hours(1)), Candidacy::Candidate);
+        // A failed-at in the future is no backoff (invalid, not obeyed); within the clock-skew
+        // tolerance it is a failed-at like any other.
+        f.failed_at = Some(later + Duration::days(365));
+        assert_eq!(candidacy(&f, &s, p, later), Candidacy::Candidate);
+        f.failed_at = Some(later + STAMP_SKEW_TOLERANCE);
+        assert!(matches!(candidacy(&f, &s, p, later), Candidacy::BackingOff { .. }));
+        assert!(in_the_future(later + STAMP_SKEW_TOLERANCE + Duration::seconds(1), later));
+        assert!(!in_the_future(later + STAMP_SKEW_TOLERANCE, later));
         // ShortLead: E <= lead time, due from creation.
         let mut short = claim(created);
         short.expire_after = ExpireAfter::After(Duration::days(7));

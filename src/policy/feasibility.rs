@@ -535,10 +535,18 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                         hint(&check)
                     ),
                 },
-                format!(
-                    "{raise}, lengthen or add maintenance windows, lower surge.cooldownAfter, or \
-                     raise expireAfter"
-                ),
+                {
+                    // Past the bound of 100 at once, no maxUnavailable or limit is the fix.
+                    let most = usize::try_from(super::crd::MAX_UNAVAILABLE).unwrap_or(usize::MAX);
+                    let raise = match check.lanes_needed() {
+                        Some(m) if m > most => String::new(),
+                        _ => format!("{raise}, "),
+                    };
+                    format!(
+                        "{raise}lengthen or add maintenance windows, lower surge.cooldownAfter, or \
+                         raise expireAfter"
+                    )
+                },
             ));
         }
         if a > Duration::zero()
@@ -689,6 +697,13 @@ fn lanes_hint(check: &Check, policy: MaxUnavailable, nodes: u64, lanes: usize) -
     let Some(m) = check.lanes_needed() else {
         return "no surge.maxUnavailable is enough".into();
     };
+    let most = usize::try_from(super::crd::MAX_UNAVAILABLE).unwrap_or(usize::MAX);
+    if m > most {
+        return format!(
+            "it needs {m} rotations at once, more than surge.maxUnavailable allows ({most}): \
+             lengthen or add maintenance windows, or split the pool"
+        );
+    }
     let (field, written) = match policy {
         MaxUnavailable::Auto { limit } if m > lanes => ("surge.maxUnavailableLimit", limit),
         MaxUnavailable::Auto { .. } => {
@@ -754,8 +769,12 @@ fn unknown_need(d: &Derived, pool: &PoolFacts) -> &'static str {
 }
 
 /// The smallest percentage of `nodes` that resolves to at least `lanes`
-/// ([`IntOrPercent::resolve`]), if one up to 100% does.
+/// ([`IntOrPercent::resolve`]), if one up to 100% does (never more lanes than
+/// [`super::crd::MAX_UNAVAILABLE`]).
 pub fn smallest_percent(lanes: usize, nodes: u64) -> Option<u32> {
+    if !u32::try_from(lanes).is_ok_and(|l| l <= super::crd::MAX_UNAVAILABLE) {
+        return None;
+    }
     let n = u128::from(nodes);
     let m = u128::try_from(lanes.max(1)).ok()?;
     // ceil(n * p / 100) >= m  <=>  n * p > (m - 1) * 100.
@@ -1291,6 +1310,31 @@ mod tests {
             ),
             "{arrival}"
         );
+        // More than 100 needed: auto stops at 100 even under a 100% limit, and the warning says
+        // that no limit fixes it.
+        let (huge, why) = auto(Some(IntOrString::String("100%".into())), 2000);
+        assert_eq!((huge.derived.lanes, huge.derived.lanes_limit), (100, Some(100)));
+        let needed = huge.derived.lanes_needed.unwrap_or_default();
+        assert!(needed > 100, "{needed}");
+        assert_eq!(
+            why,
+            format!(
+                "auto: {needed} needed for 2000 nodes, capped at maxUnavailableLimit 100% (100)"
+            )
+        );
+        let arrival = message(&huge, Reason::ThroughputBelowArrival);
+        assert!(
+            arrival.ends_with(&format!(
+                "it needs {needed} rotations at once, more than surge.maxUnavailable allows \
+                 (100): lengthen or add maintenance windows, or split the pool"
+            )),
+            "{arrival}"
+        );
+        let finding = huge.findings.iter().find(|f| f.reason == Reason::ThroughputBelowArrival);
+        assert!(
+            finding.is_some_and(|f| f.fix.starts_with("lengthen or add maintenance windows,")),
+            "no limit to raise: {finding:?}"
+        );
         // No node count: one lane, and why.
         let mut spec = spec_with(TOKYO);
         spec.surge.max_unavailable = IntOrString::String("auto".into());
@@ -1357,7 +1401,7 @@ mod tests {
     #[test]
     fn smallest_percent_resolves_to_at_least_the_lanes() {
         for nodes in [1u64, 3, 7, 10, 99, 200, 241, 1000] {
-            for lanes in 1..=usize::try_from(nodes).unwrap_or(0) {
+            for lanes in 1..=usize::try_from(nodes).unwrap_or(0).min(100) {
                 let p = smallest_percent(lanes, nodes).unwrap_or_else(|| panic!("{lanes}/{nodes}"));
                 let n = usize::try_from(nodes).unwrap_or(0);
                 assert!(IntOrPercent::Percent(p).resolve(n) >= lanes, "{p}% of {nodes}");
@@ -1367,6 +1411,7 @@ mod tests {
             }
         }
         assert_eq!(smallest_percent(11, 10), None, "more lanes than nodes");
+        assert_eq!(smallest_percent(101, 1000), None, "more lanes than maxUnavailable allows");
         assert_eq!(smallest_percent(1, 0), None);
     }
 }

@@ -778,10 +778,17 @@ fn lanes_value(r: &PlanReport) -> String {
 /// `m`'s note: the policy's `maxUnavailable` and what the pool needs (with `auto`: why it chose
 /// `m`, and the limit to raise when the need is above it).
 fn lanes_note(r: &PlanReport) -> String {
+    /// What to do when the need is above what `maxUnavailable` (or `auto`) may ever choose.
+    const BEYOND: &str = "lengthen or add maintenance windows, or split the pool";
+    let most = u64::from(crate::policy::crd::MAX_UNAVAILABLE);
     let d = &r.derived;
     let written = &r.settings.max_unavailable;
     if let Some(limit) = &r.settings.max_unavailable_limit {
         return match (d.rotation_lanes_needed, r.node_pool.nodes, d.rotation_lanes_suffice) {
+            (Some(needed), Some(_), Some(false)) if needed > most => format!(
+                "{}: too few, and more than auto ever uses ({most}): {BEYOND}",
+                d.rotation_lanes_reason
+            ),
             (Some(needed), Some(n), Some(false)) => {
                 let raise = match feasibility::smallest_percent(to_usize(needed), n) {
                     Some(p) if limit.ends_with('%') => format!("\"{p}%\""),
@@ -799,6 +806,8 @@ fn lanes_note(r: &PlanReport) -> String {
         (Some(needed), Some(n)) => {
             let verdict = if d.rotation_lanes_suffice == Some(true) {
                 "enough".to_string()
+            } else if needed > most {
+                format!("too few, and more than maxUnavailable allows ({most}): {BEYOND}")
             } else {
                 match feasibility::smallest_percent(to_usize(needed), n) {
                     Some(p) if written.ends_with('%') => {

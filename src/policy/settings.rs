@@ -16,7 +16,8 @@ use chrono::Duration;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::crd::{
-    INT_OR_PERCENT_ADMITS, MAX_UNAVAILABLE_ADMITS, MatchNodeRequirements, RotationPolicySpec,
+    INT_OR_PERCENT_ADMITS, MAX_UNAVAILABLE, MAX_UNAVAILABLE_ADMITS, MatchNodeRequirements,
+    RotationPolicySpec,
 };
 use super::duration::{self, DurationError};
 use super::selector;
@@ -47,11 +48,11 @@ impl AgeThreshold {
     pub const WINDOWS: &'static str = "windows";
 }
 
-/// An integer of at least 1 or a percentage of a pool's nodes (Kubernetes' int-or-string, as
-/// `surge.maxUnavailable` and `surge.maxUnavailableLimit` take it).
+/// An integer from 1 to [`MAX_UNAVAILABLE`] or a percentage of a pool's nodes (Kubernetes'
+/// int-or-string, as `surge.maxUnavailable` and `surge.maxUnavailableLimit` take it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntOrPercent {
-    /// An integer, at least 1.
+    /// An integer, 1 to [`MAX_UNAVAILABLE`].
     Count(u32),
     /// A percentage of the pool's nodes, 1 to 100, rounded up.
     Percent(u32),
@@ -59,7 +60,9 @@ pub enum IntOrPercent {
 
 impl IntOrPercent {
     /// The number for a pool of `pool_nodes` nodes: the count, or the percentage of the nodes
-    /// rounded up; at least 1 (a pool without nodes still has one lane).
+    /// rounded up; at least 1 (a pool without nodes still has one lane), at most
+    /// [`MAX_UNAVAILABLE`] (a percentage of a very large pool, or a count a stored object carries
+    /// past the schema).
     pub fn resolve(&self, pool_nodes: usize) -> usize {
         let lanes = match *self {
             IntOrPercent::Count(n) => usize::try_from(n).unwrap_or(usize::MAX),
@@ -68,7 +71,8 @@ impl IntOrPercent {
                 pool_nodes.saturating_mul(p).div_ceil(100)
             }
         };
-        lanes.max(1)
+        let most = usize::try_from(MAX_UNAVAILABLE).unwrap_or(usize::MAX);
+        lanes.clamp(1, most)
     }
 
     /// The value from the spec, or what is wrong with it; `admits` says what the field takes.
@@ -76,7 +80,12 @@ impl IntOrPercent {
         let admits = || format!("must be {admits}");
         match value {
             IntOrString::Int(n) => match u32::try_from(*n) {
-                Ok(n) if n >= 1 => Ok(IntOrPercent::Count(n)),
+                Ok(n) if (1..=MAX_UNAVAILABLE).contains(&n) => Ok(IntOrPercent::Count(n)),
+                Ok(n) if n > MAX_UNAVAILABLE => Err(format!(
+                    "{n} is above {MAX_UNAVAILABLE} (each rotation in flight keeps its state in \
+                     the NodePool's annotations, which the API server limits to 256 KiB): {}",
+                    admits()
+                )),
                 _ => Err(format!("{n} is below 1: {}", admits())),
             },
             IntOrString::String(s) => {
@@ -510,6 +519,10 @@ pub(crate) mod tests {
         assert_eq!(IntOrPercent::Percent(1).resolve(101), 2);
         assert_eq!(IntOrPercent::Count(5).resolve(0), 5);
         assert_eq!(MaxUnavailable::ONE.lanes(1000, None), 1);
+        // At most 100 lanes, however large the pool (the NodePool's annotations stay small).
+        assert_eq!(IntOrPercent::Percent(10).resolve(5000), 100);
+        assert_eq!(IntOrPercent::Count(100).resolve(5000), 100);
+        assert_eq!(MaxUnavailable::Fixed(IntOrPercent::Percent(10)).lanes(5000, None), 100);
         for ok in ["1%", "99%", "100%"] {
             spec.surge.max_unavailable = IntOrString::String(ok.into());
             assert!(parsed(&spec).is_ok(), "{ok}");
@@ -521,9 +534,9 @@ pub(crate) mod tests {
             assert_eq!(
                 text,
                 format!(
-                    "spec.surge.maxUnavailable: {bad:?} must be auto, an integer of at least 1 or \
-                     a percentage of the pool's nodes from 1% to 100% (for example auto, 2 or \
-                     \"10%\")"
+                    "spec.surge.maxUnavailable: {bad:?} must be auto, an integer from 1 to 100 \
+                     or a percentage of the pool's nodes from 1% to 100% (for example auto, 2 or \
+                     \"10%\"; a percentage resolves to at most 100)"
                 )
             );
         }
@@ -533,6 +546,17 @@ pub(crate) mod tests {
             assert!(
                 text.starts_with(&format!("spec.surge.maxUnavailable: {bad} is below 1: must be"))
             );
+        }
+        spec.surge.max_unavailable = IntOrString::Int(100);
+        assert_eq!(parsed(&spec), Ok(MaxUnavailable::Fixed(IntOrPercent::Count(100))));
+        for bad in [101, i32::MAX] {
+            spec.surge.max_unavailable = IntOrString::Int(bad);
+            let text = parsed(&spec).err().unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(
+                text.starts_with(&format!("spec.surge.maxUnavailable: {bad} is above 100 (")),
+                "{text}"
+            );
+            assert!(text.contains("256 KiB"), "{text}");
         }
     }
 
@@ -559,11 +583,19 @@ pub(crate) mod tests {
         assert_eq!(forty, MaxUnavailable::Auto { limit: IntOrPercent::Count(40) });
         assert_eq!(forty.lanes(240, Some(30)), 30);
         assert_eq!(forty.lanes(1000, Some(68)), 40);
+        // auto never chooses more than 100, whatever the limit resolves to.
+        spec.surge.max_unavailable_limit = Some(IntOrString::Int(100));
+        let hundred = parsed(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(hundred.lanes(5000, Some(300)), 100);
+        assert_eq!(hundred.ceiling(5000), 100);
+        assert_eq!(auto.lanes(5000, Some(700)), 100, "10% of 5000 nodes is still 100");
+        assert_eq!(auto.ceiling(5000), 100);
         // A bad limit is named as such, with what the field takes.
         for (bad, problem) in [
-            (IntOrString::Int(0), "0 is below 1: must be an integer of at least 1"),
-            (IntOrString::String("auto".into()), "\"auto\" must be an integer of at least 1"),
-            (IntOrString::String("0%".into()), "\"0%\" must be an integer of at least 1"),
+            (IntOrString::Int(0), "0 is below 1: must be an integer from 1 to 100"),
+            (IntOrString::Int(101), "101 is above 100 (each rotation in flight keeps its state"),
+            (IntOrString::String("auto".into()), "\"auto\" must be an integer from 1 to 100"),
+            (IntOrString::String("0%".into()), "\"0%\" must be an integer from 1 to 100"),
         ] {
             spec.surge.max_unavailable_limit = Some(bad);
             let text = parsed(&spec).err().unwrap_or_default();

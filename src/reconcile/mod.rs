@@ -53,13 +53,41 @@ impl Default for ControllerConfig {
     }
 }
 
-/// Why a pass did not finish; the caller requeues with backoff.
+/// Why a pass did not finish; the caller requeues with backoff, no later than
+/// [`ReconcileError::requeue`].
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     #[error("pool {pool}: {source}")]
     Engine { pool: String, source: EngineError },
     #[error("pool {pool}: {source}")]
     Api { pool: String, source: ApiError },
+    /// The runs of some rotation slots failed; every other slot of the pass ran to its end
+    /// (one slot's failure is not the pool's, docs/decisions/parallel-rotations.md).
+    #[error("pool {pool}: {}", slot_errors(.failed))]
+    Slots {
+        pool: String,
+        /// Each failed slot and why, in slot order.
+        failed: Vec<(usize, EngineError)>,
+        /// The earliest requeue the slots that finished asked for (`None`: none finished).
+        requeue: Option<Duration>,
+    },
+}
+
+impl ReconcileError {
+    /// When the slots of the pass that did finish asked to come back: a retry after the
+    /// failure's backoff never postpones their work past it.
+    pub fn requeue(&self) -> Option<Duration> {
+        match self {
+            ReconcileError::Slots { requeue, .. } => *requeue,
+            ReconcileError::Engine { .. } | ReconcileError::Api { .. } => None,
+        }
+    }
+}
+
+fn slot_errors(failed: &[(usize, EngineError)]) -> String {
+    let each: Vec<String> =
+        failed.iter().map(|(slot, e)| format!("rotation slot {slot}: {e}")).collect();
+    each.join("; ")
 }
 
 /// Reads of one pool's anchor a sweep makes before it gives up (transient errors only).
@@ -219,12 +247,12 @@ impl Controller {
         now: DateTime<Utc>,
     ) -> Result<Arc<PolicyView>, String> {
         let name = policy.metadata.name.clone().unwrap_or_default();
-        let key = format!(
-            "{}/{}/{}",
+        let revision = format!(
+            "{}/{}",
             policy.metadata.uid.as_deref().unwrap_or(""),
-            policy.metadata.generation.unwrap_or(0),
-            now.date_naive()
+            policy.metadata.generation.unwrap_or(0)
         );
+        let key = format!("{revision}/{}", now.date_naive());
         if let Some((k, v)) = self.policies.get(&name)
             && *k == key
         {
@@ -234,7 +262,7 @@ impl Controller {
             .map(|settings| {
                 let period = settings.schedule.period(now);
                 let open = crate::policy::lookahead::OpenTime::of(&settings.schedule, now);
-                Arc::new(PolicyView { name: name.clone(), settings, period, open })
+                Arc::new(PolicyView { name: name.clone(), revision, settings, period, open })
             })
             .map_err(|e| e.to_string());
         self.policies.insert(name, (key, view.clone()));
@@ -281,7 +309,9 @@ impl Controller {
     }
 
     /// Feasibility of the pool; `nodes` is `N` ([`Snapshot::pool_nodes`]), `short_limits` the
-    /// resources of `spec.limits` with less than one of its nodes' worth left.
+    /// resources of `spec.limits` with less than one of its nodes' worth left. Cached until the
+    /// policy (its revision: an edit of maxUnavailable changes the lanes at once), the pool, the
+    /// day or what the pool's facts say moves.
     fn assessment(
         &mut self,
         pool: &NodePool,
@@ -292,8 +322,9 @@ impl Controller {
     ) -> Arc<feasibility::Assessment> {
         let name = pool.metadata.name.clone().unwrap_or_default();
         let key = format!(
-            "{}/{:?}/{}/{nodes}/{:?}/{:?}",
+            "{}/{}/{:?}/{}/{nodes}/{:?}/{:?}",
             policy.name,
+            policy.revision,
             pool.metadata.generation,
             now.date_naive(),
             short_limits,
@@ -429,9 +460,14 @@ impl Controller {
         // anchored slot, then a free one while fewer than `lanes` are anchored. Each run sees
         // the pool through its slot's lens and this pass's earlier writes; with one lane it is
         // the single run over slot 0, as before slots existed.
+        // Each slot's run is isolated: an error ends that run only (a placeholder an admission
+        // webhook rejects, a pod list that times out), the next slot runs on the pass's copy
+        // with what the earlier runs wrote, and the errors are reported after the last run.
         let slots = snap.pool.as_ref().map_or(vec![0], |p| slots::to_run(&p.metadata, snap.lanes));
+        let ran = slots.len();
         let mut snap = snap;
         let mut requeue: Option<Duration> = None;
+        let mut failed: Vec<(usize, EngineError)> = Vec::new();
         let last = slots.len().saturating_sub(1);
         for (i, slot) in slots.into_iter().enumerate() {
             if let Some(p) = snap.pool.as_mut() {
@@ -447,9 +483,13 @@ impl Controller {
             if let Some(p) = snap.pool.as_mut() {
                 slots::swap_meta(&mut p.metadata, slot);
             }
-            let pass =
-                pass.map_err(|source| ReconcileError::Engine { pool: pool.to_string(), source })?;
-            requeue = Some(requeue.map_or(pass.requeue, |r| r.min(pass.requeue)));
+            match pass {
+                Ok(pass) => requeue = Some(requeue.map_or(pass.requeue, |r| r.min(pass.requeue))),
+                Err(source) => {
+                    tracing::warn!(nodepool = %pool, slot, error = %source, "rotation slot's run failed");
+                    failed.push((slot, source));
+                }
+            }
         }
         self.forget_gone_claims(&snap);
         if governed {
@@ -461,7 +501,16 @@ impl Controller {
         } else {
             self.ctx.telemetry.forget_pool(pool);
         }
-        Ok(requeue.unwrap_or_else(|| Duration::minutes(1)))
+        let pool = pool.to_string();
+        match failed.len() {
+            0 => Ok(requeue.unwrap_or_else(|| Duration::minutes(1))),
+            // The single run of the pass (one slot): the error as it always was.
+            1 if ran == 1 => {
+                let (_, source) = failed.remove(0);
+                Err(ReconcileError::Engine { pool, source })
+            }
+            _ => Err(ReconcileError::Slots { pool, failed, requeue }),
+        }
     }
 
     /// Drops what the controller remembers about claims that no longer exist: their warning
@@ -816,11 +865,8 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         let count =
             crate::policy::derive::parse_retry_count(annotation(&cand.metadata, Key::RetryCount));
         g.retry_count = g.retry_count.max(count);
-        let bound = snap.drain_bound(cand);
-        let deleted =
-            cand.metadata.deletion_timestamp.as_ref().and_then(crate::cluster::chrono_time);
-        g.drain_stuck += u64::from(deleted.is_some_and(|t| now - t > bound));
     }
+    g.drain_stuck = snap.stuck_drains() as u64;
     g
 }
 

@@ -30,6 +30,9 @@ pub const KARPENTER_POOL_LABEL: &str = "karpenter.sh/nodepool";
 #[derive(Debug, Clone)]
 pub struct PolicyView {
     pub name: String,
+    /// The policy's uid and generation: what is derived from the view (a pool's feasibility
+    /// assessment, its lanes) is recomputed when it changes.
+    pub revision: String,
     pub settings: Effective,
     /// `P`, the worst-case window period from now (§3.1).
     pub period: Option<Duration>,
@@ -475,7 +478,7 @@ impl Snapshot {
                 continue;
             };
             let drained = || super::slots::time_at(meta?, Key::DrainingAt, *slot);
-            if let Some(t) = time_annotation(&cand.metadata, Key::StartedAt).or_else(drained) {
+            if let Some(t) = stamp_at(&cand.metadata, Key::StartedAt, self.now).or_else(drained) {
                 starts.push(t);
             }
         }
@@ -683,6 +686,19 @@ impl Snapshot {
         d.facts(claim, node)
     }
 
+    /// The pool's rotations in flight whose drain is stuck: the old claim deleting for longer
+    /// than [`Snapshot::drain_bound`] (`stuck_drains`, and the `noderotation_drain_stuck` gauge).
+    pub fn stuck_drains(&self) -> usize {
+        self.anchored_claims().filter(|c| self.drain_stuck(c)).count()
+    }
+
+    /// The claim has been deleting for longer than its [`Snapshot::drain_bound`].
+    pub fn drain_stuck(&self, claim: &NodeClaim) -> bool {
+        let deleted =
+            claim.metadata.deletion_timestamp.as_ref().and_then(crate::cluster::chrono_time);
+        deleted.is_some_and(|t| self.now - t > self.drain_bound(claim))
+    }
+
     /// `drain_bound` (§4.2): the claim's tGP, else its pool's, else 1h, plus the buffer. The rule
     /// `draining_stuck` and the `noderotation_drain_stuck` gauge both read it.
     pub fn drain_bound(&self, claim: &NodeClaim) -> Duration {
@@ -772,7 +788,7 @@ impl Snapshot {
         let waiting: Option<Vec<DateTime<Utc>>> = self
             .surges_waiting(Some(claim))
             .into_iter()
-            .map(|c| time_annotation(&c.metadata, Key::StartedAt))
+            .map(|c| stamp_at(&c.metadata, Key::StartedAt, self.now))
             .collect();
         let first_waiting = waiting?.into_iter().min();
         // A claim whose node is Ready is capacity, whatever its status says yet (the claim's
@@ -797,6 +813,12 @@ fn time_annotation(meta: &ObjectMeta, key: Key) -> Option<DateTime<Utc>> {
     annotation(meta, key)
         .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
         .map(|t| t.with_timezone(&Utc))
+}
+
+/// A stamp (the instant something happened) as the rules read it at `now`: `None` when absent,
+/// unreadable, or later than `now` beyond the clock-skew tolerance.
+fn stamp_at(meta: &ObjectMeta, key: Key, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    time_annotation(meta, key).filter(|t| !derive::in_the_future(*t, now))
 }
 
 /// `karpenter.sh/do-not-disrupt: "true"` set by someone else (no owned marker, §3.4).
@@ -938,8 +960,9 @@ impl Facts for Snapshot {
         let since = |key: Key| -> Value {
             match pool_meta.and_then(|m| annotation(m, key)) {
                 None => Value::Duration(FOREVER),
-                // Unreadable: treated as just now, so a corrupted anchor never lifts a gate.
-                Some(_) => match pool_meta.and_then(|m| time_annotation(m, key)) {
+                // Unreadable (or in the future): treated as just now, so a corrupted anchor
+                // never lifts a gate, and re-stamped by the rows that warn about it.
+                Some(_) => match pool_meta.and_then(|m| stamp_at(m, key, now)) {
                     Some(t) => Value::Duration(now - t),
                     None => Value::Duration(Duration::zero()),
                 },
@@ -992,7 +1015,7 @@ impl Facts for Snapshot {
             },
             Pred::EffectiveBackoff => match (self.policy(), claim) {
                 (Some(p), Some(c)) => {
-                    let Some(failed_at) = time_annotation(&c.metadata, Key::FailedAt) else {
+                    let Some(failed_at) = stamp_at(&c.metadata, Key::FailedAt, now) else {
                         return Value::Duration(Duration::zero());
                     };
                     let count = derive::retry_count_u32(annotation(&c.metadata, Key::RetryCount));
@@ -1066,7 +1089,7 @@ impl Facts for Snapshot {
                 .unwrap_or(Value::Nil),
             Pred::SurgePath => {
                 let Some(c) = claim else { return Value::Nil };
-                let Some(started) = time_annotation(&c.metadata, Key::StartedAt) else {
+                let Some(started) = stamp_at(&c.metadata, Key::StartedAt, now) else {
                     return Value::Nil;
                 };
                 let host_created = self
@@ -1090,6 +1113,7 @@ impl Facts for Snapshot {
                 _ => Value::Nil,
             },
             Pred::InFlight => Value::Int(self.anchors().len() as i64),
+            Pred::StuckDrains => Value::Int(self.stuck_drains() as i64),
             Pred::Lanes => Value::Int(self.lanes as i64),
             Pred::ForeignAnchor => Value::Bool(self.foreign_anchor().is_some()),
             Pred::Latest => {

@@ -71,16 +71,29 @@ fn full(k: Key) -> String {
     k.full().to_string()
 }
 
+/// What is wrong with a stamp the rules read as nil: unreadable, or in the future.
+fn stamp_fault(raw: &str, now: DateTime<Utc>) -> String {
+    use crate::policy::derive::{STAMP_SKEW_TOLERANCE, in_the_future};
+    match DateTime::parse_from_rfc3339(raw) {
+        Ok(t) if in_the_future(t.with_timezone(&Utc), now) => format!(
+            "in the future (beyond the {} of clock skew tolerated)",
+            crate::policy::duration::format_human(STAMP_SKEW_TOLERANCE)
+        ),
+        _ => "not an RFC3339 time".to_string(),
+    }
+}
+
 /// The claim state as the conditional writes read it ([`crate::engine::claim_state`]).
 fn state_of(meta: &ObjectMeta) -> ClaimState {
     crate::engine::claim_state(annotation(meta, Key::State))
 }
 
-/// Whether an annotation is absent or unreadable for its declared type (`once` writes).
-fn unreadable(meta: &ObjectMeta, key: Key) -> bool {
+/// Whether an annotation is absent or unreadable for its declared type at `now` (`once`
+/// writes): a stamp in the future is unreadable.
+fn unreadable(meta: &ObjectMeta, key: Key, now: DateTime<Utc>) -> bool {
     match annotation(meta, key) {
         None => true,
-        Some(raw) => crate::engine::value_of_annotation(key, raw).is_nil(),
+        Some(raw) => crate::engine::value_of_annotation(key, raw, Some(now)).is_nil(),
     }
 }
 
@@ -343,6 +356,9 @@ impl<'c> PassHost<'c> {
             Reason::ForcefulFallback => format!(
                 "NodeClaim {claim} is deleted without surge: its forced expiry is closer than t_rot"
             ),
+            Reason::NothingToReserve => format!(
+                "NodeClaim {claim} is deleted without surge: the pods to reschedule from its node request no resources (BestEffort, or none), so there is no capacity to reserve first"
+            ),
             Reason::WindowMissed => format!(
                 "the maintenance window closed with {} candidate(s) left in NodePool {pool}",
                 self.snap.census
@@ -390,21 +406,18 @@ impl<'c> PassHost<'c> {
             }
             Reason::InvalidGateStamp => {
                 let meta = self.snap.pool.as_ref().map(|p| &p.metadata);
-                let unreadable = [
+                let gates = [
                     (Key::LastRotationAt, "gate A holds for one cooldownAfter"),
                     (Key::LastFailureAt, "gate B holds for one failurePause"),
-                ]
-                .into_iter()
-                .find_map(|(k, effect)| {
-                    let raw = annotation(meta?, k)?;
-                    DateTime::parse_from_rfc3339(raw).is_err().then_some((k, raw, effect))
-                });
-                match unreadable {
-                    Some((k, raw, effect)) => format!(
-                        "{} on NodePool {pool} is not an RFC3339 time ({raw:?}): re-stamped with now, so {effect} and then opens",
+                ];
+                match self.invalid_stamp(meta, &gates) {
+                    Some((k, fault, effect)) => format!(
+                        "{} on NodePool {pool} is {fault}: re-stamped with now, so {effect} and then opens",
                         k.full()
                     ),
-                    None => format!("a gate stamp on NodePool {pool} was not an RFC3339 time"),
+                    None => format!(
+                        "a gate stamp on NodePool {pool} was not an RFC3339 time in the past"
+                    ),
                 }
             }
             Reason::InvalidFreeze => {
@@ -474,7 +487,36 @@ impl<'c> PassHost<'c> {
             Reason::ShortLead => {
                 format!("NodeClaim {claim} cannot get K window chances before its expiry")
             }
+            Reason::InvalidStamp => {
+                let meta = self.snap.claim(&claim).map(|c| &c.metadata);
+                let stamps = [
+                    (Key::StartedAt, "re-stamped with now: readyTimeout counts from this pass"),
+                    (Key::FailedAt, "not obeyed: the claim is retried without a backoff"),
+                ];
+                match self.invalid_stamp(meta, &stamps) {
+                    Some((k, fault, effect)) => {
+                        format!("{} on NodeClaim {claim} is {fault}: {effect}", k.full())
+                    }
+                    None => format!("a stamp on NodeClaim {claim} was not a valid past time"),
+                }
+            }
         }
+    }
+
+    /// The first of `keys` whose stamp on `meta` the rules read as nil (unreadable, or in the
+    /// future), with what is wrong with it (the value quoted) and what follows from it.
+    fn invalid_stamp(
+        &self,
+        meta: Option<&ObjectMeta>,
+        keys: &[(Key, &'static str)],
+    ) -> Option<(Key, String, &'static str)> {
+        let now = self.snap.now;
+        keys.iter().find_map(|(k, effect)| {
+            let raw = annotation(meta?, *k)?;
+            crate::engine::value_of_annotation(*k, raw, Some(now))
+                .is_nil()
+                .then(|| (*k, format!("{} ({raw:?})", stamp_fault(raw, now)), *effect))
+        })
     }
 
     fn next_attempt(&self, claim: &str) -> Option<DateTime<Utc>> {
@@ -548,6 +590,7 @@ impl<'c> PassHost<'c> {
             .map(|k| (*k, self.meta(&obj).and_then(|m| annotation(m, *k)).map(str::to_string)))
             .collect();
         let incr = a.incr.to_vec();
+        let now = self.snap.now;
         self.conditional(a.verb, &obj, Some(a), |fresh| {
             let meta = fresh.meta();
             if !from.is_empty() && !from.contains(&state_of(meta)) {
@@ -562,8 +605,9 @@ impl<'c> PassHost<'c> {
                 return Decide::Skip(Outcome::Raced);
             }
             let moved = matches.iter().any(|(k, want)| {
-                let have = annotation(meta, *k)
-                    .map_or(Value::Nil, |raw| crate::engine::value_of_annotation(*k, raw));
+                let have = annotation(meta, *k).map_or(Value::Nil, |raw| {
+                    crate::engine::value_of_annotation(*k, raw, Some(now))
+                });
                 !crate::engine::same_value(&have, want)
             });
             if moved {
@@ -571,7 +615,7 @@ impl<'c> PassHost<'c> {
             }
             let mut patch = Self::patch_of(&set, &clear, meta);
             for (k, v) in &once {
-                if unreadable(meta, *k)
+                if unreadable(meta, *k, now)
                     && let Some(s) = v.to_annotation()
                 {
                     patch.set.insert(full(*k), s);
@@ -668,8 +712,16 @@ impl<'c> PassHost<'c> {
         if self.in_window(now) {
             return (!readable).then_some(Verdict::Stamp);
         }
-        // Deferred while any slot of the pool has a rotation in flight.
-        if !readable || !super::slots::anchors(meta).is_empty() {
+        // Deferred while a slot of the pool has a rotation in flight that is not a stuck drain
+        // (`window_defer`).
+        let anchors = super::slots::anchors(meta);
+        let pool = self.snap.pool_name();
+        let stuck = anchors
+            .values()
+            .filter_map(|name| self.snap.claim(name))
+            .filter(|c| c.node_pool() == Some(pool) && self.snap.drain_stuck(c))
+            .count();
+        if !readable || anchors.len() > stuck {
             return None;
         }
         Some(if self.snap.census == 0 { Verdict::Settled } else { Verdict::Missed })
@@ -864,7 +916,12 @@ impl<'c> PassHost<'c> {
         };
         let built = match placeholder::build_placeholder(&input) {
             Ok(p) => p,
-            Err(_) => {
+            // No capacity to reserve: the rules drain the node without a surge.
+            Err(placeholder::PlaceholderRefused::NothingToReserve) => {
+                self.ctx.placeholder_trouble.remove(&name);
+                return Ok(Outcome::NothingToReserve);
+            }
+            Err(placeholder::PlaceholderRefused::ClampedToZero { .. }) => {
                 self.ctx.placeholder_trouble.insert(
                     name,
                     "its placeholder would request nothing after the clamp to the node's \
@@ -1199,6 +1256,10 @@ impl<'c> PassHost<'c> {
             Signal::ForcefulFallback => {
                 self.ctx.telemetry.forceful_fallback(&pool);
                 tracing::warn!(nodepool = %pool, nodeclaim = claim.as_deref().unwrap_or(""), "forceful fallback: deleting without surge");
+            }
+            Signal::NothingToReserve => {
+                self.ctx.telemetry.nothing_to_reserve(&pool);
+                tracing::info!(nodepool = %pool, nodeclaim = claim.as_deref().unwrap_or(""), "nothing to reserve: deleting without surge");
             }
             Signal::WindowMissed => {
                 self.ctx.telemetry.window_missed(&pool);

@@ -53,6 +53,10 @@ impl ObjectKind {
 pub enum ValueType<Values = Vec<String>> {
     /// RFC3339, whole seconds.
     Time,
+    /// RFC3339, whole seconds: the instant something happened (a gate stamp, an attempt's start
+    /// or failure). A value later than now, beyond the clock-skew tolerance, is invalid and
+    /// reads as unreadable.
+    Stamp,
     /// Go duration (`1h17m0s`).
     Duration,
     /// Decimal integer.
@@ -73,6 +77,7 @@ impl ValueType {
     pub fn describe(&self) -> String {
         match self {
             ValueType::Time => "RFC3339 time".into(),
+            ValueType::Stamp => "RFC3339 time, not in the future".into(),
             ValueType::Duration => "Go duration".into(),
             ValueType::Int => "integer".into(),
             ValueType::ClaimName => "NodeClaim name".into(),

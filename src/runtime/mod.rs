@@ -661,7 +661,7 @@ fn work(mut controller: Controller, state: &State, tick: Duration) -> Controller
                 let again = match pass {
                     Ok(Ok(requeue)) => retries.passed(&pool, requeue),
                     Ok(Err(err)) => {
-                        let after = retries.failed(&pool);
+                        let after = retries.failed_after(&pool, err.requeue());
                         state.metrics.reconcile_errors.inc();
                         tracing::warn!(nodepool = %pool, error = %err, failures = retries.failures(&pool), retry_in = ?after, "pass failed");
                         Some(after)

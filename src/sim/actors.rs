@@ -243,6 +243,10 @@ impl World {
                 self.operate(i);
                 OPERATOR
             }
+            Ev::OperatorEnd(i) => {
+                self.lift_refusal(i);
+                OPERATOR
+            }
             Ev::EmptyCheck(node) => {
                 self.consolidate_if_empty(&node);
                 KARPENTER
@@ -1172,6 +1176,69 @@ impl World {
         }
     }
 
+    /// `rejectPlaceholder` and `timeOutPodList`: the API server refuses from now on (until the
+    /// step's `for` ends). Not an edit of the pool: the start gates do not see it.
+    fn refuse(&mut self, i: usize) {
+        use super::world::Refusal;
+        use crate::cluster::memory::Rejected;
+        let plan = Arc::clone(&self.plan);
+        let Some(step) = plan.script.get(i) else { return };
+        let Some(pool) = step.pool.as_deref().and_then(|p| self.pool_index(p)) else { return };
+        let pool_name = self.pool_name(pool).to_string();
+        let refusal = match (step.action, step.rotation) {
+            (ActionKind::RejectPlaceholder, Some(nth)) => {
+                Refusal::Placeholder(Rejected::Nth { pool: pool_name.clone(), nth })
+            }
+            _ => {
+                let Some(claim) = self.pick_claim(pool, &step.node) else {
+                    self.note(format!(
+                        "no Ready claim of pool {pool_name} to refuse: nothing done"
+                    ));
+                    return;
+                };
+                if step.action == ActionKind::RejectPlaceholder {
+                    Refusal::Placeholder(Rejected::Claim(claim))
+                } else {
+                    let node = self.claims.get(&claim).map(|c| c.node.clone()).unwrap_or_default();
+                    Refusal::PodList(node)
+                }
+            }
+        };
+        match &refusal {
+            Refusal::Placeholder(rule) => {
+                self.cluster.reject_placeholder(
+                    rule.clone(),
+                    "exceeded quota: placeholders, requested: pods=1, used: pods=0, limited: pods=0",
+                );
+                self.note(format!("admission rejects every placeholder of {rule:?} (403)"));
+            }
+            Refusal::PodList(node) => {
+                self.cluster.time_out_pod_list(node, true);
+                self.note(format!("every list of the pods on node {node} times out"));
+            }
+        }
+        if let Some(until) = step.until {
+            self.at(until, Ev::OperatorEnd(i));
+        }
+        self.refusals.insert(i, refusal);
+    }
+
+    /// The end of a script step's refusal.
+    fn lift_refusal(&mut self, i: usize) {
+        use super::world::Refusal;
+        match self.refusals.remove(&i) {
+            Some(Refusal::Placeholder(rule)) => {
+                self.cluster.admit_placeholder(&rule);
+                self.note(format!("admission admits the placeholder of {rule:?} again"));
+            }
+            Some(Refusal::PodList(node)) => {
+                self.cluster.time_out_pod_list(&node, false);
+                self.note(format!("the pods on node {node} list again"));
+            }
+            None => {}
+        }
+    }
+
     fn operate(&mut self, i: usize) {
         let now = self.now();
         let plan = Arc::clone(&self.plan);
@@ -1179,6 +1246,12 @@ impl World {
         let pool = step.pool.as_deref().and_then(|p| self.pool_index(p));
         let pool_name = step.pool.clone().unwrap_or_default();
         match step.action {
+            ActionKind::RejectPlaceholder | ActionKind::TimeOutPodList => {
+                // The cluster's behaviour, not an operator's edit of the pool: return before the
+                // pool is marked as touched (the invariants' tolerance for operator edits).
+                self.refuse(i);
+                return;
+            }
             ActionKind::Freeze => {
                 let until = step.until.unwrap_or(now).to_rfc3339_opts(SecondsFormat::Secs, true);
                 self.cluster.update_pool(&pool_name, |p| {

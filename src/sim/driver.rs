@@ -678,7 +678,7 @@ impl Driver {
                 }
             },
             Err(e) => {
-                let after = self.retries.failed(&name);
+                let after = self.retries.failed_after(&name, e.requeue());
                 self.set_due(pool, now + Duration::from_std(after).unwrap_or(Duration::seconds(1)));
                 (false, format!("pass {name}: error: {e}"))
             }

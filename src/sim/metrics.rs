@@ -179,8 +179,10 @@ impl Recorder {
             if let Some(p) = slot_annotation(m, Key::SurgePath, slot) {
                 r.path = Some(p.to_string());
             }
-            if slot_annotation(m, Key::RotationMode, slot) == Some("forceful-fallback") {
-                r.forceful = true;
+            match slot_annotation(m, Key::RotationMode, slot) {
+                Some("forceful-fallback") => r.forceful = true,
+                Some("nothing-to-reserve") => r.path = Some(NOTHING_TO_RESERVE.to_string()),
+                _ => {}
             }
         }
     }
@@ -373,10 +375,14 @@ fn max_in_flight<'a>(rotations: impl Iterator<Item = &'a Rotation>) -> u64 {
     most as u64
 }
 
+/// The path of a rotation whose old node's pods requested nothing: no surge was needed.
+const NOTHING_TO_RESERVE: &str = "none needed";
+
 fn path_name(p: &str) -> &'static str {
     match p {
         "provisioned" => "provisioned",
         "absorbed" => "absorbed",
+        NOTHING_TO_RESERVE => NOTHING_TO_RESERVE,
         _ => "unresolved",
     }
 }
@@ -394,7 +400,7 @@ pub fn rows(ours: &Figures, alone: Option<&Figures>) -> Vec<(String, String, Str
             out.push((format!("  {key}"), n.to_string(), dash()));
         }
     }
-    for key in ["provisioned", "absorbed", "none", "unresolved"] {
+    for key in ["provisioned", "absorbed", "none", NOTHING_TO_RESERVE, "unresolved"] {
         let n = ours.paths.get(key).copied().unwrap_or(0);
         if n > 0 || key == "provisioned" || key == "absorbed" {
             out.push((format!("  surge path {key}"), n.to_string(), dash()));

@@ -1,7 +1,7 @@
 //! The deterministic simulation behind `noderotation simulate`: the real controller, on a
 //! [`MemoryCluster`] and a virtual clock, against actors that play Karpenter, the kubelet and
 //! scheduler, and an operator. One seed gives one exact history; with `--faults` the same seed
-//! also decides every crash, conflict, lag and misbehaving node, and the invariants I1–I15 are
+//! also decides every crash, conflict, lag and misbehaving node, and the invariants I1–I21 are
 //! checked after every step.
 //!
 //! - [`scenario`]: the fleet file; [`world`] and [`actors`]: the cluster model;

@@ -297,11 +297,18 @@ pub struct ScriptStep {
     pub action: ActionKind,
     #[serde(default)]
     pub pool: Option<String>,
-    /// Which node of the pool (cordon, doNotDisrupt, deleteClaim): `oldest` (the default),
-    /// `newest`, `random`, `anchored`, or `{name: <NodeClaim>}`.
+    /// Which node of the pool (cordon, doNotDisrupt, deleteClaim, rejectPlaceholder,
+    /// timeOutPodList): `oldest` (the default), `newest`, `random`, `anchored`, or
+    /// `{name: <NodeClaim>}`.
     #[serde(default)]
     pub node: Option<NodePick>,
-    /// freeze: how long.
+    /// rejectPlaceholder: instead of `node`, the rotation of the pool (1 = the first) whose
+    /// placeholder is created first from `at` on: the 2nd rotation's claim is not known when the
+    /// scenario is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<usize>,
+    /// freeze: how long (required). rejectPlaceholder, timeOutPodList: how long the refusal
+    /// lasts (default: to the end of the run).
     #[serde(default, rename = "for")]
     pub duration: Option<String>,
     /// applyPolicy: the manifest.
@@ -361,6 +368,13 @@ pub enum ActionKind {
     /// (Karpenter copies both into each claim when it creates it, so they apply to claims
     /// created from then on) or new `spec.limits` (at once).
     EditNodePool,
+    /// An admission webhook, a ResourceQuota or a LimitRange rejects (403) every create of one
+    /// rotation's placeholder: that of the `node` picked at `at`, or of the pool's `rotation`-th
+    /// rotation from `at` on. Not an operator edit of the pool: the cluster's own behaviour.
+    RejectPlaceholder,
+    /// Every list of the pods on the `node` picked at `at` times out (the list the placeholder
+    /// of that node's rotation is sized from).
+    TimeOutPodList,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -634,6 +648,8 @@ pub struct Step {
     pub edit: Option<PoolEdit>,
     /// removeAnchor, replaceNodePool, deleteNodePool: the claim state of the rotation waited for.
     pub stage: Option<String>,
+    /// rejectPlaceholder: the pool's rotation whose placeholder is rejected.
+    pub rotation: Option<usize>,
 }
 
 /// An edit of a NodePool, compiled.
@@ -799,11 +815,31 @@ impl Scenario {
                     None => bail!("{}: required for {:?}", f("pool"), s.action),
                 }
             }
+            let refusal =
+                matches!(s.action, ActionKind::RejectPlaceholder | ActionKind::TimeOutPodList);
             let until = match (s.action, &s.duration) {
                 (ActionKind::Freeze, Some(d)) => Some(when + dur(d, &f("for"))?),
                 (ActionKind::Freeze, None) => bail!("{}: required for freeze", f("for")),
+                (_, Some(d)) if refusal => Some(when + dur(d, &f("for"))?),
                 _ => None,
             };
+            match (s.action, s.rotation) {
+                (_, None) => {}
+                (ActionKind::RejectPlaceholder, Some(0)) => {
+                    bail!("{}: counts from 1 (the first rotation from `at` on)", f("rotation"))
+                }
+                (ActionKind::RejectPlaceholder, Some(_)) if s.node.is_some() => bail!(
+                    "{}: give either node (a claim picked at `at`) or rotation (the pool's n-th \
+                     rotation from `at` on), not both",
+                    f("rotation")
+                ),
+                (ActionKind::RejectPlaceholder, Some(_)) => {}
+                (other, Some(_)) => bail!(
+                    "{}: only rejectPlaceholder counts rotations, not {other:?}; pick a node \
+                     with node:",
+                    f("rotation")
+                ),
+            }
             if s.action == ActionKind::ApplyPolicy && s.policy.is_none() {
                 bail!("{}: required for applyPolicy", f("policy"));
             }
@@ -875,6 +911,7 @@ impl Scenario {
                 name: s.name.clone(),
                 edit,
                 stage: s.stage.clone(),
+                rotation: s.rotation,
             });
         }
         script.sort_by_key(|s| s.at);

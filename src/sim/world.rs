@@ -181,6 +181,8 @@ pub enum Ev {
     /// Emptiness consolidation check of a node.
     EmptyCheck(String),
     Operator(usize),
+    /// A script step's refusal (`rejectPlaceholder`, `timeOutPodList`) ends (its `for`).
+    OperatorEnd(usize),
     /// An injected fault decided by the driver (applied by the world).
     Inject(Injected),
     /// `--faults`: the once-a-minute draws of the faults aimed at rotations in flight.
@@ -255,6 +257,18 @@ pub struct World {
     /// Anchors the operator removed by hand, per pool: the claim and when. A pass that read the
     /// pool before the edit may still act on it for a moment (invariant I3's tolerance).
     pub operator_unanchored: BTreeMap<String, (String, DateTime<Utc>)>,
+    /// The API server's standing refusals the script installed, by script step, until their
+    /// `for` ends.
+    pub refusals: BTreeMap<usize, Refusal>,
+}
+
+/// A standing refusal of the API server a script step installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Every create of this placeholder is rejected (403).
+    Placeholder(crate::cluster::memory::Rejected),
+    /// Every list of the pods on this node times out.
+    PodList(String),
 }
 
 pub fn parse_resources(map: Option<&BTreeMap<String, Quantity>>) -> Resources {
@@ -391,6 +405,7 @@ impl World {
             notes: Vec::new(),
             deleted_pools: BTreeSet::new(),
             operator_unanchored: BTreeMap::new(),
+            refusals: BTreeMap::new(),
             plan,
         };
         world.build_fleet(fleet_rng);

@@ -136,9 +136,22 @@ impl Retries {
 
     /// A pass of `pool` failed (an API error or a panic): back off.
     pub fn failed(&mut self, pool: &str) -> Duration {
+        self.failed_after(pool, None)
+    }
+
+    /// A pass of `pool` failed in some of its rotation slots while the others finished and
+    /// asked to come back after `requeue`: back off, but no later than that. A slot that
+    /// keeps failing (an admission webhook rejecting its placeholder) is then retried as
+    /// often as the others need a pass, never blocking their work for the backoff's 5 minutes;
+    /// the failure count still grows, so the pool's failures stay visible.
+    pub fn failed_after(&mut self, pool: &str, requeue: Option<chrono::Duration>) -> Duration {
         let n = self.failures.entry(pool.to_string()).or_insert(0);
         *n = n.saturating_add(1);
-        backoff(*n)
+        let after = backoff(*n);
+        match requeue.filter(|r| *r > chrono::Duration::zero()) {
+            Some(r) => after.min(r.to_std().unwrap_or(MIN_REQUEUE).max(MIN_REQUEUE)),
+            None => after,
+        }
     }
 
     /// Consecutive failures of `pool` so far.
@@ -215,5 +228,20 @@ mod tests {
         assert_eq!(r.failures("p"), 2);
         assert_eq!(r.passed("p", chrono::Duration::seconds(30)), Some(Duration::from_secs(30)));
         assert_eq!(r.failed("p"), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_pass_that_failed_in_one_slot_comes_back_when_the_others_asked() {
+        let mut r = Retries::default();
+        let thirty = Some(chrono::Duration::seconds(30));
+        for _ in 0..8 {
+            r.failed_after("p", thirty);
+        }
+        assert_eq!(r.failures("p"), 8, "every failed pass counts");
+        assert_eq!(r.failed_after("p", thirty), Duration::from_secs(30), "not 256s");
+        assert_eq!(r.failed_after("p", None), Duration::from_secs(300), "no other slot finished");
+        assert_eq!(r.failed_after("q", thirty), Duration::from_secs(1), "the backoff if sooner");
+        let zero = Some(chrono::Duration::zero());
+        assert_eq!(r.failed_after("q", zero), Duration::from_secs(2), "no requeue asked");
     }
 }

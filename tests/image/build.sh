@@ -60,7 +60,7 @@ FROM scratch
 ADD rootfs.tar /
 COPY noderotation /noderotation
 USER 65532:65532
-EXPOSE 8080
+EXPOSE 8080 8081
 ENTRYPOINT ["/noderotation"]
 CMD ["run"]
 FILE

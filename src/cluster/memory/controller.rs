@@ -148,6 +148,7 @@ impl Cluster for MemoryCluster {
     fn pods_on_node(&self, node: &str) -> ApiResult<Vec<Pod>> {
         let target = ObjectRef::cluster(ObjectKind::Node, node);
         self.call(ApiVerb::List, &target, false, |st| {
+            st.admission.list(node)?;
             Ok(st
                 .store
                 .pods_by_node
@@ -186,7 +187,10 @@ impl Cluster for MemoryCluster {
             namespace: pod.metadata.namespace.clone(),
             name: pod.metadata.name.clone().unwrap_or_default(),
         };
-        self.call(ApiVerb::Create, &target, false, |st| st.create(pod).map(|p| (*p).clone()))
+        self.call(ApiVerb::Create, &target, false, |st| {
+            st.admission.admit(pod)?;
+            st.create(pod).map(|p| (*p).clone())
+        })
     }
 
     fn update_policy_status(&self, name: &str, status: &Status, rv: Option<&str>) -> ApiResult<()> {

@@ -20,7 +20,8 @@
 //! [`Clock`], randomness only from a seeded [`Rng`].
 //!
 //! One concern a file: `rng` (the seeded generator), `faults` (the hook consulted on every
-//! controller call), `cache` (each controller's lagging reflector view), `store` (the objects,
+//! controller call), `admission` (the API server's standing refusals: a rejected placeholder, a
+//! pod list that times out), `cache` (each controller's lagging reflector view), `store` (the objects,
 //! resourceVersions, generations, watch events), `server` (the API server's verbs:
 //! preconditions, 409s, finalizers), `controller` (the [`Cluster`] impl and its write counts),
 //! `world` (the world side).
@@ -33,6 +34,7 @@ use crate::clock::Clock;
 #[cfg(doc)]
 use crate::cluster::Cluster;
 
+mod admission;
 mod cache;
 mod controller;
 mod faults;
@@ -43,6 +45,7 @@ mod server;
 mod store;
 mod world;
 
+pub use admission::Rejected;
 pub use cache::CacheLag;
 use cache::ClientCache;
 pub use controller::WriteCounts;
@@ -94,6 +97,7 @@ impl MemoryCluster {
             writes: WriteCounts::default(),
             faults: None,
             placeholder_class: None,
+            admission: Default::default(),
         };
         MemoryCluster { shared: Arc::new(Shared { clock, state: Mutex::new(state) }), client: 0 }
     }

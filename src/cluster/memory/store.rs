@@ -9,6 +9,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
+use super::admission::Admission;
 use super::cache::{Change, ClientCache};
 use super::{Faults, WriteCounts};
 use crate::cluster::{
@@ -227,6 +228,8 @@ pub(super) struct State {
     pub(super) faults: Option<Box<dyn Faults>>,
     /// The placeholders' PriorityClass, when a test sets one (none by default: nothing to judge).
     pub(super) placeholder_class: Option<Arc<PriorityClass>>,
+    /// The API server's standing refusals (a rejected placeholder, a pod list that times out).
+    pub(super) admission: Admission,
 }
 
 impl State {

@@ -87,7 +87,7 @@ impl Checker<'_> {
 
     pub(super) fn annotation_ty(k: &AnnotationKey) -> Ty {
         match &k.value {
-            ValueType::Time => Ty::Time,
+            ValueType::Time | ValueType::Stamp => Ty::Time,
             ValueType::Duration => Ty::Duration,
             ValueType::Int => Ty::Int,
             ValueType::ClaimName | ValueType::NodeName | ValueType::Uid => Ty::Name,
