@@ -396,6 +396,25 @@ impl Snapshot {
             .any(|(slot, h)| h == host && anchors.get(&slot).is_some_and(|a| *a != claim))
     }
 
+    /// `node` is where a rotation other than `claim`'s stands or lands: a slot of the pool
+    /// records it as its surge host, it is frozen (`surge-for`) for another claim still in
+    /// flight (anchored, marked draining, or being deleted), or it is the node of another
+    /// anchored claim. No rotation picks its claim, escalates onto it or freezes it for itself:
+    /// cordoning it would drain the pods another rotation is moving onto it.
+    pub fn node_of_another(&self, claim: &str, node: &str) -> bool {
+        if self.surge_host_of_another(claim, node) {
+            return true;
+        }
+        let anchors = self.anchors();
+        let frozen_for = self.node(node).and_then(|n| annotation(&n.metadata, Key::SurgeFor));
+        let frozen_for_another =
+            frozen_for.is_some_and(|other| other != claim && self.in_flight_claim(other));
+        frozen_for_another
+            || anchors.values().any(|a| {
+                *a != claim && self.claim(a).and_then(|c| self.claim_node(c)) == Some(node)
+            })
+    }
+
     /// `surge` is the surge of a rotation of the pool other than `rotation`'s: another claim
     /// records it as its `surge-claim`, or its node (by `status.nodeName`, else by providerID)
     /// is the `surge-host` another slot records. Such a claim is never `rotation`'s to reap,
@@ -582,14 +601,46 @@ impl Snapshot {
                 created: f.created,
                 name: &d.name,
             };
-            // The first of the candidates in rotation order (names are unique: a total order).
-            if pick.is_none_or(|p| order < p) && !anchored.contains(&d.name) {
+            // The first of the candidates in rotation order (names are unique: a total order),
+            // never one whose node another rotation stands or lands on.
+            if pick.is_none_or(|p| order < p)
+                && !anchored.contains(&d.name)
+                && !self.lands_another(&d.name)
+            {
                 pick = Some(order);
             }
         }
         let pick = pick.map(|p| p.name.to_string());
         self.census = census;
         self.pick = pick;
+    }
+
+    /// `claim` is in a rotation: an anchor of the pool names it, or it is marked draining or
+    /// being deleted (a drain goes on after its anchor is lost).
+    pub fn in_flight_claim(&self, claim: &str) -> bool {
+        self.anchors().values().any(|a| *a == claim)
+            || self.claim(claim).is_some_and(|c| {
+                c.is_deleting() || annotation(&c.metadata, Key::State) == Some("draining")
+            })
+    }
+
+    /// The claims of the pool in a rotation ([`Snapshot::in_flight_claim`]).
+    pub fn claims_in_flight(&self) -> BTreeSet<String> {
+        let mut out: BTreeSet<String> = self.anchors().into_values().map(str::to_string).collect();
+        out.extend(
+            self.pool_claims()
+                .filter(|c| {
+                    c.is_deleting() || annotation(&c.metadata, Key::State) == Some("draining")
+                })
+                .filter_map(|c| c.metadata.name.clone()),
+        );
+        out
+    }
+
+    /// The claim's node is where another rotation stands or lands ([`Snapshot::node_of_another`]).
+    fn lands_another(&self, claim: &str) -> bool {
+        let node = self.claim(claim).and_then(|c| self.claim_node(c));
+        node.is_some_and(|n| self.node_of_another(claim, n))
     }
 
     /// The pool's claims' candidate facts (after this pass's writes) and due instants (the
@@ -1065,8 +1116,7 @@ impl Facts for Snapshot {
             },
             Pred::SurgeHostTaken => match args.first() {
                 Some(Value::Name(name)) => Value::Bool(
-                    self.placeholder_host(name)
-                        .is_some_and(|host| self.surge_host_of_another(name, host)),
+                    self.placeholder_host(name).is_some_and(|host| self.node_of_another(name, host)),
                 ),
                 Some(Value::Nil) => Value::Bool(false),
                 _ => Value::Nil,

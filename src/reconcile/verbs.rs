@@ -786,8 +786,18 @@ impl<'c> PassHost<'c> {
     fn freeze(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(obj @ ObjRef::Node(_)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
         let Some(owner) = a.for_.clone() else { return Err(fail(a.verb, "freeze without `for`")) };
+        // The fresh node frozen for another rotation still in flight is that rotation's: never
+        // taken over (the cache that showed it free lags).
+        let in_flight = self.snap.claims_in_flight();
+        let taken_by = |meta: &ObjectMeta| {
+            annotation(meta, Key::SurgeFor)
+                .is_some_and(|other| other != owner.as_str() && in_flight.contains(other))
+        };
         self.conditional(a.verb, &obj, None, |fresh| {
             let meta = fresh.meta();
+            if taken_by(meta) {
+                return Decide::Skip(Outcome::Taken);
+            }
             let mut set = vec![(Key::SurgeFor, Value::Name(owner.clone()))];
             let operators = annotation(meta, Key::DoNotDisrupt) == Some("true")
                 && annotation(meta, Key::DoNotDisruptOwned).is_none();
