@@ -566,10 +566,20 @@ impl Controller {
         let mut report = SweepReport::default();
         let mut subjects: Vec<(Handler, SweepSubject, Option<NodePool>, usize)> = Vec::new();
         for (name, p) in &cache.pools {
-            // Slot 0 always; another slot only where its mirror is set, the one key the pool's
-            // sweep rows act on (a pool with many slots holds many keys).
-            let mirrored = slots::by_slot(&p.metadata, Key::ActiveRotationState);
-            let visit = std::iter::once(0).chain(mirrored.into_keys().filter(|s| *s != 0));
+            // Slot 0 always; another slot only where a key the pool's sweep rows clear is set
+            // (a pool with many slots holds many keys; `last-rotation-at` outlives rotations).
+            let mut leftover: BTreeSet<usize> = BTreeSet::new();
+            for key in [
+                Key::ActiveRotationState,
+                Key::RotationMode,
+                Key::DrainingAt,
+                Key::SurgeWait,
+                Key::SurgePath,
+                Key::SurgeHost,
+            ] {
+                leftover.extend(slots::by_slot(&p.metadata, key).into_keys());
+            }
+            let visit = std::iter::once(0).chain(leftover.into_iter().filter(|s| *s != 0));
             for slot in visit {
                 let mut pool = p.as_ref().clone();
                 slots::swap_meta(&mut pool.metadata, slot);
