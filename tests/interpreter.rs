@@ -188,7 +188,7 @@ impl Facts for Toy {
             Pred::PlaceholderNode => Value::Object(ObjRef::Node("surge-node".into())),
             Pred::InducedClaim | Pred::SurgePath => Value::Nil,
             Pred::DrainBound => Value::Duration(Duration::minutes(62)),
-            Pred::Anchored | Pred::ForeignAnchor => Value::Bool(false),
+            Pred::Anchored | Pred::Rotating | Pred::ForeignAnchor => Value::Bool(false),
             // One lane: the pool's own anchor is its only rotation.
             Pred::InFlight => {
                 Value::Int(i64::from(self.view.pool.contains_key(&Key::ActiveRotation)))
@@ -350,6 +350,7 @@ fn new_claim_enters_pending_and_reserves_capacity() {
             "dispatch_pending",
             "pending_entry",
             "pending_protect",
+            "pending_cordon",
             "pending_create_placeholder",
             "pending_placeholder_created",
         ],
@@ -376,7 +377,9 @@ fn pending_with_ready_surge_moves_to_draining() {
         &[
             "pending_entry",
             "pending_protect",
+            "pending_cordon",
             "pending_surge_host",
+            "pending_surge_freeze",
             "pending_surge_ready",
             "pending_surge_draining",
             "pending_surge_delete",
@@ -414,7 +417,7 @@ fn frozen_pool_holds_a_pending_rotation_but_reasserts_protection() {
     .pred(Pred::Frozen, Value::Bool(true))
     .pred(Pred::SurgeReady, Value::Bool(true));
     let (fired, requeue) = toy.run();
-    ends_with(&fired, &["pending_entry", "pending_protect", "pending_frozen"]);
+    ends_with(&fired, &["pending_entry", "pending_protect", "pending_cordon", "pending_frozen"]);
     assert_eq!(requeue, Duration::minutes(1));
     assert!(!toy.verbs().contains(&"create_placeholder") && !toy.verbs().contains(&"delete_claim"));
 }
@@ -553,6 +556,7 @@ fn failed_claim_retries_as_a_new_attempt_when_gates_and_backoff_allow() {
             "dispatch_pending",
             "pending_entry",
             "pending_protect",
+            "pending_cordon",
             "pending_create_placeholder",
             "pending_placeholder_created",
         ],
@@ -695,6 +699,7 @@ fn a_new_rotation_is_anchored_before_any_other_effect() {
             "dispatch_pending",
             "pending_entry",
             "pending_protect",
+            "pending_cordon",
             "pending_create_placeholder",
             "pending_placeholder_created",
         ],

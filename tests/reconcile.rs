@@ -2075,6 +2075,12 @@ fn a_nodepool_deleted_mid_rotation_releases_its_placeholder_and_markers_within_a
     assert!(fx.pass().is_zero(), "the pool is gone: no pass");
     let report = fx.tick();
     assert!(report.errors.is_empty(), "{report:?}");
+    // c1 drains on: the node its pods move to stays frozen for it until it is gone.
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"));
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+    fx.finalize("c1");
+    let report = fx.tick();
+    assert!(report.errors.is_empty(), "{report:?}");
     orphans_of_c1_repaired(&fx);
 }
 
@@ -2838,6 +2844,7 @@ fn a_surge_host_another_rotation_recorded_since_the_cache_was_read_is_not_taken(
             }
             view.pools.insert(POOL.to_string(), std::sync::Arc::new(p));
         }
+        hide_surge_for(view, "node-s1");
     });
     fx.advance(Duration::seconds(10));
     fx.stale_pass();
@@ -3023,4 +3030,132 @@ fn a_release_judged_on_a_stale_failed_view_keeps_the_retry_that_owns_the_anchor(
     assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"), "the anchor stays");
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
     assert!(fx.placeholder("c1").is_some());
+}
+
+/// A claim already draining when its anchor is removed by hand drains on: it is not marked
+/// failed, the node its pods move to stays frozen for it, and it holds its lane (the budget counts
+/// what is really disrupted) until it is gone; only then are its markers released.
+#[test]
+fn a_draining_claim_whose_anchor_is_removed_keeps_its_landing_node_and_its_lane() {
+    let mut fx = Fx::new();
+    fx.claim("c2", Duration::days(10));
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    fx.pass(); // draining: the old claim deleted, the surge host frozen for it
+    assert!(fx.deleting("c1"));
+    fx.set_pool_ann(Key::ActiveRotation, None);
+    let report = fx.tick();
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"), "not marked failed");
+    assert_eq!(fx.events("RotationFailed"), 0);
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "landing kept");
+    assert_eq!(fx.node_ann("node-s1", Key::DoNotDisrupt).as_deref(), Some("true"));
+    fx.advance(Duration::minutes(10));
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "one lane, still taken by c1's drain");
+    assert!(fx.claim_ann("c2", Key::State).is_none());
+    fx.finalize("c1");
+    fx.tick();
+    assert!(fx.node_ann("node-s1", Key::SurgeFor).is_none(), "released once c1 is gone");
+    assert!(fx.node_ann("node-s1", Key::DoNotDisrupt).is_none());
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c2"), "the lane is free again");
+}
+
+/// A `rotation-mode` left behind by an anchor removed by hand does not steer the slot's next
+/// rotation: with the forceful fallback disabled it is a surge, never a surge-less delete.
+#[test]
+fn a_leftover_rotation_mode_does_not_make_the_next_start_forceful() {
+    let mut fx = Fx::new();
+    fx.set_pool_ann(Key::RotationMode, Some("forceful-fallback"));
+    started(&mut fx);
+    assert!(!fx.deleting("c1"), "no delete before surge capacity is ready");
+    assert!(fx.placeholder("c1").is_some());
+    assert!(fx.pool_ann(Key::RotationMode).is_none(), "the start wrote the slot's whole set");
+    assert_eq!(fx.events("ForcefulFallback"), 0);
+}
+
+/// A leftover `rotation-mode` on a free slot is removed by the sweep with the rest of the set.
+#[test]
+fn the_sweep_removes_a_free_slots_leftover_keys() {
+    let mut fx = Fx::new();
+    fx.set_pool_ann(Key::RotationMode, Some("forceful-fallback"));
+    fx.set_pool_ann(Key::SurgeHost, Some("node-gone"));
+    let report = fx.tick();
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert!(fx.pool_ann(Key::RotationMode).is_none());
+    assert!(fx.pool_ann(Key::SurgeHost).is_none());
+}
+
+/// The view shows `node` without its `surge-for` (the cache lags the freeze).
+fn hide_surge_for(view: &mut noderotation::cluster::CacheView, node: &str) {
+    if let Some(n) = view.nodes.get_mut(node) {
+        let mut n = (**n).clone();
+        if let Some(a) = n.metadata.annotations.as_mut() {
+            a.remove(Key::SurgeFor.full());
+        }
+        view.nodes.insert(node.to_string(), std::sync::Arc::new(n));
+    }
+}
+
+/// A rotation never takes the node another rotation drains onto. c1's anchor was removed by
+/// hand while it drained onto node-s1: node-s1 stays frozen for c1, and when c2's placeholder
+/// lands there, a view that lags the freeze does not hand it to c2: the fresh node answers
+/// `taken`, and the escalation waits.
+#[test]
+fn a_surge_host_frozen_for_a_claim_still_draining_is_not_taken() {
+    let mut fx = three_lanes();
+    let slot = c1_drains_onto_s1(&mut fx);
+    let anchor = noderotation::reconcile::slots::slot_key(Key::ActiveRotation, slot);
+    fx.set_pool(|p| {
+        p.metadata.annotations.get_or_insert_with(Default::default).remove(&anchor);
+    });
+    c2_placeholder_on_s1(&fx);
+    let hook = fx.intercept();
+    hook.stale_cache(|view| hide_surge_for(view, "node-s1"));
+    fx.advance(Duration::seconds(10));
+    fx.stale_pass();
+    assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("pending"), "node-s1 is c1's");
+    assert!(!fx.deleting("c2"), "c2's old node waits for surge capacity of its own");
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "c1 keeps its host");
+}
+
+/// A candidate whose node another rotation drains onto (the absorbed path: c1's placeholder ran
+/// on c2's node) is never picked; a view that lags the freeze and the recorded host picks it,
+/// but the fresh node answers `taken`: c2's attempt rolls back without cordoning node-c2.
+#[test]
+fn a_candidate_whose_node_another_rotation_drains_onto_is_never_cordoned() {
+    let mut fx = three_lanes();
+    fx.claim("c1", Duration::days(10));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    fx.claim("c2", Duration::days(10) - Duration::minutes(1));
+    fx.world
+        .update_pod(NS, &noderotation::placeholder::placeholder_name("c1"), |p| {
+            p.spec.get_or_insert_with(Default::default).node_name = Some("node-c2".into());
+            p.status.get_or_insert_with(Default::default).phase = Some("Running".into());
+        })
+        .expect("c1's placeholder");
+    fx.advance(Duration::minutes(3));
+    fx.pass();
+    assert!(fx.deleting("c1"), "c1 drains onto node-c2");
+    assert_eq!(fx.node_ann("node-c2", Key::SurgeFor).as_deref(), Some("c1"));
+    fx.pass();
+    assert!(fx.claim_ann("c2", Key::State).is_none(), "node-c2 is c1's landing: c2 is not picked");
+    let hook = fx.intercept();
+    hook.stale_cache(|view| {
+        hide_surge_for(view, "node-c2");
+        if let Some(p) = view.pools.get_mut(POOL) {
+            let mut p = (**p).clone();
+            if let Some(a) = p.metadata.annotations.as_mut() {
+                a.retain(|k, _| !k.starts_with(Key::SurgeHost.full()));
+            }
+            view.pools.insert(POOL.to_string(), std::sync::Arc::new(p));
+        }
+    });
+    fx.stale_pass();
+    assert_ne!(fx.claim_ann("c2", Key::State).as_deref(), Some("pending"));
+    assert!(!fx.cordoned("node-c2"), "never cordoned while c1 drains onto it");
+    assert_eq!(fx.node_ann("node-c2", Key::SurgeFor).as_deref(), Some("c1"));
+    assert_eq!(fx.node_ann("node-c2", Key::DoNotDisrupt).as_deref(), Some("true"));
 }

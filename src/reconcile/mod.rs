@@ -567,18 +567,8 @@ impl Controller {
         let mut subjects: Vec<(Handler, SweepSubject, Option<NodePool>, usize)> = Vec::new();
         for (name, p) in &cache.pools {
             // Slot 0 always; another slot only where a key the pool's sweep rows clear is set
-            // (a pool with many slots holds many keys; `last-rotation-at` outlives rotations).
-            let mut leftover: BTreeSet<usize> = BTreeSet::new();
-            for key in [
-                Key::ActiveRotationState,
-                Key::RotationMode,
-                Key::DrainingAt,
-                Key::SurgeWait,
-                Key::SurgePath,
-                Key::SurgeHost,
-            ] {
-                leftover.extend(slots::by_slot(&p.metadata, key).into_keys());
-            }
+            // (a pool with many slots holds many keys).
+            let leftover = slots::sweepable(&p.metadata);
             let visit = std::iter::once(0).chain(leftover.into_iter().filter(|s| *s != 0));
             for slot in visit {
                 let mut pool = p.as_ref().clone();
@@ -607,8 +597,7 @@ impl Controller {
                 pod.metadata.namespace.clone().unwrap_or_else(|| self.ctx.config.namespace.clone());
             subjects.push((Handler::SweepPod, SweepSubject::Pod(ns, name.clone()), None, 0));
         }
-        let marked =
-            |p: &NodePool| !slots::by_slot(&p.metadata, Key::ActiveRotationState).is_empty();
+        let marked = |p: &NodePool| !slots::sweepable(&p.metadata).is_empty();
         let pools_only = subjects.iter().all(|s| s.0 == Handler::SweepPool);
         if pools_only && !cache.pools.values().any(|p| marked(p)) {
             return report;

@@ -624,6 +624,18 @@ impl Snapshot {
             })
     }
 
+    /// The claims of the pool marked draining without an anchor naming them (an anchor removed
+    /// by hand, the pool replaced, governance lost): being deleted, or about to be (a pass whose
+    /// view still shows the anchor re-issues the delete). They count against `maxUnavailable`
+    /// until they are gone or the sweep marks them failed.
+    pub fn unanchored_drains(&self) -> usize {
+        let anchors = self.anchors();
+        self.pool_claims()
+            .filter(|c| annotation(&c.metadata, Key::State) == Some("draining"))
+            .filter(|c| !anchors.values().any(|a| Some(*a) == c.metadata.name.as_deref()))
+            .count()
+    }
+
     /// The claims of the pool in a rotation ([`Snapshot::in_flight_claim`]).
     pub fn claims_in_flight(&self) -> BTreeSet<String> {
         let mut out: BTreeSet<String> = self.anchors().into_values().map(str::to_string).collect();
@@ -1116,7 +1128,8 @@ impl Facts for Snapshot {
             },
             Pred::SurgeHostTaken => match args.first() {
                 Some(Value::Name(name)) => Value::Bool(
-                    self.placeholder_host(name).is_some_and(|host| self.node_of_another(name, host)),
+                    self.placeholder_host(name)
+                        .is_some_and(|host| self.node_of_another(name, host)),
                 ),
                 Some(Value::Nil) => Value::Bool(false),
                 _ => Value::Nil,
@@ -1162,7 +1175,18 @@ impl Facts for Snapshot {
                 (Some(Value::Nil), _) => Value::Bool(false),
                 _ => Value::Nil,
             },
-            Pred::InFlight => Value::Int(self.anchors().len() as i64),
+            Pred::InFlight => Value::Int((self.anchors().len() + self.unanchored_drains()) as i64),
+            Pred::Rotating => match args.first() {
+                Some(Value::Name(n)) => {
+                    let anchored = match &self.sweep {
+                        Some((_, anchors)) => anchors.contains(n),
+                        None => self.anchors().values().any(|a| *a == n.as_str()),
+                    };
+                    Value::Bool(anchored || self.claim(n).is_some_and(draining_unfinished))
+                }
+                Some(Value::Nil) => Value::Bool(false),
+                _ => Value::Nil,
+            },
             Pred::StuckDrains => Value::Int(self.stuck_drains() as i64),
             Pred::Lanes => Value::Int(self.lanes as i64),
             Pred::ForeignAnchor => Value::Bool(self.foreign_anchor().is_some()),
@@ -1172,4 +1196,10 @@ impl Facts for Snapshot {
             }
         }
     }
+}
+
+/// A claim marked draining whose delete is under way: its drain goes on whatever happened to its
+/// anchor, until it is gone.
+fn draining_unfinished(claim: &NodeClaim) -> bool {
+    claim.is_deleting() && annotation(&claim.metadata, Key::State) == Some("draining")
 }

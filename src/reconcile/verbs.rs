@@ -596,6 +596,17 @@ impl<'c> PassHost<'c> {
             if !from.is_empty() && !from.contains(&state_of(meta)) {
                 return Decide::Skip(Outcome::Raced);
             }
+            // A claim whose delete is under way drains whatever a lagging view says: it never
+            // leaves `draining` (its landing node stays frozen, the budget counts it).
+            let leaves_draining = set
+                .iter()
+                .any(|(k, v)| *k == Key::State && v.to_annotation().as_deref() != Some("draining"));
+            if leaves_draining
+                && matches!(fresh, Fresh::Claim(c) if c.is_deleting())
+                && annotation(meta, Key::State) == Some("draining")
+            {
+                return Decide::Skip(Outcome::Raced);
+            }
             if judged.iter().any(|(k, v)| annotation(meta, *k) != v.as_deref()) {
                 return Decide::Skip(Outcome::Raced);
             }
@@ -1189,15 +1200,38 @@ impl<'c> PassHost<'c> {
             ObjRef::Node(n) => self.snap.claim_on_node(n).and_then(|c| c.metadata.name.clone()),
             _ => None,
         };
+        // A claim the view shows draining may already be deleted (the view lags its delete): read
+        // it fresh, and keep the markers of one whose drain is under way until it is gone.
+        let cached_owner = match &obj {
+            ObjRef::Node(n) => self
+                .snap
+                .node(n)
+                .and_then(|x| annotation(&x.metadata, Key::SurgeFor))
+                .map(str::to_string),
+            _ => None,
+        };
+        let mut draining = BTreeSet::new();
+        for c in [cached_owner, claim_of_node.clone()].into_iter().flatten() {
+            let cached = self.snap.claim(&c);
+            if cached.is_none_or(|x| annotation(&x.metadata, Key::State) != Some("draining")) {
+                continue;
+            }
+            let fresh = self.ctx.cluster.get_claim(&c).map_err(|e| fail(a.verb, e))?;
+            if fresh.is_some_and(|f| {
+                f.is_deleting() && annotation(&f.metadata, Key::State) == Some("draining")
+            }) {
+                draining.insert(c);
+            }
+        }
+        let rotating = |c: &str| anchors.contains(c) || draining.contains(c);
         self.conditional(a.verb, &obj, None, |fresh| {
             let Fresh::Node(node) = fresh else { return Decide::Skip(Outcome::Gone) };
             let meta = &node.metadata;
             match annotation(meta, Key::SurgeFor) {
-                Some(owner) if anchors.contains(owner) => Decide::Skip(Outcome::Raced),
+                Some(owner) if rotating(owner) => Decide::Skip(Outcome::Raced),
                 Some(_) => Decide::Write(release_patch(node, true), Outcome::Unfroze),
                 None => {
-                    let claim_anchored =
-                        claim_of_node.as_ref().is_some_and(|c| anchors.contains(c));
+                    let claim_anchored = claim_of_node.as_deref().is_some_and(rotating);
                     if claim_anchored {
                         return Decide::Skip(Outcome::Raced);
                     }

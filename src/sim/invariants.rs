@@ -351,8 +351,7 @@ fn landings(view: &CacheView, world: &World) -> BTreeSet<Landing> {
     for np in view.pools.values() {
         let m = &np.metadata;
         for (slot, claim) in anchors(np) {
-            let forceful =
-                slot_annotation(m, Key::RotationMode, slot) == Some("forceful-fallback");
+            let forceful = slot_annotation(m, Key::RotationMode, slot) == Some("forceful-fallback");
             let host = slot_annotation(m, Key::SurgeHost, slot).filter(|h| !h.is_empty());
             if let (false, true, Some(host)) = (forceful, draining.contains(claim), host) {
                 out.insert(Landing { claim: claim.to_string(), host: host.to_string() });
@@ -1023,7 +1022,7 @@ impl Checker {
     }
 
     /// I7 debris in `post`: a placeholder, `surge-for`, owned do-not-disrupt or owned cordon
-    /// without the anchor that references it, and a claim left `pending` (or `draining` with no
+    /// without the anchor that references it (or a claim still draining), and a claim left `pending` (or `draining` with no
     /// delete issued) without its pool's anchor, which nothing would ever pick again.
     fn debris_in(&self, post: &CacheView, world: &World) -> Vec<(String, String, Option<String>)> {
         // Legitimate when any slot of the pool anchors what it serves.
@@ -1031,6 +1030,14 @@ impl Checker {
             post.pools.iter().map(|(n, p)| (n.as_str(), anchored(Some(p)))).collect();
         let none = BTreeSet::new();
         let anchor = |pool: &str| anchors_of.get(pool).unwrap_or(&none);
+        // A claim marked draining whose delete is under way drains on without its anchor (lost by
+        // hand, the pool replaced, governance lost): its node markers are live until it is gone.
+        let draining: BTreeSet<&str> = post
+            .claims
+            .iter()
+            .filter(|(_, c)| c.is_deleting() && state_of(c) == Some("draining"))
+            .map(|(n, _)| n.as_str())
+            .collect();
         let mut bad = Vec::new();
         for (name, ph) in &post.placeholders {
             let target = annotation(&ph.metadata, SURGE_FOR);
@@ -1053,6 +1060,7 @@ impl Checker {
             let surge_for = annotation(&node.metadata, SURGE_FOR);
             if let Some(s) = surge_for
                 && !a.contains(s)
+                && !draining.contains(s)
             {
                 bad.push((
                     format!("node {name} frozen for {s} (surge-for) without that anchor"),
@@ -1069,7 +1077,8 @@ impl Checker {
             }
             if annotation(&node.metadata, CORDONED_MARKER) == Some("true") {
                 let claim = world.nodes.get(name).map(|n| n.claim.as_str());
-                let refers = |c: Option<&str>| c.is_some_and(|c| a.contains(c));
+                let refers =
+                    |c: Option<&str>| c.is_some_and(|c| a.contains(c) || draining.contains(c));
                 if !refers(claim) && !refers(surge_for) {
                     bad.push((
                         format!("node {name} keeps our cordon without an anchor referencing it"),
@@ -1333,8 +1342,9 @@ impl Checker {
     }
 
     /// I16 over a controller step: what it did to the nodes rotations drain onto (before the
-    /// step, and still draining after it), and that a landing it began is frozen for its
-    /// rotation. Pools whose governance the step sees lost are rolled back by §5.4 instead.
+    /// step, and still draining after it: a claim marked failed or unanchored drains on), and
+    /// that a landing it began is frozen for its rotation. Governance lost does not end a drain
+    /// either: §5.4's rollback leaves a draining claim's landing node frozen.
     fn landing_nodes(
         &mut self,
         prev: &CacheView,
@@ -1363,10 +1373,6 @@ impl Checker {
             .map(|(n, _, _)| n.as_str())
             .collect();
         for l in before.iter().filter(|l| still_draining(&l.claim)) {
-            let pool = self.claim_pool.get(&l.claim).cloned().unwrap_or_default();
-            if !self.governed(post, &pool) {
-                continue;
-            }
             let (Some(a), Some(b)) = (prev.nodes.get(&l.host), post.nodes.get(&l.host)) else {
                 continue;
             };
@@ -1400,10 +1406,6 @@ impl Checker {
             }
         }
         for l in after.difference(&before) {
-            let pool = self.claim_pool.get(&l.claim).cloned().unwrap_or_default();
-            if !self.governed(post, &pool) {
-                continue;
-            }
             let Some(n) = post.nodes.get(&l.host) else { continue };
             let surge_for = annotation(&n.metadata, SURGE_FOR);
             let dnd = annotation(&n.metadata, DO_NOT_DISRUPT);
@@ -1421,11 +1423,6 @@ impl Checker {
                 self.fail(I16, now, detail, about);
             }
         }
-    }
-
-    /// The pool is governed by exactly one valid policy in `view`.
-    fn governed(&mut self, view: &CacheView, pool: &str) -> bool {
-        view.pools.get(pool).is_some_and(|np| self.gov.of(view, np).settings().is_some())
     }
 
     /// I17 over a controller step: every old claim it deleted (anchored, or marked draining) had
@@ -1569,7 +1566,10 @@ impl Checker {
         if crate::policy::derive::forceful_fallback_due(true, deadline, s.t_rot(tgp), now) {
             Ok(())
         } else {
-            Err(format!("the claim is not inside the fallback (deadline {deadline:?}, t_rot {})", fmt(s.t_rot(tgp))))
+            Err(format!(
+                "the claim is not inside the fallback (deadline {deadline:?}, t_rot {})",
+                fmt(s.t_rot(tgp))
+            ))
         }
     }
 
