@@ -3087,6 +3087,20 @@ fn the_sweep_removes_a_free_slots_leftover_keys() {
     assert!(fx.pool_ann(Key::SurgeHost).is_none());
 }
 
+/// An anchor set to an empty value by hand names no rotation: the slot is free, the start is
+/// not refused as if it were taken, and the sweep removes it with a warning.
+#[test]
+fn an_empty_anchor_is_read_as_absent_and_warned() {
+    let mut fx = Fx::new();
+    fx.set_pool_ann(Key::ActiveRotation, Some(""));
+    let report = fx.tick();
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "removed by the sweep");
+    assert_eq!(fx.events("EmptyAnchor"), 1);
+    fx.set_pool_ann(Key::ActiveRotation, Some(""));
+    started(&mut fx);
+}
+
 /// The view shows `node` without its `surge-for` (the cache lags the freeze).
 fn hide_surge_for(view: &mut noderotation::cluster::CacheView, node: &str) {
     if let Some(n) = view.nodes.get_mut(node) {

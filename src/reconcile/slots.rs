@@ -134,14 +134,17 @@ pub fn to_run(meta: &ObjectMeta, lanes: usize) -> Vec<usize> {
     out
 }
 
-/// The slots holding a key the pool's sweep rows remove when no claim is anchored there: any
-/// per-rotation key but the anchor and `last-rotation-at` (which outlives rotations, gate A).
-/// Anchored slots are among them while they rotate; the rows keep those.
+/// The slots holding a key the pool's sweep rows remove when no claim is anchored there: an
+/// empty anchor, or any per-rotation key but the anchor and `last-rotation-at` (which outlives
+/// rotations, gate A). Anchored slots are among them while they rotate; the rows keep those.
 pub fn sweepable(meta: &ObjectMeta) -> std::collections::BTreeSet<usize> {
     let mut out = std::collections::BTreeSet::new();
     for key in PER_ROTATION_KEYS {
         match key {
-            Key::LastRotationAt | Key::ActiveRotation => {}
+            Key::LastRotationAt => {}
+            Key::ActiveRotation => out.extend(
+                by_slot(meta, *key).into_iter().filter(|(_, v)| v.is_empty()).map(|(s, _)| s),
+            ),
             _ => out.extend(by_slot(meta, *key).into_keys()),
         }
     }

@@ -393,6 +393,10 @@ impl<'c> PassHost<'c> {
                     .collect();
                 format!("no rotation starts in NodePool {pool}: {}", fatal.join("; "))
             }
+            Reason::EmptyAnchor => format!(
+                "{} on NodePool {pool} was set to an empty value (by hand?): it names no rotation, so it was removed with the rest of its slot's keys; the slot is free",
+                Key::ActiveRotation.full()
+            ),
             Reason::ForeignAnchor => {
                 let owner = self
                     .snap
@@ -610,8 +614,9 @@ impl<'c> PassHost<'c> {
             if judged.iter().any(|(k, v)| annotation(meta, *k) != v.as_deref()) {
                 return Decide::Skip(Outcome::Raced);
             }
+            // An empty value is absent, as every read takes it (`kubectl annotate ... key=`).
             if let Some(k) = absent
-                && annotation(meta, k).is_some()
+                && annotation(meta, k).is_some_and(|v| !v.is_empty())
             {
                 return Decide::Skip(Outcome::Raced);
             }
