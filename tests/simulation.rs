@@ -590,6 +590,38 @@ fn the_registration_timeout_is_a_scenario_value() {
     assert!(!text.contains("not registered after 15m"), "{text}");
 }
 
+/// Karpenter's node repair is a scenario option, off by default (a feature gate of self-managed
+/// Karpenter): a node that never turns Ready stays, unless `karpenter: {nodeRepair: true}`.
+#[test]
+fn node_repair_is_a_scenario_option_off_by_default() {
+    let yaml = |karpenter: &str| {
+        format!(
+            r#"
+name: repair
+start: 2026-06-01T00:00:00Z
+span: 3h
+pools:
+  - name: p
+    nodes: 2
+    expireAfter: 14d
+    terminationGracePeriod: 10m
+    age: {{min: 1h, max: 2h}}
+failures: {{nodeNeverReady: 1.0}}
+script:
+  - {{at: 30m, action: deleteClaim, pool: p}}
+{karpenter}
+expect: {{liveness: false}}
+"#
+        )
+    };
+    let repaired = "node NotReady for 30m: repair";
+    let off = simulate_trace("repair-off", &yaml(""), "0.02");
+    assert!(off.contains("node repair off"), "{off}");
+    assert!(!off.contains(repaired), "{off}");
+    let on = simulate_trace("repair-on", &yaml("karpenter: {nodeRepair: true}"), "0.02");
+    assert!(on.contains(repaired), "{on}");
+}
+
 /// Scenario values that cannot work are refused with what to write.
 #[test]
 fn scenario_values_that_cannot_work_say_what_to_fix() {

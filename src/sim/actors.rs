@@ -6,9 +6,9 @@
 //!   keep `replicas`; forced expiry at `creation + expireAfter`; on any claim deletion taints and
 //!   drains the node (workload pods evicted and recreated Pending by their ReplicaSet) for a drain
 //!   delay cut off at tGP, then deletes the Node and removes the `karpenter.sh/termination`
-//!   finalizer; deletes claims that never register (`delays.registrationTimeout`, 15m) and nodes
-//!   that stay NotReady (30m); a shortage of some zones sends a pod that admits another zone
-//!   there.
+//!   finalizer; deletes claims that never register (`delays.registrationTimeout`, 15m) and, with
+//!   node repair on (`karpenter.nodeRepair`, off by default), nodes that stay NotReady (30m); a
+//!   shortage of some zones sends a pod that admits another zone there.
 //! - **kubelet/scheduler**: nodes turn Ready after registration; Pending pods bind to Ready,
 //!   uncordoned, untainted nodes of their pool with free capacity (requests against allocatable),
 //!   Running at once; workload pods preempt placeholders (negative priority), placeholders
@@ -162,9 +162,13 @@ impl World {
                 }
                 let never_ready = c.never_ready;
                 self.register(&name, now);
-                if never_ready {
+                if never_ready && self.plan.node_repair {
                     self.note(format!("{name}: node will never turn Ready"));
                     self.at(now + REPAIR_AFTER, Ev::RepairCheck(name));
+                } else if never_ready {
+                    self.note(format!(
+                        "{name}: node will never turn Ready (node repair off: it stays until its claim is deleted)"
+                    ));
                 } else {
                     let d = self.draw(self.plan.ready);
                     self.at(now + d, Ev::Ready(name));

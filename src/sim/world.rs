@@ -44,7 +44,7 @@ pub const CAPACITY_TYPE_LABEL: &str = "karpenter.sh/capacity-type";
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
-/// Node repair: a node NotReady this long is replaced.
+/// Node repair (`karpenter.nodeRepair`): a node NotReady this long is replaced.
 pub const REPAIR_AFTER: Duration = Duration::minutes(30);
 /// `buffer` of §3.2.
 pub const BUFFER: Duration = Duration::minutes(2);
