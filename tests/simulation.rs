@@ -461,6 +461,23 @@ fn orphans_are_repaired_within_a_tick_and_look_alikes_are_never_surge() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
+/// Surge claims that never turn Ready, several rotations in flight, node repair off
+/// (`never-ready-surges.yaml`). Today's reap leaves such claims billed long after their rotation
+/// ended (I20, seed 1), and its fallback reaps the claim Karpenter launched for the pods another
+/// rotation's drain evicted (I19, seed 34). The reap's fix turns this into "no violation".
+#[test]
+fn never_ready_surge_claims_and_the_reap() {
+    use noderotation::sim::invariants::{I19, I20};
+    let plan = scenario("never-ready-surges.yaml");
+    let span = plan.span.expect("the scenario has a span");
+    let first = |seed| {
+        let r = run(Arc::clone(&plan), &opts(seed, span, false, embedded()), &mut |_| {});
+        r.violations.first().map(|v| v.invariant)
+    };
+    assert_eq!(first(1), Some(I20), "a never-Ready surge claim outlives its rotation");
+    assert_eq!(first(34), Some(I19), "a claim launched for other pods is reaped");
+}
+
 /// A pool in two zones, windows around the clock, a shortage from the start (`zones` as given,
 /// `registrationTimeout` as given).
 fn zone_pool(shortage_zones: &str, registration_timeout: &str) -> Arc<Compiled> {

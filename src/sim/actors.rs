@@ -302,6 +302,8 @@ impl World {
             return;
         }
         c.deleting = Some(now);
+        self.surge_launched.remove(name);
+        let Some(c) = self.claims.get_mut(name) else { return };
         let pool = c.pool;
         let registered = c.phase >= super::world::Phase::Registered;
         let node = c.node.clone();
@@ -563,6 +565,7 @@ impl World {
         self.cluster.remove_finalizer(&claim_ref(name), TERMINATION_FINALIZER);
         self.close_lifetime(name, now);
         self.claims.remove(name);
+        self.surge_launched.remove(name);
         if launched {
             self.bill(pool, -1);
         }
@@ -778,6 +781,9 @@ impl World {
                 {
                     sub(free, &req);
                     let surge_for = self.surge_of(&key);
+                    if let Some(s) = &surge_for {
+                        self.attribute(claim, s);
+                    }
                     if let Some(c) = self.claims.get_mut(claim.as_str()) {
                         c.nominated.insert(key);
                         if c.surge_for.is_none() {
@@ -834,6 +840,9 @@ impl World {
             let name = self.new_claim(pool, zone, now, never_launch, never_ready);
             let count = pods.len();
             let surge_for = pods.iter().find_map(|key| self.surge_of(key));
+            for rotation in pods.iter().filter_map(|key| self.surge_of(key)).collect::<Vec<_>>() {
+                self.attribute(&name, &rotation);
+            }
             if let Some(c) = self.claims.get_mut(&name) {
                 c.nominated = pods.into_iter().collect();
                 c.surge_for = surge_for;

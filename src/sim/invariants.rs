@@ -58,8 +58,21 @@ pub const I14: &str = "I14 one-rotation-per-claim";
 /// rotation draining onto it leaves pods without room (a drain paced by a PDB leaves the host
 /// empty for a while, so a new placeholder fits there).
 pub const I15: &str = "I15 one-rotation-per-surge-host";
+/// Not in the guide's list: a claim the controller deletes that is not an anchored candidate
+/// was launched by Karpenter for one of the controller's placeholders (or nominated to one),
+/// never for other pods (a scale-up, a drift or consolidation replacement, the pods another
+/// slot's drain evicted).
+pub const I19: &str = "I19 reaped-claim-launched-for-our-placeholder";
+/// Not in the guide's list: a claim Karpenter launched for a placeholder (or nominated to one) is
+/// gone, or Ready capacity, within readyTimeout plus [`I20_GRACE`] after the last rotation it
+/// served ended, whatever the exit (success, rollback, expiry or interruption while pending,
+/// the old claim gone, governance lost, the sweep). Checked with Karpenter's node repair off.
+pub const I20: &str = "I20 no-surge-claim-outlives-its-rotation";
+/// I20's slack past readyTimeout: the tick that runs the sweep, and under faults a crash and
+/// restart, a leader change or a sweep skipped for an anchor it could not read.
+pub const I20_GRACE: Duration = Duration::minutes(5);
 /// The invariants the simulation checks, for the summary line.
-pub const ALL: &str = "I1-I15";
+pub const ALL: &str = "I1-I20";
 
 const LAST_FAILURE_AT: &str = "noderotation.io/last-failure-at";
 const RETRY_COUNT: &str = "noderotation.io/retry-count";
@@ -160,6 +173,9 @@ pub struct Checker {
     debris_grace: Duration,
     /// I10: uids of the placeholder pods that appeared during controller steps.
     controller_placeholders: BTreeSet<String>,
+    /// I20: per claim launched for a placeholder and not Ready, the last instant a rotation it
+    /// served was in flight (or when it was first seen), and that rotation's readyTimeout.
+    surge_in_use: BTreeMap<String, (DateTime<Utc>, Duration)>,
     expiries_seen: usize,
     /// leadTime per pool at the start, for invariant 8.
     lead: BTreeMap<String, Option<Duration>>,
@@ -311,6 +327,7 @@ impl Checker {
             debris: BTreeMap::new(),
             debris_grace: if faults { DEBRIS_GRACE_FAULTS } else { DEBRIS_GRACE },
             controller_placeholders: BTreeSet::new(),
+            surge_in_use: BTreeMap::new(),
             expiries_seen: 0,
             lead,
             unreachable,
@@ -365,6 +382,7 @@ impl Checker {
             }
         }
         self.announcements(prev, post, d, announced, now);
+        self.surge_lifetimes(post, world, now);
         // The calm phase starts checking once a restart scheduled before it has run.
         let calm = self.calm_since.is_some_and(|c| now - c >= Duration::minutes(2));
         // Debris can only appear when the store changed (or when the calm phase begins). A clean
@@ -668,12 +686,27 @@ impl Checker {
                     cands.push(c);
                 }
             }
+            // I19: whatever rotation reaped it, the claim must be one Karpenter launched for
+            // (or nominated to) a placeholder of ours.
+            let attributed = world.claims.get(name).is_some_and(|c| !c.placeholders_for.is_empty());
             if cands.is_empty() {
                 self.fail(
                     I3,
                     now,
                     format!(
                         "{} deleted claim {name} of pool {pool}, which has no anchored rotation",
+                        step.actor
+                    ),
+                    vec![name.clone()],
+                );
+                continue;
+            }
+            if !attributed {
+                self.fail(
+                    I19,
+                    now,
+                    format!(
+                        "{} reaped claim {name} of pool {pool}, which Karpenter launched for other pods: no placeholder of ours was ever nominated to it",
                         step.actor
                     ),
                     vec![name.clone()],
@@ -1197,6 +1230,59 @@ impl Checker {
         }
         for (detail, s) in bad {
             self.fail(I11, now, detail, vec![s]);
+        }
+    }
+
+    /// I20: a claim Karpenter launched for a placeholder (or nominated to one) that is neither
+    /// Ready nor being deleted, more than readyTimeout + [`I20_GRACE`] after the last rotation it
+    /// served stopped being in flight (its anchor released, or its claim failed or expired).
+    fn surge_lifetimes(&mut self, post: &CacheView, world: &World, now: DateTime<Utc>) {
+        let default_timeout = Duration::minutes(15);
+        self.surge_in_use.retain(|c, _| world.surge_launched.contains(c));
+        let mut bad = Vec::new();
+        for name in &world.surge_launched {
+            let Some(sc) = world.claims.get(name) else { continue };
+            let np = post.pools.get(world.pool_name(sc.pool));
+            let in_flight = np.is_some_and(|np| {
+                let rotations = anchors(np);
+                sc.placeholders_for.iter().any(|r| {
+                    rotations.values().any(|a| a == r)
+                        && post
+                            .claims
+                            .get(r)
+                            .is_none_or(|c| !matches!(state_of(c), Some("failed" | "expired")))
+                })
+            });
+            let ready_timeout =
+                np.and_then(|np| self.gov.of(post, np).settings().map(|s| s.ready_timeout));
+            let entry = self
+                .surge_in_use
+                .entry(name.clone())
+                .or_insert((now, ready_timeout.unwrap_or(default_timeout)));
+            if in_flight {
+                *entry = (now, ready_timeout.unwrap_or(entry.1));
+                continue;
+            }
+            let (ended, timeout) = *entry;
+            let billed = post.claims.get(name).is_some_and(|c| !c.is_deleting());
+            if billed && now - ended > timeout + I20_GRACE {
+                bad.push((
+                    format!(
+                        "claim {name} (launched {} for {}, never Ready) outlived its rotation by {} (bound readyTimeout {} + {})",
+                        sc.created.to_rfc3339(),
+                        sc.placeholders_for.iter().cloned().collect::<Vec<_>>().join(", "),
+                        fmt(now - ended),
+                        fmt(timeout),
+                        fmt(I20_GRACE)
+                    ),
+                    name.clone(),
+                ));
+            }
+        }
+        for (detail, name) in bad {
+            if self.flagged.insert((I20.to_string(), name.clone())) {
+                self.fail(I20, now, detail, vec![name]);
+            }
         }
     }
 

@@ -73,6 +73,9 @@ pub struct ClaimSim {
     /// Karpenter created it for a placeholder: the rotation (`surge-for`) that placeholder
     /// served. What the cost bound (invariant I11) holds the rollback to.
     pub surge_for: Option<String>,
+    /// Every rotation (`surge-for`) whose placeholder Karpenter launched this claim for or
+    /// nominated to it, ever: what invariants I19 and I20 attribute the claim by.
+    pub placeholders_for: BTreeSet<String>,
     /// Row in the report's timeline.
     pub lane: usize,
     /// Forced expiry deleted it.
@@ -255,6 +258,9 @@ pub struct World {
     /// Anchors the operator removed by hand, per pool: the claim and when. A pass that read the
     /// pool before the edit may still act on it for a moment (invariant I3's tolerance).
     pub operator_unanchored: BTreeMap<String, (String, DateTime<Utc>)>,
+    /// Claims Karpenter launched for (or nominated) a placeholder, until they are finalized
+    /// (invariant I20 watches them).
+    pub surge_launched: BTreeSet<String>,
 }
 
 pub fn parse_resources(map: Option<&BTreeMap<String, Quantity>>) -> Resources {
@@ -391,6 +397,7 @@ impl World {
             notes: Vec::new(),
             deleted_pools: BTreeSet::new(),
             operator_unanchored: BTreeMap::new(),
+            surge_launched: BTreeSet::new(),
             plan,
         };
         world.build_fleet(fleet_rng);
@@ -415,6 +422,15 @@ impl World {
 
     pub fn pop(&mut self) -> Option<(DateTime<Utc>, Ev)> {
         self.queue.pop_first().map(|((t, _), ev)| (t, ev))
+    }
+
+    /// Karpenter launched `claim` for (or nominated to it) the placeholder of the rotation
+    /// `surge_for`: the world's record of what the claim is for (invariants I19 and I20).
+    pub fn attribute(&mut self, claim: &str, surge_for: &str) {
+        if let Some(c) = self.claims.get_mut(claim) {
+            c.placeholders_for.insert(surge_for.to_string());
+            self.surge_launched.insert(claim.to_string());
+        }
     }
 
     /// Karpenter's nomination of a placeholder to the claim launched for it ends when the pod
@@ -674,6 +690,7 @@ impl World {
                 status_lag: false,
                 nominated: BTreeSet::new(),
                 surge_for: None,
+                placeholders_for: BTreeSet::new(),
                 lane,
                 expired: false,
                 paced: None,
@@ -810,6 +827,8 @@ impl World {
         if let Some(n) = self.nodes.get_mut(&node_name) {
             n.ready = true;
         }
+        // Ready capacity now: no longer a surge claim that may outlive its rotation (I20).
+        self.surge_launched.remove(name);
         let key = self.create_daemonset_pod(pool, &node_name);
         self.bind_pod(&key, &node_name, now);
         self.watch_empty(&node_name);
