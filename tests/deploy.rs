@@ -316,6 +316,7 @@ fn assert_uninstall_rbac(docs: &[Value], which: &str) {
         ("ClusterRole", "", "pods", "list"),
         ("ClusterRole", "noderotation.io", "rotationpolicies", "list"),
         ("Role", "", "pods", "delete"),
+        ("Role", "", "events", "list"),
         ("Role", "coordination.k8s.io", "leases", "get"),
         ("Role", "apps", "deployments", "get"),
         ("Role", "apps", "deployments/scale", "patch"),
@@ -333,6 +334,23 @@ fn chart_and_kustomize_rbac_grant_what_uninstall_needs() {
     assert_uninstall_rbac(&chart_rbac, "chart");
     let base = documents(&read(Path::new(REPO).join("deploy/base/rbac.yaml")));
     assert_uninstall_rbac(&base, "deploy/base");
+}
+
+/// The controller reads Karpenter's `Nominated` Events on its placeholders (a watch, and a
+/// list when a rotation ends): list and watch in its own namespace only, never cluster-wide.
+#[test]
+fn rbac_reads_events_only_in_the_controller_namespace() {
+    let chart_rbac = documents(&pseudo_render(&read(chart().join("templates/rbac.yaml"))));
+    let base = documents(&read(Path::new(REPO).join("deploy/base/rbac.yaml")));
+    for (docs, which) in [(&chart_rbac, "chart"), (&base, "deploy/base")] {
+        for verb in ["list", "watch"] {
+            assert!(grants(docs, "Role", "", "events", verb), "{which}: Role lacks {verb} events");
+            assert!(
+                !grants(docs, "ClusterRole", "", "events", verb),
+                "{which}: the ClusterRole grants {verb} on events in every namespace"
+            );
+        }
+    }
 }
 
 #[test]

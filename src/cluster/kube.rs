@@ -1,7 +1,8 @@
 //! [`KubeCluster`]: the [`Cluster`] interface over kube-rs, for `noderotation run`.
 //!
-//! Reads come from reflector stores (NodePools, NodeClaims, Nodes, placeholder Pods, and
-//! RotationPolicies), written by one watcher task per kind; [`Cluster::cache`] turns them into a
+//! Reads come from reflector stores (NodePools, NodeClaims, Nodes, placeholder Pods,
+//! RotationPolicies, and Karpenter's `Nominated` Events in the controller's namespace), written
+//! by one watcher task per kind; [`Cluster::cache`] turns them into a
 //! [`CacheView`] and rebuilds it only when a store changed since the last call. Fresh reads are
 //! `GET`s; the pods of a node are listed on demand with a `spec.nodeName` field selector (there
 //! is no cache of every pod in the cluster). Writes are JSON merge patches on
@@ -27,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, ObjectReference, Pod};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch as KubePatch, PatchParams,
     PostParams, Preconditions,
@@ -46,7 +47,7 @@ use super::change::{Change, Watched};
 use super::events::EventSink;
 use super::{
     ApiError, ApiResult, CacheView, Cluster, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
-    ObjectKind, ObjectRef, Patch,
+    NOMINATED_REASON, ObjectKind, ObjectRef, Patch,
 };
 use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool};
 use crate::policy::crd::{RotationPolicy, RotationPolicyStatus as Status};
@@ -57,6 +58,11 @@ pub const FIELD_MANAGER: &str = "noderotation";
 /// The label selector of the placeholder-pod watch.
 pub fn placeholder_selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+}
+
+/// The field selector of the nominations watch: Karpenter's `Nominated` Events on pods.
+pub fn nomination_selector() -> String {
+    format!("reason={NOMINATED_REASON},involvedObject.kind=Pod")
 }
 
 /// Maps a kube-rs error to what the API server answered.
@@ -130,6 +136,7 @@ struct Stores {
     nodes: Store<Node>,
     placeholders: Store<Pod>,
     policies: Store<RotationPolicy>,
+    nominations: Store<Event>,
 }
 
 /// The client of the requests (reads, writes, Events) and the bound of each.
@@ -308,9 +315,17 @@ impl KubeCluster {
                 Api::<RotationPolicy>::all(client.clone()),
                 all,
                 strip,
-                sinks,
+                sinks.clone(),
                 Watched::Policy,
                 ObjectKind::RotationPolicy,
+            ),
+            nominations: spawn_reflector(
+                Api::<Event>::namespaced(client.clone(), &namespace),
+                watcher::Config::default().fields(&nomination_selector()),
+                strip,
+                sinks,
+                Watched::Nomination,
+                ObjectKind::Event,
             ),
         };
         let recorder =
@@ -353,6 +368,12 @@ impl KubeCluster {
             .await?,
             policies: list_into_store(Api::<RotationPolicy>::all(client.clone()), &all, strip)
                 .await?,
+            nominations: list_into_store(
+                Api::<Event>::namespaced(client.clone(), &namespace),
+                &ListParams::default().fields(&nomination_selector()),
+                strip,
+            )
+            .await?,
         };
         let recorder = EventSink::new(client.clone(), reporter.controller, reporter.instance);
         Ok(Arc::new(KubeCluster {
@@ -376,6 +397,7 @@ impl KubeCluster {
         self.stores.nodes.wait_until_ready().await?;
         self.stores.placeholders.wait_until_ready().await?;
         self.stores.policies.wait_until_ready().await?;
+        self.stores.nominations.wait_until_ready().await?;
         self.synced.store(true, Ordering::Release);
         Ok(())
     }
@@ -435,17 +457,16 @@ impl KubeCluster {
             ObjectKind::Node => ApiResource::erase::<Node>(&()),
             ObjectKind::Pod => ApiResource::erase::<Pod>(&()),
             ObjectKind::RotationPolicy => ApiResource::erase::<RotationPolicy>(&()),
+            ObjectKind::Event => ApiResource::erase::<Event>(&()),
         }
     }
 
     fn dynamic_api(&self, target: &ObjectRef) -> Api<DynamicObject> {
         let resource = Self::resource(target.kind);
-        match (&target.namespace, target.kind) {
+        match (&target.namespace, target.kind.namespaced()) {
             (Some(ns), _) => Api::namespaced_with(self.client.clone(), ns, &resource),
-            (None, ObjectKind::Pod) => {
-                Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
-            }
-            (None, _) => Api::all_with(self.client.clone(), &resource),
+            (None, true) => Api::namespaced_with(self.client.clone(), &self.namespace, &resource),
+            (None, false) => Api::all_with(self.client.clone(), &resource),
         }
     }
 
@@ -502,18 +523,23 @@ impl KubeCluster {
             ObjectKind::RotationPolicy => {
                 self.stores.policies.get(&reflector::ObjectRef::new(name)).and_then(|o| o.uid())
             }
+            ObjectKind::Event => {
+                let ns = target.namespace.as_deref().unwrap_or(&self.namespace);
+                self.stores
+                    .nominations
+                    .get(&reflector::ObjectRef::new(name).within(ns))
+                    .and_then(|o| o.uid())
+            }
         }
     }
 
     /// The `regarding` reference of an Event about `target`.
     fn object_reference(&self, target: &ObjectRef) -> ObjectReference {
         let resource = Self::resource(target.kind);
-        let namespace = match target.kind {
-            ObjectKind::Pod => {
-                Some(target.namespace.clone().unwrap_or_else(|| self.namespace.clone()))
-            }
-            _ => None,
-        };
+        let namespace = target
+            .kind
+            .namespaced()
+            .then(|| target.namespace.clone().unwrap_or_else(|| self.namespace.clone()));
         ObjectReference {
             api_version: Some(resource.api_version),
             kind: Some(resource.kind),
@@ -546,6 +572,7 @@ impl Cluster for KubeCluster {
             nodes: index(&self.stores.nodes),
             placeholders: index(&self.stores.placeholders),
             policies: index(&self.stores.policies),
+            nominations: index(&self.stores.nominations),
         });
         *view = Some((generation, fresh.clone()));
         fresh
@@ -586,6 +613,13 @@ impl Cluster for KubeCluster {
             .items
             .into_iter()
             .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id)))
+    }
+
+    fn nominations(&self, pod_uid: &str) -> ApiResult<Vec<Event>> {
+        let api = Api::<Event>::namespaced(self.client.clone(), &self.namespace);
+        let fields = format!("{},involvedObject.uid={pod_uid}", nomination_selector());
+        let params = ListParams::default().fields(&fields);
+        self.request(api.list(&params), false).map(|list| list.items)
     }
 
     fn patch(&self, target: &ObjectRef, patch: &Patch, rv: Option<&str>) -> ApiResult<()> {

@@ -783,6 +783,7 @@ impl World {
                     let surge_for = self.surge_of(&key);
                     if let Some(s) = &surge_for {
                         self.attribute(claim, s);
+                        self.nominate(&key, claim, now);
                     }
                     if let Some(c) = self.claims.get_mut(claim.as_str()) {
                         c.nominated.insert(key);
@@ -840,8 +841,11 @@ impl World {
             let name = self.new_claim(pool, zone, now, never_launch, never_ready);
             let count = pods.len();
             let surge_for = pods.iter().find_map(|key| self.surge_of(key));
-            for rotation in pods.iter().filter_map(|key| self.surge_of(key)).collect::<Vec<_>>() {
-                self.attribute(&name, &rotation);
+            for key in &pods {
+                if let Some(rotation) = self.surge_of(key) {
+                    self.attribute(&name, &rotation);
+                    self.nominate(key, &name, now);
+                }
             }
             if let Some(c) = self.claims.get_mut(&name) {
                 c.nominated = pods.into_iter().collect();
@@ -870,6 +874,60 @@ impl World {
         }
         let ph = Arc::clone(self.snap.placeholders.get(&key.1)?);
         Some(self.placeholder_requests(&ph))
+    }
+
+    /// Karpenter's `Nominated` Event on the placeholder `key`, naming the claim it launched for
+    /// it (or counted it against while in flight, with its node once registered): what the real
+    /// provisioner records right after it creates a claim, and for pods it schedules onto a claim
+    /// in flight. Events live an hour in the API server; older ones go as a new one comes.
+    fn nominate(&mut self, key: &PodKey, claim: &str, now: DateTime<Utc>) {
+        use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+        let Some(ph) = self.snap.placeholders.get(&key.1) else { return };
+        let uid = ph.metadata.uid.clone();
+        let mut targets = format!("nodeclaim/{claim}");
+        if let Some(c) = self.claims.get(claim)
+            && c.phase >= super::world::Phase::Registered
+        {
+            targets.push_str(&format!(", node/{}", c.node));
+        }
+        self.nominations += 1;
+        let name = format!("{}.{:016x}", key.1, self.nominations);
+        let stamp = to_time(now);
+        let event = Event {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(key.0.clone()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(key.0.clone()),
+                name: Some(key.1.clone()),
+                uid,
+                ..Default::default()
+            },
+            reason: Some(crate::cluster::NOMINATED_REASON.into()),
+            message: Some(format!("Pod should schedule on: {targets}")),
+            type_: Some("Normal".into()),
+            source: Some(EventSource { component: Some("karpenter".into()), host: None }),
+            first_timestamp: Some(stamp.clone()),
+            last_timestamp: Some(stamp),
+            count: Some(1),
+            ..Default::default()
+        };
+        let ttl = Duration::hours(1);
+        for old in self.cluster.events_in(&key.0) {
+            let born = old.first_timestamp.as_ref().and_then(crate::cluster::chrono_time);
+            if born.is_some_and(|t| now - t >= ttl)
+                && let Some(n) = old.metadata.name.as_deref()
+            {
+                self.cluster.delete_now(&ObjectRef::event(&key.0, n));
+            }
+        }
+        if let Err(e) = self.cluster.apply_event(event) {
+            self.note(format!("cannot record Event {name}: {e}"));
+        }
     }
 
     /// The rotation a placeholder serves (`surge-for`), if `key` is one.

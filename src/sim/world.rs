@@ -261,6 +261,8 @@ pub struct World {
     /// Claims Karpenter launched for (or nominated) a placeholder, until they are finalized
     /// (invariant I20 watches them).
     pub surge_launched: BTreeSet<String>,
+    /// `Nominated` Events recorded so far (for their names).
+    pub nominations: u64,
 }
 
 pub fn parse_resources(map: Option<&BTreeMap<String, Quantity>>) -> Resources {
@@ -398,6 +400,7 @@ impl World {
             deleted_pools: BTreeSet::new(),
             operator_unanchored: BTreeMap::new(),
             surge_launched: BTreeSet::new(),
+            nominations: 0,
             plan,
         };
         world.build_fleet(fleet_rng);

@@ -4,14 +4,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
 use super::cache::{Change, ClientCache};
 use super::{Faults, WriteCounts};
 use crate::cluster::{
-    ApiError, CacheView, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind, ObjectRef,
+    ApiError, CacheView, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NOMINATED_REASON,
+    ObjectKind, ObjectRef,
 };
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::RotationPolicy;
@@ -26,6 +27,9 @@ pub(super) struct Store {
     pub(super) nodes: BTreeMap<Key, Arc<Node>>,
     pub(super) pods: BTreeMap<Key, Arc<Pod>>,
     pub(super) policies: BTreeMap<Key, Arc<RotationPolicy>>,
+    /// Events the world records (Karpenter's `Nominated`); the controller's own go to
+    /// [`State::events`].
+    pub(super) events: BTreeMap<Key, Arc<Event>>,
     /// `spec.nodeName` -> pods bound there, so `pods_on_node` does not scan every pod.
     pub(super) pods_by_node: BTreeMap<String, BTreeSet<Key>>,
 }
@@ -36,6 +40,12 @@ fn is_placeholder(controller_namespace: &str, key: &Key, pod: &Pod) -> bool {
     key.0 == controller_namespace
         && pod.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str)
             == Some(MANAGED_BY_VALUE)
+}
+
+/// A nomination is what the controller's Event reflector watches: reason `Nominated`, in the
+/// controller's namespace.
+fn is_nomination(controller_namespace: &str, key: &Key, event: &Event) -> bool {
+    key.0 == controller_namespace && event.reason.as_deref() == Some(NOMINATED_REASON)
 }
 
 /// What the store needs to know about each stored type.
@@ -148,6 +158,22 @@ impl Kind for Pod {
     }
 }
 
+impl Kind for Event {
+    stored!(Event in events, Nomination);
+
+    fn change(
+        ns: &str,
+        key: &Key,
+        old: Option<&Arc<Self>>,
+        new: Option<&Arc<Self>>,
+    ) -> Option<Change> {
+        // A field-selected watch, as the placeholder one is label-selected.
+        let new = new.filter(|e| is_nomination(ns, key, e)).cloned();
+        let was = old.is_some_and(|e| is_nomination(ns, key, e));
+        (was || new.is_some()).then(|| Change::Nomination(key.1.clone(), new))
+    }
+}
+
 /// Runs `$body` with `$t` bound to the stored type of `$kind`.
 macro_rules! with_kind {
     ($kind:expr, $t:ident => $body:expr) => {
@@ -156,7 +182,8 @@ macro_rules! with_kind {
             NodeClaim: $crate::karpenter::NodeClaim,
             Node: k8s_openapi::api::core::v1::Node,
             Pod: k8s_openapi::api::core::v1::Pod,
-            RotationPolicy: $crate::policy::crd::RotationPolicy)
+            RotationPolicy: $crate::policy::crd::RotationPolicy,
+            Event: k8s_openapi::api::core::v1::Event)
     };
     ($kind:expr, $t:ident => $body:expr; $($variant:ident: $ty:ty),+) => {
         match $kind {
@@ -173,9 +200,9 @@ pub(super) fn key_for(target: &ObjectRef) -> Result<Key, ApiError> {
     if target.name.is_empty() {
         return Err(ApiError::Invalid(format!("{target}: empty name")));
     }
-    match (target.kind, &target.namespace) {
-        (ObjectKind::Pod, Some(ns)) if !ns.is_empty() => Ok((ns.clone(), target.name.clone())),
-        (ObjectKind::Pod, _) => Err(ApiError::Invalid(format!("{target}: pods are namespaced"))),
+    match (target.kind.namespaced(), &target.namespace) {
+        (true, Some(ns)) if !ns.is_empty() => Ok((ns.clone(), target.name.clone())),
+        (true, _) => Err(ApiError::Invalid(format!("{target}: a namespaced kind"))),
         (_, None) => Ok((String::new(), target.name.clone())),
         (_, Some(_)) => Err(ApiError::Invalid(format!("{target}: not a namespaced kind"))),
     }
@@ -254,6 +281,14 @@ impl State {
                 .map(cluster)
                 .collect(),
             policies: self.store.policies.iter().map(cluster).collect(),
+            nominations: self
+                .store
+                .events
+                .range((ns.clone(), String::new())..)
+                .take_while(|(key, _)| &key.0 == ns)
+                .filter(|(key, e)| is_nomination(ns, key, e))
+                .map(cluster)
+                .collect(),
         }
     }
 
