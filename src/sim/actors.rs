@@ -787,9 +787,6 @@ impl World {
                     }
                     if let Some(c) = self.claims.get_mut(claim.as_str()) {
                         c.nominated.insert(key);
-                        if c.surge_for.is_none() {
-                            c.surge_for = surge_for;
-                        }
                     }
                     continue;
                 }
@@ -840,7 +837,6 @@ impl World {
                 | self.fault(WorldFault::NodeNeverReady, k, 1.0);
             let name = self.new_claim(pool, zone, now, never_launch, never_ready);
             let count = pods.len();
-            let surge_for = pods.iter().find_map(|key| self.surge_of(key));
             for key in &pods {
                 if let Some(rotation) = self.surge_of(key) {
                     self.attribute(&name, &rotation);
@@ -849,7 +845,6 @@ impl World {
             }
             if let Some(c) = self.claims.get_mut(&name) {
                 c.nominated = pods.into_iter().collect();
-                c.surge_for = surge_for;
             }
             if never_launch {
                 let why = if shortage { "capacity shortage" } else { "launch fails" };

@@ -70,9 +70,6 @@ pub struct ClaimSim {
     pub status_lag: bool,
     /// Pods this claim is being provisioned for.
     pub nominated: BTreeSet<PodKey>,
-    /// Karpenter created it for a placeholder: the rotation (`surge-for`) that placeholder
-    /// served. What the cost bound (invariant I11) holds the rollback to.
-    pub surge_for: Option<String>,
     /// Every rotation (`surge-for`) whose placeholder Karpenter launched this claim for or
     /// nominated to it, ever: what invariants I19 and I20 attribute the claim by.
     pub placeholders_for: BTreeSet<String>,
@@ -692,7 +689,6 @@ impl World {
                 never_ready,
                 status_lag: false,
                 nominated: BTreeSet::new(),
-                surge_for: None,
                 placeholders_for: BTreeSet::new(),
                 lane,
                 expired: false,
