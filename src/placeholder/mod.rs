@@ -68,7 +68,7 @@ pub use pod::{
     PAUSE_CONTAINER, PLACEHOLDER_UID, Placeholder, PlaceholderInput, PlaceholderRefused,
     build_placeholder,
 };
-pub use reap::reap_allowed;
+pub use reap::{hosts_nothing_but, reap_allowed};
 pub use requests::{
     Resources, daemonset_overhead, millis_quantity, pod_requests, reschedulable_requests,
 };

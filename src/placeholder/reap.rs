@@ -22,10 +22,17 @@ pub fn reap_allowed(
 ) -> bool {
     let fresh = surge_claim.created().is_some_and(|t| t >= started_at);
     fresh
-        && pods_on_host.iter().all(|p| {
-            let ours = placeholder_uid.is_some() && p.metadata.uid.as_deref() == placeholder_uid;
-            ours || is_owned_by(p, "DaemonSet") || is_mirror(p) || is_completed(p)
+        && hosts_nothing_but(pods_on_host, |p| {
+            placeholder_uid.is_some() && p.metadata.uid.as_deref() == placeholder_uid
         })
+}
+
+/// A node's pods strand nothing if it goes: each is `ours` or belongs to the node itself
+/// (DaemonSet, static (mirror) and completed pods).
+pub fn hosts_nothing_but(pods_on_host: &[Pod], ours: impl Fn(&Pod) -> bool) -> bool {
+    pods_on_host
+        .iter()
+        .all(|p| ours(p) || is_owned_by(p, "DaemonSet") || is_mirror(p) || is_completed(p))
 }
 
 #[cfg(test)]
