@@ -2802,14 +2802,7 @@ fn the_sweep_reaps_only_a_marked_surge_claim_that_never_turned_ready_and_hosts_n
     // Initialized once (its node went NotReady later): capacity, not a failed surge.
     fx.never_ready_surge("m2");
     mark(&fx, "m2", "gone-1");
-    fx.world
-        .update_claim("m2", |c| {
-            let cond = serde_json::from_value(serde_json::json!(
-                {"type": "Initialized", "status": "True"}))
-            .expect("condition");
-            c.status.get_or_insert_with(Default::default).conditions.push(cond);
-        })
-        .expect("m2");
+    fx.initialized("m2");
     // A workload pod runs on it.
     fx.never_ready_surge("m3");
     mark(&fx, "m3", "gone-1");
@@ -2889,12 +2882,8 @@ fn a_rollback_reaps_the_surge_claim_of_a_re_created_placeholder() {
     started(&mut fx);
     fx.advance(Duration::minutes(1));
     fx.world.apply_node(node_obj("node-s1", true)).expect("node");
-    let mut s1 = claim_obj("s1", fx.clock.now(), Some("node-s1"));
-    s1.status.as_mut().expect("status").conditions.push(
-        serde_json::from_value(serde_json::json!({"type": "Initialized", "status": "True"}))
-            .expect("condition"),
-    );
-    fx.world.apply_claim(s1).expect("claim");
+    fx.world.apply_claim(claim_obj("s1", fx.clock.now(), Some("node-s1"))).expect("claim");
+    fx.initialized("s1");
     fx.nominate("c1", "s1");
     bind_placeholder(&fx, "c1", "node-s1"); // bound, never Running (a slow image pull)
     fx.pass();

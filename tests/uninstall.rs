@@ -321,14 +321,7 @@ fn uninstall_deletes_a_surge_claim_that_never_turned_ready_and_nothing_else() {
     fx.never_ready_surge("w9");
     fx.never_ready_surge("r9");
     fx.set_claim_ann("r9", Key::LaunchedFor, Some("c1"));
-    fx.world
-        .update_claim("r9", |c| {
-            let cond = serde_json::from_value(serde_json::json!(
-                {"type": "Initialized", "status": "True"}))
-            .expect("condition");
-            c.status.get_or_insert_with(Default::default).conditions.push(cond);
-        })
-        .expect("r9");
+    fx.initialized("r9");
     fx.client.flush_cache();
     let client: Arc<dyn Cluster> = Arc::new(fx.client.clone());
     let deleted = |changes: &[Change]| -> Vec<String> {

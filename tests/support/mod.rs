@@ -298,6 +298,18 @@ impl Fx {
         self.world.apply_claim(claim).expect("claim");
     }
 
+    /// Karpenter's `Initialized` condition on the claim: its node turned Ready once.
+    pub fn initialized(&self, claim: &str) {
+        self.world
+            .update_claim(claim, |c| {
+                let cond = serde_json::from_value(serde_json::json!(
+                    {"type": "Initialized", "status": "True"}))
+                .expect("condition");
+                c.status.get_or_insert_with(Default::default).conditions.push(cond);
+            })
+            .expect("claim");
+    }
+
     /// Karpenter finishes the drain of a deleting claim: node and claim go.
     pub fn finalize(&self, claim: &str) {
         let node = self.world.claim(claim).and_then(|c| c.status.as_ref()?.node_name.clone());

@@ -163,12 +163,7 @@ impl Cluster for MemoryCluster {
     fn nominations(&self, pod_uid: &str) -> ApiResult<Vec<Event>> {
         let target = ObjectRef::event(self.controller_namespace(), pod_uid);
         self.call(ApiVerb::List, &target, false, |st| {
-            let ns = st.controller_namespace.clone();
-            Ok(st
-                .store
-                .events
-                .range((ns.clone(), String::new())..)
-                .take_while(|(key, _)| key.0 == ns)
+            Ok(super::store::in_namespace(&st.store.events, &st.controller_namespace)
                 .map(|(_, e)| e)
                 .filter(|e| {
                     e.reason.as_deref() == Some(NOMINATED_REASON)

@@ -48,6 +48,14 @@ fn is_nomination(controller_namespace: &str, key: &Key, event: &Event) -> bool {
     key.0 == controller_namespace && event.reason.as_deref() == Some(NOMINATED_REASON)
 }
 
+/// The objects of one namespaced kind in `ns`, in key order.
+pub(super) fn in_namespace<'a, T>(
+    table: &'a BTreeMap<Key, Arc<T>>,
+    ns: &'a str,
+) -> impl Iterator<Item = (&'a Key, &'a Arc<T>)> {
+    table.range((ns.to_string(), String::new())..).take_while(move |(key, _)| key.0 == ns)
+}
+
 /// What the store needs to know about each stored type.
 pub(super) trait Kind: Resource + Clone + PartialEq + Send + Sync + 'static {
     const KIND: ObjectKind;
@@ -151,11 +159,22 @@ impl Kind for Pod {
         old: Option<&Arc<Self>>,
         new: Option<&Arc<Self>>,
     ) -> Option<Change> {
-        // A label-selected watch sends DELETED when an object stops matching.
-        let new = new.filter(|p| is_placeholder(ns, key, p)).cloned();
-        let was = old.is_some_and(|p| is_placeholder(ns, key, p));
-        (was || new.is_some()).then(|| Change::Placeholder(key.1.clone(), new))
+        selected(key, old, new, |p| is_placeholder(ns, key, p), Change::Placeholder)
     }
+}
+
+/// The watch event a selected watch (label or field selector) sends: the object while it
+/// matches, DELETED when it stops matching, nothing about objects that never matched.
+fn selected<T>(
+    key: &Key,
+    old: Option<&Arc<T>>,
+    new: Option<&Arc<T>>,
+    matches: impl Fn(&T) -> bool,
+    wrap: fn(String, Option<Arc<T>>) -> Change,
+) -> Option<Change> {
+    let new = new.filter(|o| matches(o)).cloned();
+    let was = old.is_some_and(|o| matches(o));
+    (was || new.is_some()).then(|| wrap(key.1.clone(), new))
 }
 
 impl Kind for Event {
@@ -167,10 +186,7 @@ impl Kind for Event {
         old: Option<&Arc<Self>>,
         new: Option<&Arc<Self>>,
     ) -> Option<Change> {
-        // A field-selected watch, as the placeholder one is label-selected.
-        let new = new.filter(|e| is_nomination(ns, key, e)).cloned();
-        let was = old.is_some_and(|e| is_nomination(ns, key, e));
-        (was || new.is_some()).then(|| Change::Nomination(key.1.clone(), new))
+        selected(key, old, new, |e| is_nomination(ns, key, e), Change::Nomination)
     }
 }
 
@@ -272,21 +288,13 @@ impl State {
             pools: self.store.pools.iter().map(cluster).collect(),
             claims: self.store.claims.iter().map(cluster).collect(),
             nodes: self.store.nodes.iter().map(cluster).collect(),
-            placeholders: self
-                .store
-                .pods
-                .range((ns.clone(), String::new())..)
-                .take_while(|(key, _)| &key.0 == ns)
-                .filter(|(key, pod)| is_placeholder(ns, key, pod))
+            placeholders: in_namespace(&self.store.pods, ns)
+                .filter(|(k, p)| is_placeholder(ns, k, p))
                 .map(cluster)
                 .collect(),
             policies: self.store.policies.iter().map(cluster).collect(),
-            nominations: self
-                .store
-                .events
-                .range((ns.clone(), String::new())..)
-                .take_while(|(key, _)| &key.0 == ns)
-                .filter(|(key, e)| is_nomination(ns, key, e))
+            nominations: in_namespace(&self.store.events, ns)
+                .filter(|(k, e)| is_nomination(ns, k, e))
                 .map(cluster)
                 .collect(),
         }
