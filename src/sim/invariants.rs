@@ -371,8 +371,7 @@ fn landings(view: &CacheView, world: &World) -> BTreeSet<Landing> {
     for np in view.pools.values() {
         let m = &np.metadata;
         for (slot, claim) in anchors(np) {
-            let forceful =
-                slot_annotation(m, Key::RotationMode, slot) == Some("forceful-fallback");
+            let forceful = slot_annotation(m, Key::RotationMode, slot) == Some("forceful-fallback");
             let host = slot_annotation(m, Key::SurgeHost, slot).filter(|h| !h.is_empty());
             if let (false, true, Some(host)) = (forceful, draining.contains(claim), host) {
                 out.insert(Landing { claim: claim.to_string(), host: host.to_string() });
@@ -1504,7 +1503,10 @@ impl Checker {
         if crate::policy::derive::forceful_fallback_due(true, deadline, s.t_rot(tgp), now) {
             Ok(())
         } else {
-            Err(format!("the claim is not inside the fallback (deadline {deadline:?}, t_rot {})", fmt(s.t_rot(tgp))))
+            Err(format!(
+                "the claim is not inside the fallback (deadline {deadline:?}, t_rot {})",
+                fmt(s.t_rot(tgp))
+            ))
         }
     }
 
