@@ -712,10 +712,11 @@ impl Drop for KubectlProxy {
     }
 }
 
-/// The operator (`run` through a rotation, then `uninstall --dry-run`) under the base's roles,
-/// talking through a recording proxy: every request it sends is one `src/cluster/access.rs`
-/// lists (so the roles, which the deploy tests hold to that table, grant nothing it does not
-/// send), and the pods of a node are listed from the watch cache (`resourceVersion=0`).
+/// The operator (`run` through a rotation, then `uninstall --dry-run`, which finds a surge
+/// claim that never turned Ready to delete) under the base's roles, talking through a recording
+/// proxy: every request it sends is one `src/cluster/access.rs` lists (so the roles, which the
+/// deploy tests hold to that table, grant nothing it does not send), and the pods of a node are
+/// listed from the watch cache (`resourceVersion=0`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> TestResult {
     use noderotation::cluster::access::{REQUESTS, Scope};
@@ -744,11 +745,25 @@ async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> Tes
         ControllerProcess::start(&kubeconfig, "access-a", "noderotation", &fx.dir.join("a.log"))?;
     full_surge(&fx, actor, &ctl).await?;
     ctl.terminate();
+    // A surge claim Karpenter launched for a placeholder (marked) that never registered, and a
+    // claim launched for other pods: uninstall deletes the first only, and reads it on the way.
+    let (surge, other) = (format!("{}-never-ready", fx.pool), format!("{}-other", fx.pool));
+    let mut marked = nodeclaim_json(&surge, &fx.pool);
+    marked["metadata"]["annotations"] = json!({format!("{ANN}launched-for"): fx.candidate});
+    create(&fx.admin, &marked).await?;
+    create(&fx.admin, &nodeclaim_json(&other, &fx.pool)).await?;
     let uninstall = std::process::Command::new(binary())
         .args(["uninstall", "--dry-run", "--namespace", CONTROLLER_NS])
         .env("KUBECONFIG", &kubeconfig)
         .output()?;
+    for claim in [&surge, &other] {
+        remove_finalizers(&fx.admin, "NodeClaim", claim).await?;
+        let _ = dyn_api(&fx.admin, "NodeClaim").delete(claim, &DeleteParams::default()).await;
+    }
     assert!(uninstall.status.success(), "{}", String::from_utf8_lossy(&uninstall.stderr));
+    let out = String::from_utf8_lossy(&uninstall.stdout);
+    let reaps = |claim: &str| out.contains(&format!("{claim}: delete surge claim that never"));
+    assert!(reaps(&surge) && !reaps(&other), "{out}");
 
     let requests = recorder.log.all();
     let mut unlisted = BTreeSet::new();
