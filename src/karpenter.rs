@@ -243,6 +243,15 @@ impl NodeClaim {
             .any(|c| c.type_ == "Ready" && c.status == "True")
     }
 
+    /// The `Initialized` condition is True: the node turned Ready once (Karpenter never sets
+    /// it back, unlike `Ready`).
+    pub fn is_initialized(&self) -> bool {
+        self.status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == "Initialized" && c.status == "True")
+    }
+
     /// `deletionTimestamp` is set.
     pub fn is_deleting(&self) -> bool {
         self.metadata.deletion_timestamp.is_some()

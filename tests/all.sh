@@ -104,7 +104,9 @@ sweeps() {
   local sim_start
   sim_start=$(date +%s)
   target/release/noderotation simulate --seeds 300 --weeks 2 --faults
-  for run in tight-race:100:0.1 operator-script:50:3 capacity-shortage:30:2 forceful-fallback-batch:30:2; do
+  # never-ready-surges: surge claims that never turn Ready, node repair off (~15 s).
+  for run in tight-race:100:0.1 operator-script:50:3 capacity-shortage:30:2 forceful-fallback-batch:30:2 \
+    never-ready-surges:100:0.3; do
     IFS=: read -r name seeds weeks <<<"$run"
     target/release/noderotation simulate --seeds "$seeds" --weeks "$weeks" --faults \
       --scenario "deploy/examples/scenarios/$name.yaml"

@@ -712,10 +712,11 @@ impl Drop for KubectlProxy {
     }
 }
 
-/// The operator (`run` through a rotation, then `uninstall --dry-run`) under the base's roles,
-/// talking through a recording proxy: every request it sends is one `src/cluster/access.rs`
-/// lists (so the roles, which the deploy tests hold to that table, grant nothing it does not
-/// send), and the pods of a node are listed from the watch cache (`resourceVersion=0`).
+/// The operator (`run` through a rotation, then `uninstall --dry-run`, which finds a surge
+/// claim that never turned Ready to delete) under the base's roles, talking through a recording
+/// proxy: every request it sends is one `src/cluster/access.rs` lists (so the roles, which the
+/// deploy tests hold to that table, grant nothing it does not send), and the pods of a node are
+/// listed from the watch cache (`resourceVersion=0`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> TestResult {
     use noderotation::cluster::access::{REQUESTS, Scope};
@@ -744,11 +745,25 @@ async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> Tes
         ControllerProcess::start(&kubeconfig, "access-a", "noderotation", &fx.dir.join("a.log"))?;
     full_surge(&fx, actor, &ctl).await?;
     ctl.terminate();
+    // A surge claim Karpenter launched for a placeholder (marked) that never registered, and a
+    // claim launched for other pods: uninstall deletes the first only, and reads it on the way.
+    let (surge, other) = (format!("{}-never-ready", fx.pool), format!("{}-other", fx.pool));
+    let mut marked = nodeclaim_json(&surge, &fx.pool);
+    marked["metadata"]["annotations"] = json!({format!("{ANN}launched-for"): fx.candidate});
+    create(&fx.admin, &marked).await?;
+    create(&fx.admin, &nodeclaim_json(&other, &fx.pool)).await?;
     let uninstall = std::process::Command::new(binary())
         .args(["uninstall", "--dry-run", "--namespace", CONTROLLER_NS])
         .env("KUBECONFIG", &kubeconfig)
         .output()?;
+    for claim in [&surge, &other] {
+        remove_finalizers(&fx.admin, "NodeClaim", claim).await?;
+        let _ = dyn_api(&fx.admin, "NodeClaim").delete(claim, &DeleteParams::default()).await;
+    }
     assert!(uninstall.status.success(), "{}", String::from_utf8_lossy(&uninstall.stderr));
+    let out = String::from_utf8_lossy(&uninstall.stdout);
+    let reaps = |claim: &str| out.contains(&format!("{claim}: delete surge claim that never"));
+    assert!(reaps(&surge) && !reaps(&other), "{out}");
 
     let requests = recorder.log.all();
     let mut unlisted = BTreeSet::new();
@@ -2323,6 +2338,11 @@ async fn in_cluster_helm_install_rotates_and_helm_uninstall_leaves_nothing_of_ou
     result
 }
 
+/// The surge node never turns Ready, so the placeholder is never bound: the controller learns
+/// which claim is its surge only from Karpenter's `Nominated` Event on the placeholder (a watch
+/// of Events in its namespace, under the RBAC of deploy/). It marks that claim and reaps it at
+/// readyTimeout; another fresh claim of the pool that is not Ready either (launched for other
+/// pods) is left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_ready_timeout_rolls_back_and_reaps_the_surge_claim() -> TestResult {
     let env = harness!();
@@ -2342,13 +2362,33 @@ async fn rotation_ready_timeout_rolls_back_and_reaps_the_surge_claim() -> TestRe
             actor.surge_claims().first().cloned()
         })
         .await?;
+        // A claim Karpenter launched for other pods: fresh, its node registered, not Ready.
+        let other = format!("{}-other", fx.pool);
+        create(&fx.admin, &nodeclaim_json(&other, &fx.pool)).await?;
+        create(&fx.admin, &node_json(&format!("{other}-node"), &fx.pool)).await?;
+        eventually("the surge claim marked", Duration::from_secs(30), || async {
+            let marked = fx.ann("NodeClaim", &surge, "launched-for").await;
+            (marked.as_deref() == Some(fx.candidate.as_str())).then_some(())
+        })
+        .await?;
         fx.wait_claim_state("failed", Duration::from_secs(90)).await?;
         fx.wait_settled("last-failure-at", Duration::from_secs(30)).await?;
         assert_eq!(fx.ann("NodeClaim", &fx.candidate, "retry-count").await.as_deref(), Some("1"));
         eventually("the surge claim reaped", Duration::from_secs(30), || async {
-            dyn_api(&fx.admin, "NodeClaim").get_opt(&surge).await.ok()?.is_none().then_some(())
+            let gone = dyn_api(&fx.admin, "NodeClaim").get_opt(&surge).await.ok()?;
+            gone.is_none_or(|c| c.metadata.deletion_timestamp.is_some()).then_some(())
         })
         .await?;
+        let kept = dyn_api(&fx.admin, "NodeClaim").get_opt(&other).await?;
+        assert!(
+            kept.is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+            "a claim Karpenter launched for other pods is never reaped"
+        );
+        remove_finalizers(&fx.admin, "NodeClaim", &other).await?;
+        let _ = dyn_api(&fx.admin, "NodeClaim").delete(&other, &DeleteParams::default()).await;
+        let _ = dyn_api(&fx.admin, "Node")
+            .delete(&format!("{other}-node"), &DeleteParams::default())
+            .await;
         let node = dyn_api(&fx.admin, "Node").get(&fx.node).await?;
         assert_ne!(node.data["spec"]["unschedulable"], json!(true), "our cordon lifted");
         fx.assert_clean().await?;

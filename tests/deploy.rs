@@ -458,7 +458,9 @@ fn assert_uninstall_rbac(docs: &[Value], which: &str) {
         ("ClusterRole", "karpenter.sh", "nodepools", "patch"),
         ("ClusterRole", "karpenter.sh", "nodeclaims", "list"),
         ("ClusterRole", "karpenter.sh", "nodeclaims", "patch"),
+        ("ClusterRole", "karpenter.sh", "nodeclaims", "delete"),
         ("ClusterRole", "", "nodes", "list"),
+        ("ClusterRole", "", "nodes", "get"),
         ("ClusterRole", "", "nodes", "patch"),
         ("ClusterRole", "", "pods", "list"),
         ("ClusterRole", "noderotation.io", "rotationpolicies", "list"),
@@ -652,6 +654,23 @@ fn chart_and_kustomize_ship_the_same_admission_policy_on_by_default() {
 fn chart_and_kustomize_rbac_grant_what_uninstall_needs() {
     assert_uninstall_rbac(&chart_rbac(), "chart");
     assert_uninstall_rbac(&base_rbac(), "deploy/base");
+}
+
+/// The controller reads Karpenter's `Nominated` Events on its placeholders (a watch, and a
+/// list when a rotation ends): list and watch in its own namespace only, never cluster-wide.
+#[test]
+fn rbac_reads_events_only_in_the_controller_namespace() {
+    let chart_rbac = documents(&pseudo_render(&read(chart().join("templates/rbac.yaml"))));
+    let base = documents(&read(Path::new(REPO).join("deploy/base/rbac.yaml")));
+    for (docs, which) in [(&chart_rbac, "chart"), (&base, "deploy/base")] {
+        for verb in ["list", "watch"] {
+            assert!(grants(docs, "Role", "", "events", verb), "{which}: Role lacks {verb} events");
+            assert!(
+                !grants(docs, "ClusterRole", "", "events", verb),
+                "{which}: the ClusterRole grants {verb} on events in every namespace"
+            );
+        }
+    }
 }
 
 #[test]

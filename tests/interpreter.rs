@@ -189,6 +189,8 @@ impl Facts for Toy {
             Pred::InducedClaim | Pred::SurgePath => Value::Nil,
             Pred::DrainBound => Value::Duration(Duration::minutes(62)),
             Pred::Anchored | Pred::Rotating | Pred::ForeignAnchor => Value::Bool(false),
+            // No nomination to mark; the sweep's reap is not a pool pass.
+            Pred::NominatedUnmarked | Pred::SurgeClaimDue => Value::Bool(false),
             // One lane: the pool's own anchor is its only rotation.
             Pred::InFlight => {
                 Value::Int(i64::from(self.view.pool.contains_key(&Key::ActiveRotation)))
@@ -396,6 +398,7 @@ fn pending_with_ready_surge_moves_to_draining() {
             "freeze",
             "annotate_if",
             "annotate_if",
+            "mark_launched",
             "delete_placeholder",
             "delete_claim"
         ]
@@ -439,6 +442,7 @@ fn ready_timeout_rolls_back_and_announces_the_failure_once() {
         toy.verbs(),
         [
             "annotate_if",
+            "mark_launched",
             "reap_surge_claim",
             "delete_placeholder",
             "unfreeze",
@@ -479,6 +483,7 @@ fn force_expiry_while_pending_is_claimed_announced_and_cleaned_up() {
         &fired,
         &[
             "pending_force_expired",
+            "pending_expiry_mark_launched",
             "pending_mark_expired",
             "pending_expiry_announce",
             "pending_expiry_cleanup",
@@ -487,7 +492,15 @@ fn force_expiry_while_pending_is_claimed_announced_and_cleaned_up() {
     assert_eq!(requeue, Duration::minutes(1));
     assert_eq!(
         toy.verbs(),
-        ["mark_expired", "emit", "event", "delete_placeholder", "unfreeze", "clear_anchor"]
+        [
+            "mark_launched",
+            "mark_expired",
+            "emit",
+            "event",
+            "delete_placeholder",
+            "unfreeze",
+            "clear_anchor"
+        ]
     );
     assert!(!toy.store.pool.contains_key(&Key::ActiveRotation));
 }
@@ -501,7 +514,9 @@ fn force_expiry_seen_through_a_stale_read_owns_nothing() {
     let (fired, requeue) = toy.run();
     ends_with(&fired, &["pending_mark_expired", "pending_expiry_unowned"]);
     assert_eq!(requeue, Duration::seconds(30));
-    assert_eq!(toy.verbs(), ["mark_expired"]);
+    // Marking Karpenter's nominations of the placeholder is attribution, not part of the
+    // transition: conditional (only where absent) and right whoever owns what follows.
+    assert_eq!(toy.verbs(), ["mark_launched", "mark_expired"]);
 }
 
 #[test]

@@ -42,7 +42,7 @@ const SPEC_KEYS: [&str; 19] = [
 ];
 
 /// Keys the project added beyond the spec's reference (docs/decisions/reconciler.md).
-const ADDED_KEYS: [&str; 2] = ["placeholder-uid", "surge-host"];
+const ADDED_KEYS: [&str; 3] = ["placeholder-uid", "surge-host", "launched-for"];
 
 /// The 12 rows of the §5.3 transition table: (from, event, to).
 const SPEC_ROWS: [(&str, &str, &str); 12] = [
@@ -276,7 +276,9 @@ fn rules_diff_names_a_changed_guard_and_exits_1() {
         "{text}"
     );
     assert!(
-        text.contains("| `sweep_unanchored_in_flight` | `sweep_claim` #1/3, first · §5.3 sweep"),
+        text.contains(
+            "| `sweep_unanchored_in_flight` | `sweep_claim` #2/4, below `sweep_launched_surge` · §5.3 sweep"
+        ),
         "{text}"
     );
     assert_eq!(text.matches("\n| `").count(), 1, "exactly one change expected:\n{text}");

@@ -498,6 +498,28 @@ fn orphans_are_repaired_within_a_tick_and_look_alikes_are_never_surge() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
+/// Surge claims that never turn Ready, several rotations in flight, node repair off
+/// (`never-ready-surges.yaml`). Before the reap took only claims Karpenter nominated the
+/// placeholder to (`launched-for`), this scenario left never-Ready surge claims billed long
+/// after their rotation ended (I20, seed 1) and reaped the claim Karpenter launched for the pods
+/// another rotation's drain evicted (I19, seed 34). Now no seed breaks an invariant, with or
+/// without faults.
+#[test]
+fn never_ready_surge_claims_are_reaped_and_nothing_else_is() {
+    let plan = scenario("never-ready-surges.yaml");
+    let span = plan.span.expect("the scenario has a span");
+    let mut failed = Vec::new();
+    let mut reaped_after = 0;
+    for (seed, faults) in [(1, false), (34, false), (2, false), (3, true), (70, true)] {
+        let r = run(Arc::clone(&plan), &opts(seed, span, faults, embedded()), &mut |_| {});
+        failed.push(explain(&r));
+        reaped_after += usize::from(r.coverage.contains("sweep_launched_surge"));
+    }
+    failed.retain(|f| !f.is_empty());
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert!(reaped_after > 0, "the sweep reaped a surge claim after its rotation ended");
+}
+
 /// A pool in two zones, windows around the clock, a shortage from the start (`zones` as given,
 /// `registrationTimeout` as given).
 fn zone_pool(shortage_zones: &str, registration_timeout: &str) -> Arc<Compiled> {
@@ -625,6 +647,38 @@ fn the_registration_timeout_is_a_scenario_value() {
     let text = simulate_trace("registration", &zone_yaml("zone-a, zone-b", "4m"), "0.1");
     assert!(text.contains("not registered after 4m"), "{text}");
     assert!(!text.contains("not registered after 15m"), "{text}");
+}
+
+/// Karpenter's node repair is a scenario option, off by default (a feature gate of self-managed
+/// Karpenter): a node that never turns Ready stays, unless `karpenter: {nodeRepair: true}`.
+#[test]
+fn node_repair_is_a_scenario_option_off_by_default() {
+    let yaml = |karpenter: &str| {
+        format!(
+            r#"
+name: repair
+start: 2026-06-01T00:00:00Z
+span: 3h
+pools:
+  - name: p
+    nodes: 2
+    expireAfter: 14d
+    terminationGracePeriod: 10m
+    age: {{min: 1h, max: 2h}}
+failures: {{nodeNeverReady: 1.0}}
+script:
+  - {{at: 30m, action: deleteClaim, pool: p}}
+{karpenter}
+expect: {{liveness: false}}
+"#
+        )
+    };
+    let repaired = "node NotReady for 30m: repair";
+    let off = simulate_trace("repair-off", &yaml(""), "0.02");
+    assert!(off.contains("node repair off"), "{off}");
+    assert!(!off.contains(repaired), "{off}");
+    let on = simulate_trace("repair-on", &yaml("karpenter: {nodeRepair: true}"), "0.02");
+    assert!(on.contains(repaired), "{on}");
 }
 
 /// Scenario values that cannot work are refused with what to write.

@@ -307,3 +307,45 @@ fn uninstall_help_says_run_must_not_be_running() {
     assert!(help.contains("must not be running"), "{help}");
     assert!(help.contains("--dry-run") && help.contains("--stop-deployment"), "{help}");
 }
+
+/// A claim Karpenter launched for a placeholder (`launched-for`) that never turned Ready and
+/// hosts nothing: the uninstall ends its rotation, and without Karpenter's node repair nothing
+/// else would delete it, so the uninstall does (dry run: listed, not deleted). A claim without
+/// the mark, or one that initialized once, is not deleted; its mark is removed like every key
+/// of ours.
+#[test]
+fn uninstall_deletes_a_surge_claim_that_never_turned_ready_and_nothing_else() {
+    let fx = mid_rotation(false);
+    fx.never_ready_surge("s9");
+    fx.set_claim_ann("s9", Key::LaunchedFor, Some("c1"));
+    fx.never_ready_surge("w9");
+    fx.never_ready_surge("r9");
+    fx.set_claim_ann("r9", Key::LaunchedFor, Some("c1"));
+    fx.initialized("r9");
+    fx.client.flush_cache();
+    let client: Arc<dyn Cluster> = Arc::new(fx.client.clone());
+    let deleted = |changes: &[Change]| -> Vec<String> {
+        changes
+            .iter()
+            .filter(|c| c.what == What::DeleteSurgeClaim)
+            .map(|c| c.object.name.clone())
+            .collect()
+    };
+    let plan = uninstall(client.as_ref(), true);
+    assert!(plan.errors.is_empty(), "{:?}", plan.errors);
+    assert_eq!(deleted(&plan.changes), ["s9"]);
+    assert!(!fx.deleting("s9"), "a dry run deletes nothing");
+    let report = uninstall(client.as_ref(), false);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(deleted(&report.changes), ["s9"]);
+    assert!(
+        report.summary().contains("1 never-Ready surge claim(s) deleted"),
+        "{}",
+        report.summary()
+    );
+    assert!(fx.deleting("s9"), "the never-Ready surge claim is deleted");
+    for kept in ["w9", "r9"] {
+        assert!(!fx.deleting(kept), "{kept} stays");
+    }
+    assert!(fx.claim_ann("r9", Key::LaunchedFor).is_none(), "our mark is removed");
+}

@@ -11,7 +11,11 @@
 //!   says we flipped it, and the markers; an operator's own cordon or do-not-disrupt carries no
 //!   marker and stays;
 //! - on every NodeClaim, the claim state of in-flight and failed rotations (`state`,
-//!   `started-at`, `surge-claim`, `failed-at`, `retry-count`, ...);
+//!   `started-at`, `surge-claim`, `failed-at`, `retry-count`, ...), and `launched-for`; a claim
+//!   with `launched-for` (Karpenter launched it for a placeholder) that never initialized, whose
+//!   node is not Ready and hosts nothing but DaemonSet, static or completed pods and our
+//!   placeholders, is deleted instead: its rotation ends here, and without Karpenter's node
+//!   repair nothing else would (docs/decisions/reap-attribution.md);
 //! - on every NodePool, the anchor set, the window stamp and the gate anchors
 //!   (`last-rotation-at`, `last-failure-at`) — but not `noderotation.io/freeze`, which the
 //!   operator (a person) writes and only they remove.
@@ -27,7 +31,7 @@
 //! `noderotation run` must not be running: a leader would re-assert what this removes (or start
 //! a new rotation). The command refuses while the leader Lease is held, and `--stop-deployment`
 //! scales the operator's Deployment to zero first (what the Helm pre-delete hook does).
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,9 +50,10 @@ use kube::runtime::events::Reporter;
 use crate::clock::{Clock, SystemClock};
 use crate::cluster::kube::{FIELD_MANAGER, KubeCluster};
 use crate::cluster::{
-    ApiError, Cluster, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind, ObjectRef, Patch,
+    ApiError, CacheView, Cluster, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind, ObjectRef, Patch,
 };
 use crate::engine::Key;
+use crate::karpenter::NodeClaim;
 use crate::reconcile::{release_patch, slots};
 
 /// Attempts of one conditional write before the object is reported as an error.
@@ -97,6 +102,9 @@ pub enum What {
     Uncordon,
     /// A placeholder pod deleted.
     DeletePod,
+    /// A NodeClaim Karpenter launched for a placeholder (`launched-for`) deleted: it never
+    /// turned Ready and hosts nothing.
+    DeleteSurgeClaim,
 }
 
 impl fmt::Display for Change {
@@ -107,6 +115,9 @@ impl fmt::Display for Change {
                 write!(f, "{}: lift our cordon (spec.unschedulable=false)", self.object)
             }
             What::DeletePod => write!(f, "{}: delete placeholder pod", self.object),
+            What::DeleteSurgeClaim => {
+                write!(f, "{}: delete surge claim that never turned Ready", self.object)
+            }
         }
     }
 }
@@ -140,8 +151,9 @@ impl Report {
             self.changes.iter().filter(|c| matches!(c.what, What::RemoveAnnotation(_))).count();
         let cordons = self.changes.iter().filter(|c| c.what == What::Uncordon).count();
         let pods = self.changes.iter().filter(|c| c.what == What::DeletePod).count();
+        let surges = self.changes.iter().filter(|c| c.what == What::DeleteSurgeClaim).count();
         let mut line = format!(
-            "uninstall: {verb} {} NodePool(s), {} NodeClaim(s), {} Node(s): {annotations} annotation(s) removed, {cordons} cordon(s) lifted, {pods} placeholder pod(s) deleted",
+            "uninstall: {verb} {} NodePool(s), {} NodeClaim(s), {} Node(s): {annotations} annotation(s) removed, {cordons} cordon(s) lifted, {pods} placeholder pod(s) deleted, {surges} never-Ready surge claim(s) deleted",
             self.count(ObjectKind::NodePool),
             self.count(ObjectKind::NodeClaim),
             self.count(ObjectKind::Node),
@@ -272,12 +284,115 @@ pub fn uninstall(cluster: &dyn Cluster, dry_run: bool) -> Report {
 
     let node = |n: &str| cluster.get_node(n);
     clean_all(cluster, ObjectKind::Node, &cache.nodes, node_patch, node, &mut report);
+    let reaped = reap_surge_claims(cluster, &cache, &mut report);
+    let claims: BTreeMap<String, Arc<NodeClaim>> = cache
+        .claims
+        .iter()
+        .filter(|(n, _)| !reaped.contains(*n))
+        .map(|(n, c)| (n.clone(), c.clone()))
+        .collect();
     let claim = |n: &str| cluster.get_claim(n);
-    clean_all(cluster, ObjectKind::NodeClaim, &cache.claims, annotations_patch, claim, &mut report);
+    clean_all(cluster, ObjectKind::NodeClaim, &claims, annotations_patch, claim, &mut report);
     // Pools last: the anchor is the last thing a rotation clears.
     let pool = |n: &str| cluster.get_pool(n);
     clean_all(cluster, ObjectKind::NodePool, &cache.pools, annotations_patch, pool, &mut report);
     report
+}
+
+/// Deletes each claim marked `launched-for` that never initialized, whose node (if any) is not
+/// Ready and hosts nothing but DaemonSet, static or completed pods and our placeholders, all on
+/// fresh reads; the delete is preconditioned on the uid and resourceVersion of the claim's read
+/// (a 409 starts over). Returns the claims deleted (or, dry, to be deleted).
+fn reap_surge_claims(
+    cluster: &dyn Cluster,
+    cache: &CacheView,
+    report: &mut Report,
+) -> BTreeSet<String> {
+    let ours: BTreeSet<&str> =
+        cache.placeholders.values().filter_map(|p| p.metadata.uid.as_deref()).collect();
+    let mut reaped = BTreeSet::new();
+    for (name, cached) in &cache.claims {
+        if !surge_left(cached) {
+            continue;
+        }
+        let target = ObjectRef::cluster(ObjectKind::NodeClaim, name.clone());
+        for attempt in 0..=ATTEMPTS {
+            if attempt == ATTEMPTS {
+                report.errors.push(format!("{target}: kept changing under {ATTEMPTS} deletes"));
+                break;
+            }
+            let fresh = match cluster.get_claim(name) {
+                Ok(Some(c)) if surge_left(&c) => c,
+                Ok(_) => break,
+                Err(e) => {
+                    report.errors.push(format!("{target}: read: {e}"));
+                    break;
+                }
+            };
+            match strands_nothing(cluster, &fresh, &ours) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    report.errors.push(format!("{target}: read its node: {e}"));
+                    break;
+                }
+            }
+            let change = Change { object: target.clone(), what: What::DeleteSurgeClaim };
+            if report.dry_run {
+                report.changes.push(change);
+                reaped.insert(name.clone());
+                break;
+            }
+            let meta = &fresh.metadata;
+            match cluster.delete(&target, meta.uid.as_deref(), meta.resource_version.as_deref()) {
+                Ok(()) => {
+                    report.changes.push(change);
+                    reaped.insert(name.clone());
+                    break;
+                }
+                Err(ApiError::Conflict) => continue,
+                Err(ApiError::NotFound) => break,
+                Err(e) => {
+                    report.errors.push(format!("{target}: delete: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    reaped
+}
+
+/// A claim Karpenter launched for a placeholder (`launched-for`) that never initialized and is
+/// not being deleted.
+fn surge_left(claim: &NodeClaim) -> bool {
+    has(&claim.metadata, Key::LaunchedFor.full())
+        && !claim.is_initialized()
+        && claim.metadata.deletion_timestamp.is_none()
+}
+
+/// The claim's node (by `status.nodeName`, else by providerID) is absent or not Ready, and hosts
+/// nothing but DaemonSet, static or completed pods and the placeholders with uids in `ours`.
+fn strands_nothing(
+    cluster: &dyn Cluster,
+    claim: &NodeClaim,
+    ours: &BTreeSet<&str>,
+) -> Result<bool, ApiError> {
+    let status = claim.status.as_ref();
+    let node = match status.and_then(|s| s.node_name.as_deref()) {
+        Some(n) => cluster.get_node(n)?,
+        None => match (claim.node_pool(), status.and_then(|s| s.provider_id.as_deref())) {
+            (Some(pool), Some(id)) => cluster.node_with_provider_id(pool, id)?,
+            _ => None,
+        },
+    };
+    let Some(node) = node else { return Ok(true) };
+    if crate::karpenter::node_ready(&node) {
+        return Ok(false);
+    }
+    let pods = cluster.pods_on_node(node.metadata.name.as_deref().unwrap_or(""))?;
+    Ok(crate::placeholder::hosts_nothing_but(&pods, |p| {
+        p.metadata.uid.as_deref().is_some_and(|u| ours.contains(u))
+    }))
 }
 
 /// [`clean`] every cached object of one kind that `patch_of` finds something of ours on,

@@ -106,7 +106,13 @@ pub const REQUESTS: &[Access] = &[
     run("karpenter.sh", "nodeclaims", "watch", Cluster, "the NodeClaim watch"),
     run("karpenter.sh", "nodeclaims", "get", Cluster, "fresh read before a conditional write"),
     run("karpenter.sh", "nodeclaims", "patch", Cluster, "claim state in annotations"),
-    run("karpenter.sh", "nodeclaims", "delete", Cluster, "the old claim; a surge claim reaped"),
+    run(
+        "karpenter.sh",
+        "nodeclaims",
+        "delete",
+        Cluster,
+        "the old claim; a surge claim reaped (uninstall: one that never turned Ready)",
+    ),
     // Nodes: do-not-disrupt and our markers, the cordon.
     run("", "nodes", "list", Cluster, "the Node watch; a node found by providerID"),
     run("", "nodes", "watch", Cluster, "the Node watch"),
@@ -121,8 +127,12 @@ pub const REQUESTS: &[Access] = &[
     run("", "pods", "get", Namespace, "fresh read of a placeholder"),
     run("", "pods", "create", Namespace, "a surge placeholder"),
     run("", "pods", "delete", Namespace, "a placeholder released or orphaned"),
-    // Events (events.k8s.io/v1 only), in the namespace of the object they are about: `default`
-    // for cluster-scoped objects.
+    // Karpenter's `Nominated` Events on the placeholders (core/v1, field-selected on the
+    // reason): which claim it launched for each, the only claims the reap deletes.
+    run("", "events", "list", Namespace, "the nominations watch; one placeholder's, fresh"),
+    run("", "events", "watch", Namespace, "the nominations watch"),
+    // Our own Events (events.k8s.io/v1 only), in the namespace of the object they are about:
+    // `default` for cluster-scoped objects.
     run("events.k8s.io", "events", "create", Cluster, "an Event"),
     run("events.k8s.io", "events", "patch", Cluster, "the next occurrence of an Event series"),
     run("noderotation.io", "rotationpolicies", "list", Cluster, "preflight, the policy watch"),

@@ -3,7 +3,7 @@
 //! maps it to the pools it wakes.
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 
 use super::ObjectKind;
 use crate::karpenter::{NodeClaim, NodePool};
@@ -17,6 +17,8 @@ pub enum Watched {
     Node(Arc<Node>),
     Placeholder(Arc<Pod>),
     Policy(Arc<RotationPolicy>),
+    /// Karpenter's `Nominated` Event on a pod of the controller's namespace.
+    Nomination(Arc<Event>),
 }
 
 /// What a watch saw, for the work queue (which maps it to pool keys).

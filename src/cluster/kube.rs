@@ -1,8 +1,9 @@
 //! [`KubeCluster`]: the [`Cluster`] interface over kube-rs, for `noderotation run`.
 //!
 //! Reads come from reflector stores (NodePools, NodeClaims, Nodes, placeholder Pods,
-//! RotationPolicies and, for `run`, the placeholders' PriorityClass), written by one watcher task
-//! per kind; [`Cluster::cache`] turns them into a
+//! RotationPolicies and, for `run` ([`Watches::Controller`]), the placeholders' PriorityClass and
+//! Karpenter's `Nominated` Events in the controller's namespace), written by one watcher task per
+//! kind; [`Cluster::cache`] turns them into a
 //! [`CacheView`] and rebuilds it only when a store changed since the last call. Fresh reads are
 //! `GET`s; the pods of a node are listed on demand with a `spec.nodeName` field selector, served
 //! from the API server's watch cache ([`pods_on_node_params`]; there is no cache of every pod in
@@ -29,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, ObjectReference, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch as KubePatch, PatchParams,
@@ -49,7 +50,7 @@ use super::change::{Change, Watched};
 use super::events::EventSink;
 use super::{
     ApiError, ApiResult, CacheView, Cluster, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
-    ObjectKind, ObjectRef, Patch,
+    NOMINATED_REASON, ObjectKind, ObjectRef, Patch,
 };
 use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool};
 use crate::policy::crd::{RotationPolicy, RotationPolicyStatus as Status};
@@ -60,6 +61,11 @@ pub const FIELD_MANAGER: &str = "noderotation";
 /// The label selector of the placeholder-pod watch.
 pub fn placeholder_selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+}
+
+/// The field selector of the nominations watch: Karpenter's `Nominated` Events on pods.
+pub fn nomination_selector() -> String {
+    format!("reason={NOMINATED_REASON},involvedObject.kind=Pod")
 }
 
 /// Maps a kube-rs error to what the API server answered.
@@ -127,6 +133,19 @@ impl WatchHealth {
     }
 }
 
+/// What a [`KubeCluster`] watches beside NodePools, NodeClaims, Nodes, placeholder Pods and
+/// RotationPolicies.
+#[derive(Debug, Clone, Copy)]
+pub enum Watches<'a> {
+    /// Nothing more: a reader (`noderotation status --watch`), whose user needs no more RBAC.
+    Readers,
+    /// The controller (`run`): also the PriorityClass the placeholders name, by name (its
+    /// changes only rebuild the cached view: see [`CacheView::placeholder_class`]), and
+    /// Karpenter's `Nominated` Events on pods of the namespace (which claim it launched for each
+    /// placeholder: [`CacheView::nominations`]).
+    Controller { placeholder_class: &'a str },
+}
+
 struct Stores {
     pools: Store<NodePool>,
     claims: Store<NodeClaim>,
@@ -135,6 +154,8 @@ struct Stores {
     policies: Store<RotationPolicy>,
     /// The placeholders' PriorityClass, watched by name (`run` only).
     placeholder_class: Option<Store<PriorityClass>>,
+    /// Karpenter's `Nominated` Events in the controller's namespace (`run` only).
+    nominations: Option<Store<Event>>,
 }
 
 /// The client of the requests (reads, writes, Events) and the bound of each.
@@ -270,19 +291,22 @@ impl KubeCluster {
         reporter: Reporter,
     ) -> (Arc<KubeCluster>, mpsc::UnboundedReceiver<Change>) {
         let requests = Requests { client: client.clone(), timeout: None };
-        KubeCluster::start_with(client, requests, namespace, reporter, None)
+        KubeCluster::start_with(client, requests, namespace, reporter, Watches::Readers)
     }
 
     /// [`KubeCluster::start`] with the watches on `client` and every request on `requests`, and
-    /// a sixth watch of the PriorityClass `placeholder_class` when given (its changes only
-    /// rebuild the cached view: see [`CacheView::placeholder_class`]).
+    /// the controller's own watches with [`Watches::Controller`].
     pub fn start_with(
         client: Client,
         requests: Requests,
         namespace: impl Into<String>,
         reporter: Reporter,
-        placeholder_class: Option<&str>,
+        watches: Watches<'_>,
     ) -> (Arc<KubeCluster>, mpsc::UnboundedReceiver<Change>) {
+        let placeholder_class = match watches {
+            Watches::Readers => None,
+            Watches::Controller { placeholder_class } => Some(placeholder_class),
+        };
         let namespace = namespace.into();
         let generation = Arc::new(AtomicU64::new(0));
         let (tx, rx) = mpsc::unbounded_channel();
@@ -331,8 +355,17 @@ impl KubeCluster {
                     Api::<PriorityClass>::all(client.clone()),
                     watcher::Config::default().fields(&format!("metadata.name={name}")),
                     strip,
-                    sinks,
+                    sinks.clone(),
                     None,
+                )
+            }),
+            nominations: placeholder_class.is_some().then(|| {
+                spawn_reflector(
+                    Api::<Event>::namespaced(client.clone(), &namespace),
+                    watcher::Config::default().fields(&nomination_selector()),
+                    strip,
+                    sinks,
+                    Some((Watched::Nomination, ObjectKind::Event)),
                 )
             }),
         };
@@ -353,8 +386,9 @@ impl KubeCluster {
         (Arc::new(cluster), rx)
     }
 
-    /// A cluster whose stores hold one list of each kind, taken now, with no watches: for
-    /// one-shot commands (`noderotation uninstall`) that read the cache to find objects and
+    /// A cluster whose stores hold one list of each of the five kinds, taken now, with no
+    /// watches (and none of [`Watches::Controller`]'s): for one-shot commands
+    /// (`noderotation uninstall`, `noderotation status`) that read the cache to find objects and
     /// then verify each with a fresh read before a preconditioned write. A kind whose API is not
     /// served (404: its CRD is gone) lists as empty. Must be called inside the runtime.
     pub async fn listed(
@@ -377,6 +411,7 @@ impl KubeCluster {
             policies: list_into_store(Api::<RotationPolicy>::all(client.clone()), &all, strip)
                 .await?,
             placeholder_class: None,
+            nominations: None,
         };
         let recorder = EventSink::new(client.clone(), reporter.controller, reporter.instance);
         Ok(Arc::new(KubeCluster {
@@ -402,6 +437,9 @@ impl KubeCluster {
         self.stores.policies.wait_until_ready().await?;
         if let Some(class) = &self.stores.placeholder_class {
             class.wait_until_ready().await?;
+        }
+        if let Some(nominations) = &self.stores.nominations {
+            nominations.wait_until_ready().await?;
         }
         self.synced.store(true, Ordering::Release);
         Ok(())
@@ -462,17 +500,16 @@ impl KubeCluster {
             ObjectKind::Node => ApiResource::erase::<Node>(&()),
             ObjectKind::Pod => ApiResource::erase::<Pod>(&()),
             ObjectKind::RotationPolicy => ApiResource::erase::<RotationPolicy>(&()),
+            ObjectKind::Event => ApiResource::erase::<Event>(&()),
         }
     }
 
     fn dynamic_api(&self, target: &ObjectRef) -> Api<DynamicObject> {
         let resource = Self::resource(target.kind);
-        match (&target.namespace, target.kind) {
+        match (&target.namespace, target.kind.namespaced()) {
             (Some(ns), _) => Api::namespaced_with(self.client.clone(), ns, &resource),
-            (None, ObjectKind::Pod) => {
-                Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
-            }
-            (None, _) => Api::all_with(self.client.clone(), &resource),
+            (None, true) => Api::namespaced_with(self.client.clone(), &self.namespace, &resource),
+            (None, false) => Api::all_with(self.client.clone(), &resource),
         }
     }
 
@@ -529,18 +566,24 @@ impl KubeCluster {
             ObjectKind::RotationPolicy => {
                 self.stores.policies.get(&reflector::ObjectRef::new(name)).and_then(|o| o.uid())
             }
+            ObjectKind::Event => {
+                let ns = target.namespace.as_deref().unwrap_or(&self.namespace);
+                self.stores
+                    .nominations
+                    .as_ref()?
+                    .get(&reflector::ObjectRef::new(name).within(ns))
+                    .and_then(|o| o.uid())
+            }
         }
     }
 
     /// The `regarding` reference of an Event about `target`.
     fn object_reference(&self, target: &ObjectRef) -> ObjectReference {
         let resource = Self::resource(target.kind);
-        let namespace = match target.kind {
-            ObjectKind::Pod => {
-                Some(target.namespace.clone().unwrap_or_else(|| self.namespace.clone()))
-            }
-            _ => None,
-        };
+        let namespace = target
+            .kind
+            .namespaced()
+            .then(|| target.namespace.clone().unwrap_or_else(|| self.namespace.clone()));
         ObjectReference {
             api_version: Some(resource.api_version),
             kind: Some(resource.kind),
@@ -578,6 +621,7 @@ impl Cluster for KubeCluster {
                 .placeholder_class
                 .as_ref()
                 .and_then(|store| store.state().into_iter().next()),
+            nominations: self.stores.nominations.as_ref().map(index).unwrap_or_default(),
         });
         *view = Some((generation, fresh.clone()));
         fresh
@@ -617,6 +661,13 @@ impl Cluster for KubeCluster {
             .items
             .into_iter()
             .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id)))
+    }
+
+    fn nominations(&self, pod_uid: &str) -> ApiResult<Vec<Event>> {
+        let api = Api::<Event>::namespaced(self.client.clone(), &self.namespace);
+        let fields = format!("{},involvedObject.uid={pod_uid}", nomination_selector());
+        let params = ListParams::default().fields(&fields);
+        self.request(api.list(&params), false).map(|list| list.items)
     }
 
     fn patch(&self, target: &ObjectRef, patch: &Patch, rv: Option<&str>) -> ApiResult<()> {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 
 use crate::karpenter::{NodeClaim, NodePool};
@@ -59,9 +59,20 @@ pub enum ObjectKind {
     Node,
     Pod,
     RotationPolicy,
+    /// A core/v1 Event: the controller reads only Karpenter's `Nominated` Events on the pods of
+    /// its namespace ([`CacheView::nominations`]); it records its own through
+    /// [`Cluster::record_event`].
+    Event,
 }
 
-/// Names one object. Only pods are namespaced.
+impl ObjectKind {
+    /// Pods and Events are namespaced; the other kinds are cluster-scoped.
+    pub fn namespaced(self) -> bool {
+        matches!(self, ObjectKind::Pod | ObjectKind::Event)
+    }
+}
+
+/// Names one object. Only pods and Events are namespaced.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectRef {
     pub kind: ObjectKind,
@@ -76,6 +87,23 @@ impl ObjectRef {
     pub fn pod(namespace: impl Into<String>, name: impl Into<String>) -> Self {
         ObjectRef { kind: ObjectKind::Pod, namespace: Some(namespace.into()), name: name.into() }
     }
+    pub fn event(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ObjectRef { kind: ObjectKind::Event, namespace: Some(namespace.into()), name: name.into() }
+    }
+}
+
+/// The reason of the Event Karpenter's provisioner records on a pod when it launches a
+/// NodeClaim for it, or counts it against a claim still in flight (or a node), with the message
+/// `Pod should schedule on: nodeclaim/<name>` (`, node/<name>` when the claim has a node).
+pub const NOMINATED_REASON: &str = "Nominated";
+
+/// The NodeClaim a `Nominated` Event names (see [`NOMINATED_REASON`]), if it is one.
+pub fn nominated_claim(event: &Event) -> Option<&str> {
+    if event.reason.as_deref() != Some(NOMINATED_REASON) {
+        return None;
+    }
+    let targets = event.message.as_deref()?.split_once("Pod should schedule on:")?.1;
+    targets.split(',').find_map(|t| t.trim().strip_prefix("nodeclaim/")).filter(|n| !n.is_empty())
 }
 
 impl std::fmt::Display for ObjectRef {
@@ -130,6 +158,11 @@ pub struct CacheView {
     /// The PriorityClass placeholders name (`--priority-class`), when the cluster watches it
     /// and it exists: the controller creates no placeholder while it is unsafe (§3.3).
     pub placeholder_class: Option<Arc<PriorityClass>>,
+    /// Karpenter's `Nominated` Events ([`NOMINATED_REASON`]) on pods of the controller's
+    /// namespace (field-selected on the reason), keyed by the Event's name: which claim
+    /// Karpenter launched for (or counted) each placeholder. Empty when the cluster does not
+    /// watch them (only the controller does).
+    pub nominations: BTreeMap<String, Arc<Event>>,
 }
 
 /// What every [`Cluster`] call returns.
@@ -152,6 +185,10 @@ pub trait Cluster: Send + Sync {
     /// on demand: for a claim whose node the cache does not show yet (it registered a moment
     /// ago).
     fn node_with_provider_id(&self, pool: &str, provider_id: &str) -> ApiResult<Option<Node>>;
+    /// Karpenter's `Nominated` Events on the pod with uid `pod_uid` in the controller's
+    /// namespace, listed on demand (field selectors on the reason and the pod's uid): what the
+    /// cache may not show yet when a rotation ends.
+    fn nominations(&self, pod_uid: &str) -> ApiResult<Vec<Event>>;
 
     /// Applies `patch` to the object; with a resourceVersion `rv`, only if the object still has
     /// it (else `Conflict`). `NotFound` when the object does not exist.
@@ -238,6 +275,12 @@ macro_rules! delegate_reads {
         ) -> $crate::cluster::ApiResult<Option<k8s_openapi::api::core::v1::Node>> {
             self.$inner.node_with_provider_id(pool, provider_id)
         }
+        fn nominations(
+            &self,
+            pod_uid: &str,
+        ) -> $crate::cluster::ApiResult<Vec<k8s_openapi::api::core::v1::Event>> {
+            self.$inner.nominations(pod_uid)
+        }
     };
 }
 pub(crate) use delegate_reads;
@@ -291,3 +334,30 @@ macro_rules! delegate_writes {
     };
 }
 pub(crate) use delegate_writes;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nomination_names_the_claim_karpenter_launched_or_counted() {
+        let event = |reason: &str, message: &str| Event {
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            ..Event::default()
+        };
+        let new = event("Nominated", "Pod should schedule on: nodeclaim/general-abc12");
+        assert_eq!(nominated_claim(&new), Some("general-abc12"));
+        // A claim in flight that already has its node.
+        let node =
+            event("Nominated", "Pod should schedule on: nodeclaim/general-x, node/ip-10-0-1-2");
+        assert_eq!(nominated_claim(&node), Some("general-x"));
+        // An existing node without a claim (not Karpenter's), another reason, another message.
+        assert_eq!(nominated_claim(&event("Nominated", "Pod should schedule on: node/n1")), None);
+        assert_eq!(nominated_claim(&event("Scheduled", "nodeclaim/general-x")), None);
+        assert_eq!(
+            nominated_claim(&event("Nominated", "Pod should schedule on: nodeclaim/")),
+            None
+        );
+    }
+}

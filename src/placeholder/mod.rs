@@ -71,7 +71,7 @@ pub use pod::{
     PAUSE_CONTAINER, PLACEHOLDER_UID, Placeholder, PlaceholderInput, PlaceholderRefused,
     build_placeholder,
 };
-pub use reap::{not_ready_surge_claim, reap_allowed};
+pub use reap::{hosts_nothing_but, reap_allowed};
 pub use requests::{
     Resources, daemonset_overhead, millis_quantity, pod_requests, reschedulable_requests,
 };

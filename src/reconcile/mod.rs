@@ -551,7 +551,9 @@ impl Controller {
 
     /// The sweep's rows over every object that can carry one of our markers: placeholder pods,
     /// nodes with `surge-for`, `do-not-disrupt-owned` or `cordoned`, claims with a `state`
-    /// (without one a claim reads as `none`, which no sweep row selects), and every pool.
+    /// (without one a claim reads as `none`, which no sweep row selects) or with a
+    /// `launched-for` that never initialized (seen with the governance of their pool, whose
+    /// readyTimeout they are held to), and every pool.
     ///
     /// The anchor set is read fresh, pool by pool, after the cached view that lists the
     /// subjects: every marker in that view was written after the anchor it belongs to, so a
@@ -565,6 +567,8 @@ impl Controller {
         let index = self.index.of(&cache);
         let mut report = SweepReport::default();
         let mut subjects: Vec<(Handler, SweepSubject, Option<NodePool>, usize)> = Vec::new();
+        // The governance of the pool of each surge claim the sweep may reap (its readyTimeout).
+        let mut governance: BTreeMap<String, GovernanceView> = BTreeMap::new();
         for (name, p) in &cache.pools {
             // Slot 0 always; another slot only where a key the pool's sweep rows clear is set
             // (a pool with many slots holds many keys).
@@ -582,7 +586,16 @@ impl Controller {
             }
         }
         for (name, c) in &cache.claims {
-            if annotation(&c.metadata, Key::State).is_some() {
+            // A surge claim that never initialized (docs/decisions/reap-attribution.md): the
+            // sweep reaps it once its rotation is over.
+            let surge = annotation(&c.metadata, Key::LaunchedFor).is_some()
+                && !c.is_initialized()
+                && !c.is_deleting();
+            if surge && let Some(pool) = c.node_pool().and_then(|p| cache.pools.get(p)) {
+                let view = self.governance(&cache, pool, now);
+                governance.insert(name.clone(), view);
+            }
+            if surge || annotation(&c.metadata, Key::State).is_some() {
                 subjects.push((Handler::SweepClaim, SweepSubject::Claim(name.clone()), None, 0));
             }
         }
@@ -641,13 +654,17 @@ impl Controller {
                 | SweepSubject::Node(n)
                 | SweepSubject::Pod(_, n) => n.clone(),
             };
+            let governed = match &subject {
+                SweepSubject::Claim(n) => governance.remove(n),
+                _ => None,
+            };
             let snap = Snapshot::new(
                 now,
                 cache.clone(),
                 index.clone(),
                 self.ctx.config.namespace.clone(),
                 pool,
-                GovernanceView::Ungoverned,
+                governed.unwrap_or(GovernanceView::Ungoverned),
                 Some((subject, anchors.clone())),
             );
             let mut host = PassHost::for_slot(snap, &mut self.ctx, slot);

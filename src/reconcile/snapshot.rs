@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::cluster::{CacheView, Patch};
 use crate::engine::{Facts, Field, Key, ObjRef, Pred, Root, Value};
-use crate::karpenter::{NodeClaim, NodePool, node_ready};
+use crate::karpenter::{NodeClaim, NodePool};
 use crate::placeholder;
 use crate::policy::derive::{self, ClaimFacts, RotationOrder};
 use crate::policy::duration::ExpireAfter;
@@ -829,41 +829,60 @@ impl Snapshot {
         (c.node_pool() == Some(self.pool_name())).then_some(c)
     }
 
-    /// The surge claim the readyTimeout reap goes after (§3.8): the recorded `surge-claim`; else,
-    /// while the placeholder is bound, [`Snapshot::induced_claim`] (none when that claim is not
-    /// visible: a bound placeholder means the surge host registered, so a claim found otherwise
-    /// would be somebody else's); else the pool's one fresh claim that is not Ready
-    /// ([`placeholder::not_ready_surge_claim`]) that is not another rotation's surge
-    /// ([`Snapshot::surge_of_another`]) and whose node is not Ready, created before every other
-    /// slot of the pool still waiting for its own surge started. May name an absorbing host:
-    /// the reap guard keeps those.
-    pub fn surge_claim_to_reap(&self, claim: &str, started_at: DateTime<Utc>) -> Option<String> {
-        if let Some(recorded) = annotation(&self.claim(claim)?.metadata, Key::SurgeClaim) {
-            return Some(recorded.to_string());
+    /// The claims Karpenter's `Nominated` Events in the cache name for the pod with uid
+    /// `pod_uid` (the placeholder a rotation recorded as its `placeholder-uid`), in Event-name
+    /// order, each once.
+    pub fn nominated_for(&self, pod_uid: &str) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        for e in self.cache.nominations.values() {
+            if e.involved_object.uid.as_deref() != Some(pod_uid) {
+                continue;
+            }
+            if let Some(c) = crate::cluster::nominated_claim(e)
+                && !names.contains(&c)
+            {
+                names.push(c);
+            }
         }
-        if self.placeholder_host(claim).is_some() {
-            return self.induced_claim(claim).and_then(|c| c.metadata.name.clone());
-        }
-        // Another slot's surge still to come may be a fresh claim that is not Ready, and a
-        // claim that cannot be attributed is never reaped: the fallback's claim must predate
-        // the start of every such rotation (a claim launched before a rotation created its
-        // placeholder is not that rotation's surge). An unknown start attributes nothing.
-        let waiting: Option<Vec<DateTime<Utc>>> = self
-            .surges_waiting(Some(claim))
-            .into_iter()
-            .map(|c| stamp_at(&c.metadata, Key::StartedAt, self.now))
-            .collect();
-        let first_waiting = waiting?.into_iter().min();
-        // A claim whose node is Ready is capacity, whatever its status says yet (the claim's
-        // Ready condition follows its node's by a moment): pods may be binding.
-        let node_ready = |c: &NodeClaim| {
-            self.registered_node(c).and_then(|n| self.node(n)).is_some_and(node_ready)
+        names
+    }
+
+    /// A claim of this pool that Karpenter nominated the rotation `claim`'s placeholder to and
+    /// that is still to be marked (`launched-for`): it never initialized, is not being deleted
+    /// and carries no mark (docs/decisions/reap-attribution.md).
+    pub fn nominated_unmarked(&self, claim: &str) -> bool {
+        let Some(uid) =
+            self.claim(claim).and_then(|c| annotation(&c.metadata, Key::PlaceholderUid))
+        else {
+            return false;
         };
-        let candidates =
-            self.pool_claims().filter(|c| !self.surge_of_another(claim, c) && !node_ready(c));
-        placeholder::not_ready_surge_claim(candidates, self.pool_name(), started_at)
-            .filter(|c| first_waiting.is_none_or(|w| c.created().is_some_and(|t| t < w)))
-            .and_then(|c| c.metadata.name.clone())
+        self.nominated_for(uid).into_iter().any(|n| {
+            n != claim
+                && self.claim(n).is_some_and(|c| {
+                    c.node_pool() == Some(self.pool_name())
+                        && !c.is_deleting()
+                        && !c.is_initialized()
+                        && annotation(&c.metadata, Key::LaunchedFor).is_none()
+                })
+        })
+    }
+
+    /// The claims of this pool whose `launched-for` names the rotation `claim` (this pass's
+    /// copies), in name order.
+    pub fn launched_for(&self, claim: &str) -> Vec<String> {
+        self.pool_claims()
+            .filter(|c| annotation(&c.metadata, Key::LaunchedFor) == Some(claim))
+            .filter_map(|c| c.metadata.name.clone())
+            .collect()
+    }
+
+    /// readyTimeout of the governing policy has passed since the claim's creation (at once
+    /// when none governs; an unknown creation time has not passed).
+    pub fn surge_claim_due(&self, claim: &NodeClaim) -> bool {
+        match self.policy() {
+            None => true,
+            Some(p) => claim.created().is_some_and(|t| self.now - t >= p.settings.ready_timeout),
+        }
     }
 }
 
@@ -970,6 +989,9 @@ impl Facts for Snapshot {
                 .and_then(|c| self.claim_node(c))
                 .map(|node| Value::Object(ObjRef::Node(node.to_string())))
                 .unwrap_or(Value::Nil),
+            (Field::NodeClaimInitialized, ObjRef::Claim(n)) => {
+                self.claim(n).map(|c| Value::Bool(c.is_initialized())).unwrap_or(Value::Nil)
+            }
             (Field::NodeName, ObjRef::Node(n)) => Value::Name(n.clone()),
             (Field::NodeClaim, ObjRef::Node(n)) => {
                 name(self.claim_on_node(n).and_then(|c| c.metadata.name.as_ref()))
@@ -1001,6 +1023,7 @@ impl Facts for Snapshot {
                 | Field::NodeClaimState
                 | Field::NodeClaimDeletionTimestamp
                 | Field::NodeClaimNode
+                | Field::NodeClaimInitialized
                 | Field::NodeName
                 | Field::NodeClaim
                 | Field::PodName
@@ -1190,6 +1213,16 @@ impl Facts for Snapshot {
             Pred::StuckDrains => Value::Int(self.stuck_drains() as i64),
             Pred::Lanes => Value::Int(self.lanes as i64),
             Pred::ForeignAnchor => Value::Bool(self.foreign_anchor().is_some()),
+            Pred::NominatedUnmarked => match claim {
+                Some(c) => {
+                    Value::Bool(self.nominated_unmarked(c.metadata.name.as_deref().unwrap_or("")))
+                }
+                None => Value::Nil,
+            },
+            Pred::SurgeClaimDue => match claim {
+                Some(c) => Value::Bool(self.surge_claim_due(c)),
+                None => Value::Nil,
+            },
             Pred::Latest => {
                 let times: Vec<DateTime<Utc>> = args.iter().filter_map(Value::as_time).collect();
                 times.into_iter().max().map(Value::Time).unwrap_or(Value::Nil)

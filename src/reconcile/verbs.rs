@@ -1117,6 +1117,9 @@ impl<'c> PassHost<'c> {
         )
     }
 
+    /// §3.8 at the readyTimeout rollback: every claim of the pool marked `launched-for` this
+    /// rotation (docs/decisions/reap-attribution.md), each judged on fresh reads by
+    /// [`PassHost::reap_claim`]. `won` when one was deleted.
     fn reap_surge_claim(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
         let Some(claim) = self.snap.claim(&name).cloned() else { return Ok(Outcome::Gone) };
@@ -1126,76 +1129,195 @@ impl<'c> PassHost<'c> {
         else {
             return Ok(Outcome::Gone);
         };
-        let Some(surge_name) = self.snap.surge_claim_to_reap(&name, started) else {
-            return Ok(Outcome::Gone);
-        };
-        if surge_name == name {
-            return Ok(Outcome::Gone);
-        }
-        let Some(surge) = self.ctx.cluster.get_claim(&surge_name).map_err(|e| fail(a.verb, e))?
-        else {
-            return Ok(Outcome::Gone);
-        };
-        // Only this pool's claims are ours to reap (a hand-edited surge-claim may name any).
-        if surge.node_pool() != Some(self.snap.pool_name()) {
-            return Ok(Outcome::Gone);
-        }
-        // Another rotation's surge is not this rotation's to reap: on this pass's copy (its own
-        // writes), then on the pool read fresh (another pass's may not be in its cache yet).
-        if self.snap.surge_of_another(&name, &surge) {
-            return Ok(Outcome::Gone);
-        }
-        let Some(pool) = self.fresh_pool().map_err(|e| fail(a.verb, e))? else {
-            return Ok(Outcome::Gone);
-        };
-        let cached = self.snap.pool.replace(pool);
-        let another = self.snap.surge_of_another(&name, &surge);
-        self.snap.pool = cached;
-        if another {
-            return Ok(Outcome::Gone);
-        }
-        // Its node: by status.nodeName, else by providerID (Karpenter writes the nodeName a
-        // moment after the Node registers), in the cache, else listed fresh (the cache may not
-        // show a node that registered a moment ago; the listed copy is already fresh). No node:
-        // not registered, nothing to strand.
-        let (host, listed) = match self.snap.registered_node(&surge) {
-            Some(n) => (Some(n.to_string()), None),
-            None => match surge.status.as_ref().and_then(|s| s.provider_id.as_deref()) {
-                Some(id) => {
-                    let pool = self.snap.pool_name();
-                    let node = self
-                        .ctx
-                        .cluster
-                        .node_with_provider_id(pool, id)
-                        .map_err(|e| fail(a.verb, e))?;
-                    (node.as_ref().and_then(|n| n.metadata.name.clone()), node)
+        let uid = annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string);
+        let pool = self.snap.pool_name().to_string();
+        let mut reaped = false;
+        for surge in self.snap.launched_for(&name) {
+            if surge == name {
+                continue;
+            }
+            let outcome = self.reap_claim(a.verb, &surge, |host, fresh| {
+                // Only this pool's claim, still marked for this rotation on the fresh read.
+                if fresh.node_pool() != Some(pool.as_str())
+                    || annotation(&fresh.metadata, Key::LaunchedFor) != Some(name.as_str())
+                {
+                    return Ok(Some(Outcome::Gone));
                 }
-                None => (None, None),
-            },
-        };
-        // With the placeholder not on it, a claim is reaped as the surge that never turned
-        // Ready (§3.8): once its node is Ready on a fresh read it is capacity, and the pods
-        // Karpenter launched it for may be binding (its own status follows a moment later).
-        let unbound = self.snap.placeholder_host(&name).is_none();
-        if unbound && let Some(host) = &host {
-            let node = match listed {
-                Some(n) => Some(n),
-                None => self.ctx.cluster.get_node(host).map_err(|e| fail(a.verb, e))?,
+                // Another rotation's surge is not this rotation's to reap: on this pass's copy
+                // (its own writes), then on the pool read fresh (another pass's may not be in
+                // its cache yet).
+                if host.snap.surge_of_another(&name, fresh) {
+                    return Ok(Some(Outcome::Gone));
+                }
+                let Some(fresh_pool) = host.fresh_pool().map_err(|e| fail(a.verb, e))? else {
+                    return Ok(Some(Outcome::Gone));
+                };
+                let cached = host.snap.pool.replace(fresh_pool);
+                let another = host.snap.surge_of_another(&name, fresh);
+                host.snap.pool = cached;
+                if another {
+                    return Ok(Some(Outcome::Gone));
+                }
+                let (node, ready) = host.registered_host(a.verb, fresh)?;
+                // Without the placeholder on it, a claim is reaped as the surge that never
+                // turned Ready: once its node is Ready on a fresh read it is capacity, and pods
+                // may be binding (its own status follows a moment later).
+                let bound_here =
+                    node.is_some() && host.snap.placeholder_host(&name) == node.as_deref();
+                if !bound_here && ready {
+                    return Ok(Some(Outcome::Gone));
+                }
+                let pods = match &node {
+                    Some(n) => host.ctx.cluster.pods_on_node(n).map_err(|e| fail(a.verb, e))?,
+                    None => Vec::new(),
+                };
+                if !placeholder::reap_allowed(fresh, started, &pods, uid.as_deref()) {
+                    return Ok(Some(Outcome::Gone));
+                }
+                Ok(None)
+            })?;
+            reaped |= outcome == Outcome::Won;
+        }
+        Ok(if reaped { Outcome::Won } else { Outcome::Gone })
+    }
+
+    /// The sweep's reap of a surge claim whose rotation is over
+    /// (docs/decisions/reap-attribution.md): still marked, that rotation anchored by no slot,
+    /// never initialized, its node not Ready and hosting nothing but DaemonSet, static or
+    /// completed pods, all on fresh reads.
+    fn reap_launched(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        let anchors = self.snap.sweep.as_ref().map(|(_, a)| a.clone()).unwrap_or_default();
+        let outcome = self.reap_claim(a.verb, &name, |host, fresh| {
+            let anchored =
+                annotation(&fresh.metadata, Key::LaunchedFor).map(|r| anchors.contains(r));
+            if anchored != Some(false) || fresh.is_initialized() {
+                return Ok(Some(Outcome::Raced));
+            }
+            let (node, ready) = host.registered_host(a.verb, fresh)?;
+            if ready {
+                return Ok(Some(Outcome::Raced));
+            }
+            let pods = match &node {
+                Some(n) => host.ctx.cluster.pods_on_node(n).map_err(|e| fail(a.verb, e))?,
+                None => Vec::new(),
             };
-            if node.as_ref().is_some_and(crate::karpenter::node_ready) {
-                return Ok(Outcome::Gone);
+            let Some(created) = fresh.created() else { return Ok(Some(Outcome::Raced)) };
+            if !placeholder::reap_allowed(fresh, created, &pods, None) {
+                return Ok(Some(Outcome::Raced));
+            }
+            Ok(None)
+        })?;
+        if outcome == Outcome::Won {
+            tracing::info!(nodeclaim = %name, "surge claim that never turned Ready reaped after its rotation");
+        }
+        Ok(outcome)
+    }
+
+    /// Marks (`launched-for`) the claims Karpenter's `Nominated` Events, listed fresh, name for
+    /// the placeholder whose uid the rotation's claim records: each only if a fresh read shows it
+    /// of the same pool, without a mark, never initialized and not being deleted.
+    fn mark_launched(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
+        let Some(claim) = self.snap.claim(&name) else { return Ok(Outcome::Gone) };
+        let Some(pool) = claim.node_pool().map(str::to_string) else { return Ok(Outcome::Gone) };
+        let Some(uid) = annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string) else {
+            return Ok(Outcome::Gone);
+        };
+        let events = self.ctx.cluster.nominations(&uid).map_err(|e| fail(a.verb, e))?;
+        let mut names: Vec<String> = Vec::new();
+        for e in &events {
+            if let Some(c) = crate::cluster::nominated_claim(e)
+                && c != name
+                && !names.iter().any(|n| n == c)
+            {
+                names.push(c.to_string());
             }
         }
-        let pods = match host {
-            Some(host) => self.ctx.cluster.pods_on_node(&host).map_err(|e| fail(a.verb, e))?,
-            None => Vec::new(),
-        };
-        let placeholder_uid = annotation(&claim.metadata, Key::PlaceholderUid);
-        if !placeholder::reap_allowed(&surge, started, &pods, placeholder_uid) {
-            return Ok(Outcome::Gone);
+        let mut marked = false;
+        for n in names {
+            let obj = ObjRef::Claim(n);
+            let outcome = self.conditional(a.verb, &obj, None, |fresh| {
+                let Fresh::Claim(c) = fresh else { return Decide::Skip(Outcome::Gone) };
+                let markable = c.node_pool() == Some(pool.as_str())
+                    && !c.is_deleting()
+                    && !c.is_initialized()
+                    && annotation(&c.metadata, Key::LaunchedFor).is_none();
+                if !markable {
+                    return Decide::Skip(Outcome::Raced);
+                }
+                let mut patch = Patch::default();
+                patch.set.insert(full(Key::LaunchedFor), name.clone());
+                Decide::Write(patch, Outcome::Won)
+            })?;
+            marked |= outcome == Outcome::Won;
         }
-        let uid = surge.metadata.uid.clone();
-        self.delete(a.verb, ObjectRef::cluster(ObjectKind::NodeClaim, surge_name), uid)
+        Ok(if marked { Outcome::Won } else { Outcome::Gone })
+    }
+
+    /// Deletes the claim `surge` unless `keep`, judged on each attempt's fresh read of it (not
+    /// being deleted), names a reason to keep it; preconditioned on that read's uid and
+    /// resourceVersion, so a claim that changed since (it registered, initialized, got a mark)
+    /// is judged again.
+    fn reap_claim(
+        &mut self,
+        verb: Verb,
+        surge: &str,
+        mut keep: impl FnMut(&mut Self, &NodeClaim) -> Result<Option<Outcome>, HostError>,
+    ) -> Result<Outcome, HostError> {
+        let target = ObjectRef::cluster(ObjectKind::NodeClaim, surge);
+        self.write_loop(
+            verb,
+            |host| {
+                let Some(fresh) = host.ctx.cluster.get_claim(surge).map_err(|e| fail(verb, e))?
+                else {
+                    return Ok(Decide::Skip(Outcome::Gone));
+                };
+                if fresh.is_deleting() {
+                    return Ok(Decide::Skip(Outcome::Gone));
+                }
+                if let Some(outcome) = keep(host, &fresh)? {
+                    return Ok(Decide::Skip(outcome));
+                }
+                let meta = fresh.metadata;
+                Ok(Decide::Write((meta.uid, meta.resource_version), Outcome::Won))
+            },
+            |host, (uid, rv)| host.ctx.cluster.delete(&target, uid.as_deref(), rv.as_deref()),
+            |_| Ok(None),
+            || format!("{target} kept changing under {ATTEMPTS} conditional deletes"),
+        )
+    }
+
+    /// The node a claim registered as (by `status.nodeName`, else by providerID: Karpenter
+    /// writes the nodeName a moment after the Node registers; in the cache, else listed fresh)
+    /// and whether it is Ready on a fresh read. No node: not registered, nothing to strand.
+    fn registered_host(
+        &self,
+        verb: Verb,
+        claim: &NodeClaim,
+    ) -> Result<(Option<String>, bool), HostError> {
+        let cluster = &self.ctx.cluster;
+        let node = match self.snap.registered_node(claim) {
+            Some(n) => {
+                cluster.get_node(n).map_err(|e| fail(verb, e))?.map(|node| (n.to_string(), node))
+            }
+            None => match (
+                claim.node_pool(),
+                claim.status.as_ref().and_then(|s| s.provider_id.as_deref()),
+            ) {
+                (Some(pool), Some(id)) => cluster
+                    .node_with_provider_id(pool, id)
+                    .map_err(|e| fail(verb, e))?
+                    .and_then(|n| Some((n.metadata.name.clone()?, n))),
+                _ => None,
+            },
+        };
+        Ok(match node {
+            Some((name, node)) => (Some(name), crate::karpenter::node_ready(&node)),
+            // A name the cache shows whose Node is gone: still the claim's node (its pods are
+            // listed by name), not Ready.
+            None => (self.snap.registered_node(claim).map(str::to_string), false),
+        })
     }
 
     fn release_node(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
@@ -1392,6 +1514,8 @@ impl Host for PassHost<'_> {
             },
             Verb::DeleteClaim => self.delete_claim(a),
             Verb::ReapSurgeClaim => self.reap_surge_claim(a),
+            Verb::ReapLaunched => self.reap_launched(a),
+            Verb::MarkLaunched => self.mark_launched(a),
             Verb::ReleaseNode => self.release_node(a),
             Verb::Emit => self.emit(a),
             Verb::Event => {

@@ -38,7 +38,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::cluster::Cluster;
 use crate::cluster::change::Change;
 use crate::cluster::fence::{self, Fence, Fenced};
-use crate::cluster::kube::{KubeCluster, Requests};
+use crate::cluster::kube::{KubeCluster, Requests, Watches};
 use crate::engine::Engine;
 use crate::reconcile::{Controller, ControllerConfig};
 
@@ -363,7 +363,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
         requests,
         args.namespace.clone(),
         reporter,
-        Some(&args.priority_class),
+        Watches::Controller { placeholder_class: &args.priority_class },
     );
     let queue = Arc::new(WorkQueue::new());
     let state = Arc::new(State {

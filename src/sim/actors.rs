@@ -6,9 +6,9 @@
 //!   keep `replicas`; forced expiry at `creation + expireAfter`; on any claim deletion taints and
 //!   drains the node (workload pods evicted and recreated Pending by their ReplicaSet) for a drain
 //!   delay cut off at tGP, then deletes the Node and removes the `karpenter.sh/termination`
-//!   finalizer; deletes claims that never register (`delays.registrationTimeout`, 15m) and nodes
-//!   that stay NotReady (30m); a shortage of some zones sends a pod that admits another zone
-//!   there.
+//!   finalizer; deletes claims that never register (`delays.registrationTimeout`, 15m) and, with
+//!   node repair on (`karpenter.nodeRepair`, off by default), nodes that stay NotReady (30m); a
+//!   shortage of some zones sends a pod that admits another zone there.
 //! - **kubelet/scheduler**: nodes turn Ready after registration; Pending pods bind to Ready,
 //!   uncordoned, untainted nodes of their pool with free capacity (requests against allocatable),
 //!   Running at once; workload pods preempt placeholders (negative priority), placeholders
@@ -162,9 +162,13 @@ impl World {
                 }
                 let never_ready = c.never_ready;
                 self.register(&name, now);
-                if never_ready {
+                if never_ready && self.plan.node_repair {
                     self.note(format!("{name}: node will never turn Ready"));
                     self.at(now + REPAIR_AFTER, Ev::RepairCheck(name));
+                } else if never_ready {
+                    self.note(format!(
+                        "{name}: node will never turn Ready (node repair off: it stays until its claim is deleted)"
+                    ));
                 } else {
                     let d = self.draw(self.plan.ready);
                     self.at(now + d, Ev::Ready(name));
@@ -302,6 +306,8 @@ impl World {
             return;
         }
         c.deleting = Some(now);
+        self.surge_launched.remove(name);
+        let Some(c) = self.claims.get_mut(name) else { return };
         let pool = c.pool;
         let registered = c.phase >= super::world::Phase::Registered;
         let node = c.node.clone();
@@ -563,6 +569,7 @@ impl World {
         self.cluster.remove_finalizer(&claim_ref(name), TERMINATION_FINALIZER);
         self.close_lifetime(name, now);
         self.claims.remove(name);
+        self.surge_launched.remove(name);
         if launched {
             self.bill(pool, -1);
         }
@@ -778,11 +785,12 @@ impl World {
                 {
                     sub(free, &req);
                     let surge_for = self.surge_of(&key);
+                    if let Some(s) = &surge_for {
+                        self.attribute(claim, s);
+                        self.nominate(&key, claim, now);
+                    }
                     if let Some(c) = self.claims.get_mut(claim.as_str()) {
                         c.nominated.insert(key);
-                        if c.surge_for.is_none() {
-                            c.surge_for = surge_for;
-                        }
                     }
                     continue;
                 }
@@ -833,10 +841,14 @@ impl World {
                 | self.fault(WorldFault::NodeNeverReady, k, 1.0);
             let name = self.new_claim(pool, zone, now, never_launch, never_ready);
             let count = pods.len();
-            let surge_for = pods.iter().find_map(|key| self.surge_of(key));
+            for key in &pods {
+                if let Some(rotation) = self.surge_of(key) {
+                    self.attribute(&name, &rotation);
+                    self.nominate(key, &name, now);
+                }
+            }
             if let Some(c) = self.claims.get_mut(&name) {
                 c.nominated = pods.into_iter().collect();
-                c.surge_for = surge_for;
             }
             if never_launch {
                 let why = if shortage { "capacity shortage" } else { "launch fails" };
@@ -861,6 +873,60 @@ impl World {
         }
         let ph = Arc::clone(self.snap.placeholders.get(&key.1)?);
         Some(self.placeholder_requests(&ph))
+    }
+
+    /// Karpenter's `Nominated` Event on the placeholder `key`, naming the claim it launched for
+    /// it (or counted it against while in flight, with its node once registered): what the real
+    /// provisioner records right after it creates a claim, and for pods it schedules onto a claim
+    /// in flight. Events live an hour in the API server; older ones go as a new one comes.
+    fn nominate(&mut self, key: &PodKey, claim: &str, now: DateTime<Utc>) {
+        use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+        let Some(ph) = self.snap.placeholders.get(&key.1) else { return };
+        let uid = ph.metadata.uid.clone();
+        let mut targets = format!("nodeclaim/{claim}");
+        if let Some(c) = self.claims.get(claim)
+            && c.phase >= super::world::Phase::Registered
+        {
+            targets.push_str(&format!(", node/{}", c.node));
+        }
+        self.nominations += 1;
+        let name = format!("{}.{:016x}", key.1, self.nominations);
+        let stamp = to_time(now);
+        let event = Event {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(key.0.clone()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(key.0.clone()),
+                name: Some(key.1.clone()),
+                uid,
+                ..Default::default()
+            },
+            reason: Some(crate::cluster::NOMINATED_REASON.into()),
+            message: Some(format!("Pod should schedule on: {targets}")),
+            type_: Some("Normal".into()),
+            source: Some(EventSource { component: Some("karpenter".into()), host: None }),
+            first_timestamp: Some(stamp.clone()),
+            last_timestamp: Some(stamp),
+            count: Some(1),
+            ..Default::default()
+        };
+        let ttl = Duration::hours(1);
+        for old in self.cluster.events_in(&key.0) {
+            let born = old.first_timestamp.as_ref().and_then(crate::cluster::chrono_time);
+            if born.is_some_and(|t| now - t >= ttl)
+                && let Some(n) = old.metadata.name.as_deref()
+            {
+                self.cluster.delete_now(&ObjectRef::event(&key.0, n));
+            }
+        }
+        if let Err(e) = self.cluster.apply_event(event) {
+            self.note(format!("cannot record Event {name}: {e}"));
+        }
     }
 
     /// The rotation a placeholder serves (`surge-for`), if `key` is one.

@@ -27,9 +27,13 @@ use crate::policy::settings::AgeThreshold;
 /// Each anchor (of every slot) names a claim of its own pool.
 pub const I1: &str = "I1 one-anchor-per-pool";
 pub const I2: &str = "I2 start-gates";
+/// With no rotation in flight, the controller deletes no claim but a surge claim (I19).
 pub const I3: &str = "I3 delete-only-the-anchored-candidate";
 pub const I4: &str = "I4 announce-at-most-once";
 pub const I5: &str = "I5 foreign-protection-untouched";
+/// A reaped claim's node hosts nothing but DaemonSet pods and the placeholders of the rotations
+/// Karpenter launched it for (its attribution is I19's, which replaced I6's "created after some
+/// rotation's started-at").
 pub const I6: &str = "I6 reap-guard";
 pub const I7: &str = "I7 quiescence";
 pub const I8: &str = "I8 liveness";
@@ -39,7 +43,8 @@ pub const I9: &str = "I9 surge-path-recorded";
 /// controller created, never on a pod merely named like it.
 pub const I10: &str = "I10 placeholder-identity";
 /// Not in the guide's list: the cost bound of §4.4, a failed surge bills one node for
-/// at most readyTimeout: the rollback reaps a surge claim that never turned Ready.
+/// at most readyTimeout: the rollback reaps the claims Karpenter launched for its placeholder
+/// that never turned Ready (I20 holds every other exit, and what a rollback could not see yet).
 pub const I11: &str = "I11 failed-surge-cost";
 /// Not in the guide's list: a pool starts a rotation only while fewer than `lanes(np)`
 /// (`spec.surge.maxUnavailable`) are in flight. Rotations started under a larger N may finish,
@@ -76,6 +81,19 @@ pub const I17: &str = "I17 surge-less-delete-only-by-policy";
 /// controller step that disrupts one more leaves at most `maxUnavailable` of them (rotations
 /// started under a larger N may finish).
 pub const I18: &str = "I18 budget-counts-draining-claims";
+/// Not in the guide's list: a claim the controller deletes that is not an anchored candidate
+/// was launched by Karpenter for one of the controller's placeholders (or nominated to one),
+/// never for other pods (a scale-up, a drift or consolidation replacement, the pods another
+/// slot's drain evicted).
+pub const I19: &str = "I19 reaped-claim-launched-for-our-placeholder";
+/// Not in the guide's list: a claim Karpenter launched for a placeholder (or nominated to one) is
+/// gone, or Ready capacity, within readyTimeout plus [`I20_GRACE`] after the last rotation it
+/// served ended, whatever the exit (success, rollback, expiry or interruption while pending,
+/// the old claim gone, governance lost, the sweep). Checked with Karpenter's node repair off.
+pub const I20: &str = "I20 no-surge-claim-outlives-its-rotation";
+/// I20's slack past readyTimeout: the tick that runs the sweep, and under faults a crash and
+/// restart, a leader change or a sweep skipped for an anchor it could not read.
+pub const I20_GRACE: Duration = Duration::minutes(5);
 /// Not in the guide's list: one slot's failure is not the pool's. A persistent error in one
 /// rotation's slot (an admission webhook, a ResourceQuota or a LimitRange rejecting its
 /// placeholder, a pod list that times out) never holds back another rotation's completion,
@@ -85,11 +103,10 @@ pub const I18: &str = "I18 budget-counts-draining-claims";
 /// claim is due, whatever another slot's run met.
 pub const I21: &str = "I21 one-slot's-failure-is-not-the-pool's";
 /// The invariants the simulation checks, for the summary line.
-pub const ALL: &str = "I1-I18, I21";
+pub const ALL: &str = "I1-I21";
 
 const LAST_FAILURE_AT: &str = "noderotation.io/last-failure-at";
 const RETRY_COUNT: &str = "noderotation.io/retry-count";
-const SURGE_CLAIM: &str = "noderotation.io/surge-claim";
 
 /// How long debris may stay (I7) before the controller must have repaired it: a tick (1m, when
 /// the sweep runs) and slack; with faults, a crash and restart or a failed anchor read too.
@@ -188,6 +205,9 @@ pub struct Checker {
     debris_grace: Duration,
     /// I10: uids of the placeholder pods that appeared during controller steps.
     controller_placeholders: BTreeSet<String>,
+    /// I20: per claim launched for a placeholder and not Ready, the last instant a rotation it
+    /// served was in flight (or when it was first seen), and that rotation's readyTimeout.
+    surge_in_use: BTreeMap<String, (DateTime<Utc>, Duration)>,
     expiries_seen: usize,
     /// leadTime per pool at the start, for invariant 8.
     lead: BTreeMap<String, Option<Duration>>,
@@ -434,6 +454,7 @@ impl Checker {
             debris: BTreeMap::new(),
             debris_grace: if faults { DEBRIS_GRACE_FAULTS } else { DEBRIS_GRACE },
             controller_placeholders: BTreeSet::new(),
+            surge_in_use: BTreeMap::new(),
             expiries_seen: 0,
             lead,
             unreachable,
@@ -493,6 +514,7 @@ impl Checker {
             }
         }
         self.announcements(prev, post, d, announced, now);
+        self.surge_lifetimes(post, world, now);
         // The calm phase starts checking once a restart scheduled before it has run.
         let calm = self.calm_since.is_some_and(|c| now - c >= Duration::minutes(2));
         // Debris can only appear when the store changed (or when the calm phase begins). A clean
@@ -738,8 +760,12 @@ impl Checker {
         }
     }
 
-    /// I3 and I6: the controller deletes only its anchored candidate, or reaps a surge claim it
-    /// induced that hosts nothing but the placeholder and DaemonSet pods.
+    /// I3, I19 and I6: the controller deletes only its anchored candidate, or reaps a claim
+    /// Karpenter launched for (or nominated to) one of its placeholders (I19; with no rotation
+    /// in flight and no such record, I3), whose node hosts nothing but DaemonSet pods and the
+    /// placeholders of the rotations it was launched for (I6). Which rotation reaped it is not
+    /// observable (several can roll back in one pass, and the sweep reaps after a rotation
+    /// ended), so the claim's own record is what it is held to.
     fn deletions(
         &mut self,
         prev: &CacheView,
@@ -771,48 +797,32 @@ impl Checker {
             {
                 continue;
             }
-            // Not a candidate: only a §3.8 reap may delete it, for a rotation of the pool in
-            // flight whose surge it can be: created at or after that rotation's started-at, its
-            // node hosting nothing but that rotation's placeholder and DaemonSet pods. Which
-            // rotation reaped it is not observable (several can roll back in one pass, and a
-            // rollback's own record can fail), so any rotation of the pool in flight may have;
-            // the message names the likeliest: the one that recorded it as its surge claim, else
-            // the one whose placeholder ran on its node, else the one Karpenter launched it for,
-            // else the pool's first.
-            let recorded = prev.claims.iter().find_map(|(c, obj)| {
-                (annotation(&obj.metadata, SURGE_CLAIM) == Some(name.as_str())).then(|| c.clone())
-            });
-            let node = world.claims.get(name).map(|c| c.node.clone()).unwrap_or_default();
-            let hosted = prev.placeholders.values().find_map(|p| {
-                (placeholder_node(p) == Some(node.as_str()))
-                    .then(|| annotation(&p.metadata, SURGE_FOR).map(str::to_string))
-                    .flatten()
-            });
-            let surged = world.claims.get(name).and_then(|c| c.surge_for.clone());
-            let mut cands: Vec<String> = [recorded, hosted, surged]
-                .into_iter()
-                .flatten()
-                .filter(|s| anchor_pre.contains(s))
-                .collect();
-            let in_flight = prev.pools.get(&pool).map(|p| anchors(p)).unwrap_or_default();
-            for c in in_flight.into_values().map(str::to_string).chain(unanchored) {
-                if c != *name && !cands.contains(&c) {
-                    cands.push(c);
-                }
-            }
-            if cands.is_empty() {
-                self.fail(
-                    I3,
-                    now,
-                    format!(
-                        "{} deleted claim {name} of pool {pool}, which has no anchored rotation",
-                        step.actor
-                    ),
-                    vec![name.clone()],
-                );
+            let launched_for: BTreeSet<String> =
+                world.claims.get(name).map(|c| c.placeholders_for.clone()).unwrap_or_default();
+            if launched_for.is_empty() {
+                let in_flight = !anchor_pre.is_empty() || unanchored.is_some();
+                let (invariant, detail) = if in_flight {
+                    (
+                        I19,
+                        format!(
+                            "{} reaped claim {name} of pool {pool}, which Karpenter launched for other pods: no placeholder of ours was ever nominated to it",
+                            step.actor
+                        ),
+                    )
+                } else {
+                    (
+                        I3,
+                        format!(
+                            "{} deleted claim {name} of pool {pool}, which has no anchored rotation",
+                            step.actor
+                        ),
+                    )
+                };
+                self.fail(invariant, now, detail, vec![name.clone()]);
                 continue;
             }
-            let workload: Vec<String> = world
+            let node = world.claims.get(name).map(|c| c.node.clone()).unwrap_or_default();
+            let mut foreign: Vec<String> = world
                 .node_pods
                 .get(&node)
                 .into_iter()
@@ -820,41 +830,27 @@ impl Checker {
                 .filter(|k| world.pods.get(*k).is_some_and(|p| !p.daemonset))
                 .map(|k| k.1.clone())
                 .collect();
-            let created = a.created();
-            let verdict = |cand: &String| -> Option<String> {
-                let started = prev
-                    .claims
-                    .get(cand)
-                    .and_then(|c| annotation(&c.metadata, STARTED_AT))
-                    .and_then(parse_time);
-                if !matches!((created, started), (Some(c), Some(s)) if c >= s) {
-                    return Some(format!(
-                        "{} reaped claim {name} (created {}) for the rotation of {cand} (started-at {}): not created after started-at",
-                        step.actor,
-                        created.map_or("?".into(), |t| t.to_rfc3339()),
-                        started.map_or("absent".into(), |t| t.to_rfc3339()),
-                    ));
-                }
-                let mut foreign = workload.clone();
-                foreign.extend(
-                    prev.placeholders
-                        .iter()
-                        .filter(|(_, p)| placeholder_node(p) == Some(node.as_str()))
-                        .filter(|(_, p)| annotation(&p.metadata, SURGE_FOR) != Some(cand.as_str()))
-                        .map(|(n, _)| n.clone()),
-                );
-                (!foreign.is_empty()).then(|| {
+            foreign.extend(
+                prev.placeholders
+                    .iter()
+                    .filter(|(_, p)| placeholder_node(p) == Some(node.as_str()))
+                    .filter(|(_, p)| {
+                        annotation(&p.metadata, SURGE_FOR).is_none_or(|r| !launched_for.contains(r))
+                    })
+                    .map(|(n, _)| n.clone()),
+            );
+            if !foreign.is_empty() {
+                self.fail(
+                    I6,
+                    now,
                     format!(
-                        "{} reaped claim {name} for the rotation of {cand} while its node {node} hosts {}",
+                        "{} reaped claim {name} (launched for {}) while its node {node} hosts {}",
                         step.actor,
+                        launched_for.iter().cloned().collect::<Vec<_>>().join(", "),
                         foreign.join(", ")
-                    )
-                })
-            };
-            // Up to the first rotation that could have reaped it; all of them: a violation.
-            let refusals: Vec<String> = cands.iter().map_while(verdict).collect();
-            if refusals.len() == cands.len() {
-                self.fail(I6, now, refusals[0].clone(), vec![name.clone(), cands[0].clone()]);
+                    ),
+                    vec![name.clone()],
+                );
             }
         }
     }
@@ -1217,10 +1213,10 @@ impl Checker {
     }
 
     /// I11: the readyTimeout rollback of an attempt (pending -> failed with the retry count
-    /// raised) leaves no surge claim the world launched for its placeholder that is not Ready,
-    /// unless §3.8 could not attribute it (another fresh claim of the pool not Ready, another
-    /// slot of the pool still waiting for its surge, or `surge-claim` naming another host), its
-    /// node holds pods, or it is too new for the controller's cache.
+    /// raised) leaves no claim Karpenter launched for (or nominated) its placeholder during the
+    /// attempt, and for no other rotation's, that is launched, not Ready and billed, unless its
+    /// node holds pods, or it is too new for the controller to have seen the nomination (within
+    /// the cache lag). What is left later is I20's to judge.
     fn surge_cost(
         &mut self,
         prev: &CacheView,
@@ -1247,77 +1243,16 @@ impl Checker {
             let Some(started) = annotation(&a.metadata, STARTED_AT).and_then(parse_time) else {
                 continue;
             };
-            let recorded = annotation(&a.metadata, SURGE_CLAIM);
-            let Some(pool) = world.claims.get(claim).map(|c| c.pool) else { continue };
-            // As the controller may count them: its cache can still show a claim whose deletion
-            // began, or that went, a moment ago.
-            let tolerance = self.tolerance;
-            let live = world
-                .claims
-                .values()
-                .filter(|c| {
-                    c.pool == pool
-                        && c.created >= started
-                        && c.phase < Phase::Ready
-                        && c.deleting.is_none_or(|t| now - t <= tolerance)
-                })
-                .count();
-            let gone = world
-                .metrics
-                .lifetimes
-                .values()
-                .filter(|l| {
-                    l.pool == pool
-                        && l.created >= started
-                        && l.gone.is_some_and(|t| now - t <= tolerance)
-                })
-                .count();
-            // ... or that turned Ready a moment ago as still not Ready.
-            let just_ready = world
-                .claims
-                .iter()
-                .filter(|(name, c)| {
-                    c.pool == pool
-                        && c.created >= started
-                        && c.phase >= Phase::Ready
-                        && post.claims.get(*name).is_some_and(|k| {
-                            k.status.iter().flat_map(|s| s.conditions.iter()).any(|cond| {
-                                cond.type_ == "Ready"
-                                    && cond.last_transition_time.as_ref().is_some_and(|t| {
-                                        now.timestamp() - t.0.as_second() <= tolerance.num_seconds()
-                                    })
-                            })
-                        })
-                })
-                .count();
-            let not_ready_fresh = live + gone + just_ready;
-            // Another slot of the pool still waited for its own surge (pending, placeholder not
-            // bound): a fresh claim that is not Ready cannot be attributed (§3.8), so none is
-            // reaped.
-            let pool_name = self.plan.pools.get(pool).map(|p| p.name.as_str()).unwrap_or("");
-            let others_waiting = prev.pools.get(pool_name).is_some_and(|np| {
-                anchors(np).values().any(|other| {
-                    *other != claim.as_str()
-                        && prev.claims.get(*other).is_some_and(|c| state_of(c) == Some("pending"))
-                        && !prev.placeholders.values().any(|p| {
-                            annotation(&p.metadata, SURGE_FOR) == Some(*other)
-                                && placeholder_node(p).is_some()
-                        })
-                })
-            });
             for (s, sc) in &world.claims {
                 let launched = sc.phase >= Phase::Launched && sc.phase < Phase::Ready;
-                if sc.surge_for.as_deref() != Some(claim.as_str())
-                    || !launched
-                    || sc.created < started
-                {
+                if !sc.placeholders_for.contains(claim) || !launched || sc.created < started {
                     continue;
                 }
                 let billed = post.claims.get(s).is_some_and(|c| !c.is_deleting());
+                // A claim Karpenter counted several placeholders against is the first one's
+                // (the controller marks it once): I20 bounds it, not this rollback.
                 let excused = now - sc.created <= self.tolerance
-                    || not_ready_fresh > 1
-                    || (recorded.is_none() && others_waiting)
-                    || recorded.is_some_and(|r| r != s)
+                    || sc.placeholders_for.len() > 1
                     || prev.claims.get(s).is_some_and(|c| c.is_deleting())
                     || world
                         .node_pods
@@ -1606,6 +1541,59 @@ impl Checker {
                     disrupted.iter().cloned().collect::<Vec<_>>().join(", ")
                 );
                 self.fail(I18, step.now, detail, vec![pool]);
+            }
+        }
+    }
+
+    /// I20: a claim Karpenter launched for a placeholder (or nominated to one) that is neither
+    /// Ready nor being deleted, more than readyTimeout + [`I20_GRACE`] after the last rotation it
+    /// served stopped being in flight (its anchor released, or its claim failed or expired).
+    fn surge_lifetimes(&mut self, post: &CacheView, world: &World, now: DateTime<Utc>) {
+        let default_timeout = Duration::minutes(15);
+        self.surge_in_use.retain(|c, _| world.surge_launched.contains(c));
+        let mut bad = Vec::new();
+        for name in &world.surge_launched {
+            let Some(sc) = world.claims.get(name) else { continue };
+            let np = post.pools.get(world.pool_name(sc.pool));
+            let in_flight = np.is_some_and(|np| {
+                let rotations = anchors(np);
+                sc.placeholders_for.iter().any(|r| {
+                    rotations.values().any(|a| a == r)
+                        && post
+                            .claims
+                            .get(r)
+                            .is_none_or(|c| !matches!(state_of(c), Some("failed" | "expired")))
+                })
+            });
+            let ready_timeout =
+                np.and_then(|np| self.gov.of(post, np).settings().map(|s| s.ready_timeout));
+            let entry = self
+                .surge_in_use
+                .entry(name.clone())
+                .or_insert((now, ready_timeout.unwrap_or(default_timeout)));
+            if in_flight {
+                *entry = (now, ready_timeout.unwrap_or(entry.1));
+                continue;
+            }
+            let (ended, timeout) = *entry;
+            let billed = post.claims.get(name).is_some_and(|c| !c.is_deleting());
+            if billed && now - ended > timeout + I20_GRACE {
+                bad.push((
+                    format!(
+                        "claim {name} (launched {} for {}, never Ready) outlived its rotation by {} (bound readyTimeout {} + {})",
+                        sc.created.to_rfc3339(),
+                        sc.placeholders_for.iter().cloned().collect::<Vec<_>>().join(", "),
+                        fmt(now - ended),
+                        fmt(timeout),
+                        fmt(I20_GRACE)
+                    ),
+                    name.clone(),
+                ));
+            }
+        }
+        for (detail, name) in bad {
+            if self.flagged.insert((I20.to_string(), name.clone())) {
+                self.fail(I20, now, detail, vec![name]);
             }
         }
     }

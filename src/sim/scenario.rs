@@ -47,6 +47,9 @@ pub struct Scenario {
     /// Failures that are part of the scenario (they happen with or without `--faults`).
     #[serde(default)]
     pub failures: Failures,
+    /// Karpenter's optional features (feature gates on self-managed Karpenter).
+    #[serde(default)]
+    pub karpenter: KarpenterFeatures,
     /// Intervals in which a pool's provisioning never completes (an instance-type shortage).
     #[serde(default)]
     pub shortages: Vec<Shortage>,
@@ -271,6 +274,19 @@ pub struct Failures {
     /// The drain hangs past tGP + buffer (a stuck volume detach).
     #[serde(default)]
     pub stuck_drain: f64,
+}
+
+/// Karpenter's optional features. Each defaults to what self-managed Karpenter does without
+/// changing its feature gates, so the invariants are checked without them unless a scenario
+/// says otherwise.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KarpenterFeatures {
+    /// Node repair (the `NodeRepair` feature gate: off on self-managed Karpenter, on in EKS Auto
+    /// Mode): a node NotReady for 30 minutes is deleted. Off, a node that never turns Ready
+    /// stays until someone deletes its claim.
+    #[serde(default)]
+    pub node_repair: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -561,6 +577,8 @@ pub struct Compiled {
     pub ready: (Duration, Duration),
     pub drain: (Duration, Duration),
     pub failures: Failures,
+    /// Karpenter's node repair (`karpenter.nodeRepair`).
+    pub node_repair: bool,
     pub shortages: Vec<ShortagePlan>,
     /// Karpenter's registration timeout (`delays.registrationTimeout`).
     pub registration_timeout: Duration,
@@ -945,6 +963,7 @@ impl Scenario {
             ready: delays.ready.compile("delays.ready")?,
             drain: delays.drain.compile("delays.drain")?,
             failures: self.failures.clone(),
+            node_repair: self.karpenter.node_repair,
             shortages,
             registration_timeout,
             script,

@@ -44,7 +44,7 @@ pub const CAPACITY_TYPE_LABEL: &str = "karpenter.sh/capacity-type";
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
-/// Node repair: a node NotReady this long is replaced.
+/// Node repair (`karpenter.nodeRepair`): a node NotReady this long is replaced.
 pub const REPAIR_AFTER: Duration = Duration::minutes(30);
 /// `buffer` of §3.2.
 pub const BUFFER: Duration = Duration::minutes(2);
@@ -70,9 +70,9 @@ pub struct ClaimSim {
     pub status_lag: bool,
     /// Pods this claim is being provisioned for.
     pub nominated: BTreeSet<PodKey>,
-    /// Karpenter created it for a placeholder: the rotation (`surge-for`) that placeholder
-    /// served. What the cost bound (invariant I11) holds the rollback to.
-    pub surge_for: Option<String>,
+    /// Every rotation (`surge-for`) whose placeholder Karpenter launched this claim for or
+    /// nominated to it, ever: what invariants I19 and I20 attribute the claim by.
+    pub placeholders_for: BTreeSet<String>,
     /// Row in the report's timeline.
     pub lane: usize,
     /// Forced expiry deleted it.
@@ -260,6 +260,11 @@ pub struct World {
     /// The API server's standing refusals the script installed, by script step, until their
     /// `for` ends.
     pub refusals: BTreeMap<usize, Refusal>,
+    /// Claims Karpenter launched for (or nominated) a placeholder, until they are finalized
+    /// (invariant I20 watches them).
+    pub surge_launched: BTreeSet<String>,
+    /// `Nominated` Events recorded so far (for their names).
+    pub nominations: u64,
 }
 
 /// A standing refusal of the API server a script step installed.
@@ -406,6 +411,8 @@ impl World {
             deleted_pools: BTreeSet::new(),
             operator_unanchored: BTreeMap::new(),
             refusals: BTreeMap::new(),
+            surge_launched: BTreeSet::new(),
+            nominations: 0,
             plan,
         };
         world.build_fleet(fleet_rng);
@@ -430,6 +437,15 @@ impl World {
 
     pub fn pop(&mut self) -> Option<(DateTime<Utc>, Ev)> {
         self.queue.pop_first().map(|((t, _), ev)| (t, ev))
+    }
+
+    /// Karpenter launched `claim` for (or nominated to it) the placeholder of the rotation
+    /// `surge_for`: the world's record of what the claim is for (invariants I19 and I20).
+    pub fn attribute(&mut self, claim: &str, surge_for: &str) {
+        if let Some(c) = self.claims.get_mut(claim) {
+            c.placeholders_for.insert(surge_for.to_string());
+            self.surge_launched.insert(claim.to_string());
+        }
     }
 
     /// Karpenter's nomination of a placeholder to the claim launched for it ends when the pod
@@ -688,7 +704,7 @@ impl World {
                 never_ready,
                 status_lag: false,
                 nominated: BTreeSet::new(),
-                surge_for: None,
+                placeholders_for: BTreeSet::new(),
                 lane,
                 expired: false,
                 paced: None,
@@ -825,6 +841,8 @@ impl World {
         if let Some(n) = self.nodes.get_mut(&node_name) {
             n.ready = true;
         }
+        // Ready capacity now: no longer a surge claim that may outlive its rotation (I20).
+        self.surge_launched.remove(name);
         let key = self.create_daemonset_pod(pool, &node_name);
         self.bind_pod(&key, &node_name, now);
         self.watch_empty(&node_name);

@@ -1,6 +1,7 @@
 //! Watch events to pool keys (spec §5.2): NodeClaim → its pool; placeholder Pod reaching Running
 //! (or gone) → the pool of the claim it surges for; Node reaching Ready → its pool; NodePool →
-//! itself; any RotationPolicy change or relist → every pool.
+//! itself; Karpenter's `Nominated` Event → the pool of the claim it names; any RotationPolicy
+//! change or relist → every pool.
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -95,6 +96,14 @@ impl Mapper {
                 self.running.remove(&p.name_any());
                 placeholder_pool(p, pool_of_claim)
             }
+            // A nomination may tie a claim to a rotation's placeholder (its `launched-for`).
+            Change::Applied(Watched::Nomination(e)) => {
+                match crate::cluster::nominated_claim(e).and_then(pool_of_claim) {
+                    Some(pool) => Keys::Pool(pool),
+                    None => Keys::None,
+                }
+            }
+            Change::Deleted(Watched::Nomination(_)) => Keys::None,
         }
     }
 }
@@ -157,6 +166,19 @@ mod tests {
             Keys::Pool("gpu".into())
         );
         assert_eq!(m.keys(&Change::Resynced(ObjectKind::NodeClaim), &known), Keys::All);
+        // Karpenter's nomination of a placeholder wakes the pool of the claim it names.
+        let nominated = |message: &str| {
+            let e = k8s_openapi::api::core::v1::Event {
+                reason: Some(crate::cluster::NOMINATED_REASON.into()),
+                message: Some(message.into()),
+                ..Default::default()
+            };
+            Change::Applied(Watched::Nomination(Arc::new(e)))
+        };
+        let launch = nominated("Pod should schedule on: nodeclaim/c1");
+        assert_eq!(m.keys(&launch, &known), Keys::Pool("general".into()));
+        assert_eq!(m.keys(&launch, &unknown), Keys::None, "a claim not seen yet wakes nothing");
+        assert_eq!(m.keys(&nominated("Pod should schedule on: node/n1"), &known), Keys::None);
     }
 
     #[test]

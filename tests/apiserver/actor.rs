@@ -2,10 +2,13 @@
 //! and the kubelet against the real API server for one NodePool.
 //!
 //! - **Provisioning**: a pending placeholder of its pool (no node yet) gets, after
-//!   `provision_delay`, a new NodeClaim and Node; in [`Mode::Ready`] both turn Ready, the
-//!   placeholder is bound to the node (the `binding` subresource, as the scheduler does) and set
-//!   Running (as the kubelet does). In [`Mode::NeverReady`] the node never turns Ready and the
-//!   placeholder stays Pending on it. [`Mode::Off`] provisions nothing.
+//!   `provision_delay`, a new NodeClaim and Node, and the `Nominated` Event Karpenter's
+//!   provisioner records on the pod (`Pod should schedule on: nodeclaim/<name>`); in
+//!   [`Mode::Ready`] both turn Ready, the placeholder is bound to the node (the `binding`
+//!   subresource, as the scheduler does) and set Running (as the kubelet does). In
+//!   [`Mode::NeverReady`] the node registers and never turns Ready, so the placeholder stays
+//!   Pending and unbound (the scheduler never binds to a NotReady node). [`Mode::Off`]
+//!   provisions nothing.
 //! - **Scheduling onto capacity already launched**: a node it launched for a placeholder that
 //!   holds no pod any more (the placeholder was deleted) takes the next pending placeholder of
 //!   the same name at once, without a new NodeClaim, as the scheduler binds a pod to an empty
@@ -21,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -187,6 +190,15 @@ impl World {
                 None if since.elapsed() < self.provision_delay => continue,
                 None => self.launch(mode, &name).await?,
             };
+            if mode == Mode::NeverReady {
+                // Karpenter counts the pod against the claim (launched for it, or in flight);
+                // the node is NotReady, so the scheduler leaves the pod Pending.
+                if let Some(claim) = self.claim_of_node(&node) {
+                    self.nominate(&pod, &claim).await?;
+                }
+                self.provisioned.insert(key);
+                continue;
+            }
             let binding = json!({
                 "apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": name, "namespace": ns},
@@ -242,6 +254,34 @@ impl World {
             launched.push(Launched { claim, node: node.clone(), placeholder: placeholder.into() });
         }
         Ok(node)
+    }
+
+    /// The claim it launched with `node`.
+    fn claim_of_node(&self, node: &str) -> Option<String> {
+        let launched = self.launched.lock().ok()?;
+        launched.iter().find(|l| l.node == node).map(|l| l.claim.clone())
+    }
+
+    /// Karpenter's `Nominated` Event on `pod`: it launched `claim` for it.
+    async fn nominate(&mut self, pod: &Pod, claim: &str) -> Result<(), Error> {
+        let ns = pod.namespace().unwrap_or_else(|| CONTROLLER_NS.to_string());
+        self.counter += 1;
+        let event: Event = serde_json::from_value(json!({
+            "metadata": {"name": format!("{}.nominated-{}", pod.name_any(), self.counter), "namespace": ns},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns,
+                "name": pod.name_any(), "uid": pod.uid()},
+            "reason": "Nominated",
+            "message": format!("Pod should schedule on: nodeclaim/{claim}"),
+            "type": "Normal",
+            "source": {"component": "karpenter"},
+            "firstTimestamp": "2026-01-01T00:00:00Z",
+            "lastTimestamp": "2026-01-01T00:00:00Z",
+            "count": 1
+        }))?;
+        Api::<Event>::namespaced(self.client.clone(), &ns)
+            .create(&PostParams::default(), &event)
+            .await?;
+        Ok(())
     }
 
     /// A node it launched for `placeholder` whose claim is not being deleted and that holds no

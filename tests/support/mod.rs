@@ -263,6 +263,53 @@ impl Fx {
             .expect("placeholder exists");
     }
 
+    /// Karpenter's provisioner launched `surge` for the claim's placeholder (or counted the
+    /// placeholder against it while in flight): the `Nominated` Event it records on the pod,
+    /// `Pod should schedule on: nodeclaim/<surge>`.
+    pub fn nominate(&self, for_claim: &str, surge: &str) {
+        let name = placeholder_name(for_claim);
+        let pod = self.world.pod(NS, &name).expect("placeholder exists");
+        let seq = self.world.events_in(NS).len();
+        let event: k8s_openapi::api::core::v1::Event = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("{name}.{seq:016x}"), "namespace": NS},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": NS, "name": name,
+                "uid": pod.metadata.uid},
+            "reason": "Nominated",
+            "message": format!("Pod should schedule on: nodeclaim/{surge}"),
+            "type": "Normal",
+            "source": {"component": "karpenter"}
+        }))
+        .unwrap_or_else(|e| panic!("event json: {e}"));
+        self.world.apply_event(event).expect("event");
+    }
+
+    /// Karpenter launched `name` now; its node `node-<name>` registered and never turns Ready.
+    pub fn never_ready_surge(&self, name: &str) {
+        let node = format!("node-{name}");
+        self.world.apply_node(node_obj(&node, false)).expect("node");
+        let mut claim = claim_obj(name, self.clock.now(), Some(&node));
+        if let Some(st) = claim.status.as_mut() {
+            st.conditions = serde_json::from_value(serde_json::json!([
+                {"type": "Launched", "status": "True"},
+                {"type": "Registered", "status": "True"},
+                {"type": "Ready", "status": "False"}]))
+            .expect("conditions");
+        }
+        self.world.apply_claim(claim).expect("claim");
+    }
+
+    /// Karpenter's `Initialized` condition on the claim: its node turned Ready once.
+    pub fn initialized(&self, claim: &str) {
+        self.world
+            .update_claim(claim, |c| {
+                let cond = serde_json::from_value(serde_json::json!(
+                    {"type": "Initialized", "status": "True"}))
+                .expect("condition");
+                c.status.get_or_insert_with(Default::default).conditions.push(cond);
+            })
+            .expect("claim");
+    }
+
     /// Karpenter finishes the drain of a deleting claim: node and claim go.
     pub fn finalize(&self, claim: &str) {
         let node = self.world.claim(claim).and_then(|c| c.status.as_ref()?.node_name.clone());
@@ -455,6 +502,12 @@ impl Cluster for Intercept {
     }
     fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, noderotation::cluster::ApiError> {
         self.inner.pods_on_node(node)
+    }
+    fn nominations(
+        &self,
+        pod_uid: &str,
+    ) -> Result<Vec<k8s_openapi::api::core::v1::Event>, noderotation::cluster::ApiError> {
+        self.inner.nominations(pod_uid)
     }
     fn patch(
         &self,

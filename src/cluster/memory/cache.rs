@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 
 use super::{MemoryCluster, Rng};
 use crate::cluster::change::{self as watch, Watched};
@@ -49,7 +49,7 @@ impl CacheLag {
     }
 }
 
-const KINDS: usize = 5;
+const KINDS: usize = 6;
 
 fn slot(kind: ObjectKind) -> usize {
     match kind {
@@ -58,6 +58,7 @@ fn slot(kind: ObjectKind) -> usize {
         ObjectKind::Node => 2,
         ObjectKind::Pod => 3,
         ObjectKind::RotationPolicy => 4,
+        ObjectKind::Event => 5,
     }
 }
 
@@ -70,6 +71,7 @@ pub(super) enum Change {
     Node(String, Option<Arc<Node>>),
     Placeholder(String, Option<Arc<Pod>>),
     Policy(String, Option<Arc<RotationPolicy>>),
+    Nomination(String, Option<Arc<Event>>),
 }
 
 /// Stores or removes `name`, and says what a reflector's watch would: the object applied, or
@@ -100,6 +102,9 @@ impl Change {
             }
             Change::Policy(name, obj) => {
                 set_or_remove(&mut view.policies, name, obj, Watched::Policy)
+            }
+            Change::Nomination(name, obj) => {
+                set_or_remove(&mut view.nominations, name, obj, Watched::Nomination)
             }
         }
     }
@@ -216,6 +221,7 @@ impl MemoryCluster {
                     ObjectKind::Node,
                     ObjectKind::Pod,
                     ObjectKind::RotationPolicy,
+                    ObjectKind::Event,
                 ]
                 .map(watch::Change::Resynced),
             );
@@ -339,6 +345,37 @@ mod tests {
         );
     }
 
+    /// Karpenter's `Nominated` Events on pods of the controller's namespace, as a watch
+    /// field-selected on the reason sees them; `nominations` lists a pod's on demand.
+    #[test]
+    fn nominations_are_nominated_events_in_the_controller_namespace() {
+        use crate::cluster::Cluster;
+        let event = |ns: &str, name: &str, reason: &str, uid: &str| {
+            let mut e = k8s_openapi::api::core::v1::Event {
+                reason: Some(reason.into()),
+                message: Some("Pod should schedule on: nodeclaim/general-x".into()),
+                ..Default::default()
+            };
+            e.metadata.name = Some(name.into());
+            e.metadata.namespace = Some(ns.into());
+            e.involved_object.uid = Some(uid.into());
+            e
+        };
+        let (c, _) = cluster();
+        c.apply_event(event(NS, "a.1", "Nominated", "u1")).unwrap();
+        c.apply_event(event(NS, "a.2", "FailedScheduling", "u1")).unwrap();
+        c.apply_event(event("default", "b.1", "Nominated", "u1")).unwrap();
+        c.apply_event(event(NS, "c.1", "Nominated", "u2")).unwrap();
+        let names: Vec<_> = c.cache().nominations.keys().cloned().collect();
+        assert_eq!(names, ["a.1", "c.1"]);
+        let listed = c.nominations("u1").unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(crate::cluster::nominated_claim(&listed[0]), Some("general-x"));
+        c.delete_now(&crate::cluster::ObjectRef::event(NS, "a.1"));
+        assert!(c.nominations("u1").unwrap().is_empty());
+        assert_eq!(c.cache().nominations.keys().collect::<Vec<_>>(), ["c.1"]);
+    }
+
     #[test]
     fn placeholders_are_managed_pods_in_the_controller_namespace() {
         let (c, _) = cluster();
@@ -385,7 +422,7 @@ mod tests {
         let seen: Vec<_> = c.take_changes().iter().map(name).collect();
         assert_eq!(seen, ["-a"], "a deletion carries the last state the cache held");
         c.resync_cache();
-        assert_eq!(c.take_changes().len(), 5, "a relist of every kind");
+        assert_eq!(c.take_changes().len(), 6, "a relist of every kind");
         c.watch_changes(false);
         c.apply_claim(claim("b")).unwrap();
         c.flush_cache();

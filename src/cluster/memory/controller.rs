@@ -2,13 +2,14 @@
 //! in [`WriteCounts`] when it writes.
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 
 use super::faults::{INJECTED_FORBIDDEN, INJECTED_TRANSIENT};
 use super::store::{State, cluster_key, key_for, with_kind};
 use super::{ApiVerb, Call, Fault, MemoryCluster};
 use crate::cluster::{
-    ApiError, ApiResult, CacheView, Cluster, EventRecord, ObjectKind, ObjectRef, Patch,
+    ApiError, ApiResult, CacheView, Cluster, EventRecord, NOMINATED_REASON, ObjectKind, ObjectRef,
+    Patch,
 };
 use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool};
 use crate::policy::crd::RotationPolicyStatus as Status;
@@ -156,6 +157,20 @@ impl Cluster for MemoryCluster {
                 .into_iter()
                 .flatten()
                 .filter_map(|key| st.store.pods.get(key).map(|p| (**p).clone()))
+                .collect())
+        })
+    }
+
+    fn nominations(&self, pod_uid: &str) -> ApiResult<Vec<Event>> {
+        let target = ObjectRef::event(self.controller_namespace(), pod_uid);
+        self.call(ApiVerb::List, &target, false, |st| {
+            Ok(super::store::in_namespace(&st.store.events, &st.controller_namespace)
+                .map(|(_, e)| e)
+                .filter(|e| {
+                    e.reason.as_deref() == Some(NOMINATED_REASON)
+                        && e.involved_object.uid.as_deref() == Some(pod_uid)
+                })
+                .map(|e| (**e).clone())
                 .collect())
         })
     }

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -13,7 +13,8 @@ use super::admission::Admission;
 use super::cache::{Change, ClientCache};
 use super::{Faults, WriteCounts};
 use crate::cluster::{
-    ApiError, CacheView, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObjectKind, ObjectRef,
+    ApiError, CacheView, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NOMINATED_REASON,
+    ObjectKind, ObjectRef,
 };
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::RotationPolicy;
@@ -28,6 +29,9 @@ pub(super) struct Store {
     pub(super) nodes: BTreeMap<Key, Arc<Node>>,
     pub(super) pods: BTreeMap<Key, Arc<Pod>>,
     pub(super) policies: BTreeMap<Key, Arc<RotationPolicy>>,
+    /// Events the world records (Karpenter's `Nominated`); the controller's own go to
+    /// [`State::events`].
+    pub(super) events: BTreeMap<Key, Arc<Event>>,
     /// `spec.nodeName` -> pods bound there, so `pods_on_node` does not scan every pod.
     pub(super) pods_by_node: BTreeMap<String, BTreeSet<Key>>,
 }
@@ -38,6 +42,20 @@ fn is_placeholder(controller_namespace: &str, key: &Key, pod: &Pod) -> bool {
     key.0 == controller_namespace
         && pod.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str)
             == Some(MANAGED_BY_VALUE)
+}
+
+/// A nomination is what the controller's Event reflector watches: reason `Nominated`, in the
+/// controller's namespace.
+fn is_nomination(controller_namespace: &str, key: &Key, event: &Event) -> bool {
+    key.0 == controller_namespace && event.reason.as_deref() == Some(NOMINATED_REASON)
+}
+
+/// The objects of one namespaced kind in `ns`, in key order.
+pub(super) fn in_namespace<'a, T>(
+    table: &'a BTreeMap<Key, Arc<T>>,
+    ns: &'a str,
+) -> impl Iterator<Item = (&'a Key, &'a Arc<T>)> {
+    table.range((ns.to_string(), String::new())..).take_while(move |(key, _)| key.0 == ns)
 }
 
 /// What the store needs to know about each stored type.
@@ -143,10 +161,34 @@ impl Kind for Pod {
         old: Option<&Arc<Self>>,
         new: Option<&Arc<Self>>,
     ) -> Option<Change> {
-        // A label-selected watch sends DELETED when an object stops matching.
-        let new = new.filter(|p| is_placeholder(ns, key, p)).cloned();
-        let was = old.is_some_and(|p| is_placeholder(ns, key, p));
-        (was || new.is_some()).then(|| Change::Placeholder(key.1.clone(), new))
+        selected(key, old, new, |p| is_placeholder(ns, key, p), Change::Placeholder)
+    }
+}
+
+/// The watch event a selected watch (label or field selector) sends: the object while it
+/// matches, DELETED when it stops matching, nothing about objects that never matched.
+fn selected<T>(
+    key: &Key,
+    old: Option<&Arc<T>>,
+    new: Option<&Arc<T>>,
+    matches: impl Fn(&T) -> bool,
+    wrap: fn(String, Option<Arc<T>>) -> Change,
+) -> Option<Change> {
+    let new = new.filter(|o| matches(o)).cloned();
+    let was = old.is_some_and(|o| matches(o));
+    (was || new.is_some()).then(|| wrap(key.1.clone(), new))
+}
+
+impl Kind for Event {
+    stored!(Event in events, Nomination);
+
+    fn change(
+        ns: &str,
+        key: &Key,
+        old: Option<&Arc<Self>>,
+        new: Option<&Arc<Self>>,
+    ) -> Option<Change> {
+        selected(key, old, new, |e| is_nomination(ns, key, e), Change::Nomination)
     }
 }
 
@@ -158,7 +200,8 @@ macro_rules! with_kind {
             NodeClaim: $crate::karpenter::NodeClaim,
             Node: k8s_openapi::api::core::v1::Node,
             Pod: k8s_openapi::api::core::v1::Pod,
-            RotationPolicy: $crate::policy::crd::RotationPolicy)
+            RotationPolicy: $crate::policy::crd::RotationPolicy,
+            Event: k8s_openapi::api::core::v1::Event)
     };
     ($kind:expr, $t:ident => $body:expr; $($variant:ident: $ty:ty),+) => {
         match $kind {
@@ -175,9 +218,9 @@ pub(super) fn key_for(target: &ObjectRef) -> Result<Key, ApiError> {
     if target.name.is_empty() {
         return Err(ApiError::Invalid(format!("{target}: empty name")));
     }
-    match (target.kind, &target.namespace) {
-        (ObjectKind::Pod, Some(ns)) if !ns.is_empty() => Ok((ns.clone(), target.name.clone())),
-        (ObjectKind::Pod, _) => Err(ApiError::Invalid(format!("{target}: pods are namespaced"))),
+    match (target.kind.namespaced(), &target.namespace) {
+        (true, Some(ns)) if !ns.is_empty() => Ok((ns.clone(), target.name.clone())),
+        (true, _) => Err(ApiError::Invalid(format!("{target}: a namespaced kind"))),
         (_, None) => Ok((String::new(), target.name.clone())),
         (_, Some(_)) => Err(ApiError::Invalid(format!("{target}: not a namespaced kind"))),
     }
@@ -251,16 +294,16 @@ impl State {
             pools: self.store.pools.iter().map(cluster).collect(),
             claims: self.store.claims.iter().map(cluster).collect(),
             nodes: self.store.nodes.iter().map(cluster).collect(),
-            placeholders: self
-                .store
-                .pods
-                .range((ns.clone(), String::new())..)
-                .take_while(|(key, _)| &key.0 == ns)
-                .filter(|(key, pod)| is_placeholder(ns, key, pod))
+            placeholders: in_namespace(&self.store.pods, ns)
+                .filter(|(k, p)| is_placeholder(ns, k, p))
                 .map(cluster)
                 .collect(),
             policies: self.store.policies.iter().map(cluster).collect(),
             placeholder_class: self.placeholder_class.clone(),
+            nominations: in_namespace(&self.store.events, ns)
+                .filter(|(k, e)| is_nomination(ns, k, e))
+                .map(cluster)
+                .collect(),
         }
     }
 

@@ -2,7 +2,7 @@
 //! write the store directly, without faults, preconditions or counting.
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Resource;
 
@@ -152,6 +152,17 @@ impl MemoryCluster {
         for client in &mut st.clients {
             Arc::make_mut(&mut client.view).placeholder_class.clone_from(&class);
         }
+    }
+
+    /// An Event another component records (Karpenter's `Nominated`).
+    pub fn apply_event(&self, event: Event) -> Result<Arc<Event>, ApiError> {
+        self.lock().apply(event)
+    }
+
+    /// The Events the world recorded in `namespace` (oldest name first).
+    pub fn events_in(&self, namespace: &str) -> Vec<Arc<Event>> {
+        let st = self.lock();
+        st.store.events.iter().filter(|(k, _)| k.0 == namespace).map(|(_, e)| e.clone()).collect()
     }
 
     // Read-modify-write in one step. `None` when the object does not exist; otherwise the
