@@ -86,8 +86,7 @@ pub const I18: &str = "I18 budget-counts-draining-claims";
 /// never for other pods (a scale-up, a drift or consolidation replacement, the pods another
 /// slot's drain evicted).
 pub const I19: &str = "I19 reaped-claim-launched-for-our-placeholder";
-/// Not in the guide's list: a claim Karpenter launched for a placeholder (or nominated to one) is
-/// gone, or Ready capacity, within readyTimeout plus [`I20_GRACE`] after the last rotation it
+/// Not in the guide's list: a claim Karpenter launched for a placeholder is gone, or Ready capacity, within readyTimeout plus [`I20_GRACE`] after the last rotation it
 /// served ended, whatever the exit (success, rollback, expiry or interruption while pending,
 /// the old claim gone, governance lost, the sweep). Checked with Karpenter's node repair off.
 pub const I20: &str = "I20 no-surge-claim-outlives-its-rotation";
@@ -354,15 +353,19 @@ fn node_of(view: &CacheView, world: &World, claim: &str) -> Option<String> {
 }
 
 /// I16: every node a rotation drains onto in `view`: for each claim marked `state=draining`
-/// that still exists, the surge host its slot records (while anchored, not forceful) and every
+/// that still exists and is being deleted or anchored (one whose anchor is gone before its
+/// delete was sent never drains: the sweep rolls it back), the surge host its slot records (while anchored, not forceful) and every
 /// node frozen for it (`surge-for`) other than its own old node. Read off the claims and nodes,
 /// so a landing outlives a lost anchor.
 fn landings(view: &CacheView, world: &World) -> BTreeSet<Landing> {
     let mut out = BTreeSet::new();
+    let anchored: BTreeSet<&str> =
+        view.pools.values().flat_map(|np| anchors(np).into_values()).collect();
     let draining: BTreeSet<&str> = view
         .claims
         .iter()
         .filter(|(_, c)| state_of(c) == Some("draining"))
+        .filter(|(n, c)| c.metadata.deletion_timestamp.is_some() || anchored.contains(n.as_str()))
         .map(|(n, _)| n.as_str())
         .collect();
     if draining.is_empty() {
@@ -1545,7 +1548,7 @@ impl Checker {
         }
     }
 
-    /// I20: a claim Karpenter launched for a placeholder (or nominated to one) that is neither
+    /// I20: a claim Karpenter launched for a placeholder that is neither
     /// Ready nor being deleted, more than readyTimeout + [`I20_GRACE`] after the last rotation it
     /// served stopped being in flight (its anchor released, or its claim failed or expired).
     fn surge_lifetimes(&mut self, post: &CacheView, world: &World, now: DateTime<Utc>) {
