@@ -786,7 +786,7 @@ impl World {
                     sub(free, &req);
                     let surge_for = self.surge_of(&key);
                     if let Some(s) = &surge_for {
-                        self.attribute(claim, s);
+                        self.attribute(claim, s, false);
                         self.nominate(&key, claim, now);
                     }
                     if let Some(c) = self.claims.get_mut(claim.as_str()) {
@@ -843,7 +843,7 @@ impl World {
             let count = pods.len();
             for key in &pods {
                 if let Some(rotation) = self.surge_of(key) {
-                    self.attribute(&name, &rotation);
+                    self.attribute(&name, &rotation, true);
                     self.nominate(key, &name, now);
                 }
             }

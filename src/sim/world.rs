@@ -260,8 +260,8 @@ pub struct World {
     /// The API server's standing refusals the script installed, by script step, until their
     /// `for` ends.
     pub refusals: BTreeMap<usize, Refusal>,
-    /// Claims Karpenter launched for (or nominated) a placeholder, until they are finalized
-    /// (invariant I20 watches them).
+    /// Claims Karpenter launched for a placeholder, until they are finalized (invariant I20
+    /// watches them).
     pub surge_launched: BTreeSet<String>,
     /// `Nominated` Events recorded so far (for their names).
     pub nominations: u64,
@@ -439,12 +439,18 @@ impl World {
         self.queue.pop_first().map(|((t, _), ev)| (t, ev))
     }
 
-    /// Karpenter launched `claim` for (or nominated to it) the placeholder of the rotation
-    /// `surge_for`: the world's record of what the claim is for (invariants I19 and I20).
-    pub fn attribute(&mut self, claim: &str, surge_for: &str) {
+    /// Karpenter launched `claim` for (`launched`), or nominated to it, the placeholder of the
+    /// rotation `surge_for`: the world's record of what the claim is for. I19 accepts a reap of
+    /// either; I20 bounds the life of the claims launched for a placeholder. A claim launched for
+    /// other pods that a placeholder was only counted against is theirs: it may be nominated
+    /// after the rotation ended (a placeholder whose delete failed), when no record of the
+    /// rotation is left to attribute it by.
+    pub fn attribute(&mut self, claim: &str, surge_for: &str, launched: bool) {
         if let Some(c) = self.claims.get_mut(claim) {
             c.placeholders_for.insert(surge_for.to_string());
-            self.surge_launched.insert(claim.to_string());
+            if launched {
+                self.surge_launched.insert(claim.to_string());
+            }
         }
     }
 
