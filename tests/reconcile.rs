@@ -3067,6 +3067,43 @@ fn a_draining_claim_whose_anchor_is_removed_keeps_its_landing_node_and_its_lane(
     assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c2"), "the lane is free again");
 }
 
+/// The same, judged on a claims view that lags the escalation (it still shows c1 `pending`, not
+/// deleting) while the pool view already lacks the anchor: the sweep reads c1 fresh before it
+/// releases a node, and the start counts the unanchored `pending` c1 against the lane.
+#[test]
+fn a_lagging_claims_view_neither_releases_the_landing_node_nor_frees_the_lane() {
+    let mut fx = Fx::new();
+    fx.claim("c2", Duration::days(10));
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    fx.pass();
+    assert!(fx.deleting("c1"));
+    fx.set_pool_ann(Key::ActiveRotation, None);
+    let hook = fx.intercept();
+    hook.stale_cache(|view| {
+        if let Some(c) = view.claims.get_mut("c1") {
+            let mut c = (**c).clone();
+            c.metadata.deletion_timestamp = None;
+            c.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(Key::State.full().to_string(), "pending".to_string());
+            view.claims.insert("c1".to_string(), std::sync::Arc::new(c));
+        }
+    });
+    fx.client.flush_cache();
+    let report = fx.ctl.tick();
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"), "not marked failed");
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "landing kept");
+    assert_eq!(fx.node_ann("node-s1", Key::DoNotDisrupt).as_deref(), Some("true"));
+    fx.advance(Duration::minutes(10));
+    fx.client.flush_cache();
+    fx.stale_pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "one lane, still taken by c1's drain");
+    assert!(fx.claim_ann("c2", Key::State).is_none());
+}
+
 /// A `rotation-mode` left behind by an anchor removed by hand does not steer the slot's next
 /// rotation: with the forceful fallback disabled it is a surge, never a surge-less delete.
 #[test]

@@ -624,14 +624,16 @@ impl Snapshot {
             })
     }
 
-    /// The claims of the pool marked draining without an anchor naming them (an anchor removed
-    /// by hand, the pool replaced, governance lost): being deleted, or about to be (a pass whose
-    /// view still shows the anchor re-issues the delete). They count against `maxUnavailable`
-    /// until they are gone or the sweep marks them failed.
+    /// The claims of the pool marked pending or draining without an anchor naming them (an
+    /// anchor removed by hand, the pool replaced, governance lost): being deleted, or about to be
+    /// (a pass whose view still shows the anchor re-issues the delete). A `pending` one counts
+    /// too: the claims view may lag the pool's (it still shows the state before the delete that
+    /// made it `draining`). They count against `maxUnavailable` until they are gone or the sweep
+    /// marks them failed.
     pub fn unanchored_drains(&self) -> usize {
         let anchors = self.anchors();
         self.pool_claims()
-            .filter(|c| annotation(&c.metadata, Key::State) == Some("draining"))
+            .filter(|c| matches!(annotation(&c.metadata, Key::State), Some("pending" | "draining")))
             .filter(|c| !anchors.values().any(|a| Some(*a) == c.metadata.name.as_deref()))
             .count()
     }

@@ -1327,8 +1327,9 @@ impl<'c> PassHost<'c> {
             ObjRef::Node(n) => self.snap.claim_on_node(n).and_then(|c| c.metadata.name.clone()),
             _ => None,
         };
-        // A claim the view shows draining may already be deleted (the view lags its delete): read
-        // it fresh, and keep the markers of one whose drain is under way until it is gone.
+        // A claim the view shows pending or draining may already be draining and deleted (the
+        // view lags the escalation): read it fresh, and keep the markers of one whose drain is
+        // under way until it is gone.
         let cached_owner = match &obj {
             ObjRef::Node(n) => self
                 .snap
@@ -1340,7 +1341,10 @@ impl<'c> PassHost<'c> {
         let mut draining = BTreeSet::new();
         for c in [cached_owner, claim_of_node.clone()].into_iter().flatten() {
             let cached = self.snap.claim(&c);
-            if cached.is_none_or(|x| annotation(&x.metadata, Key::State) != Some("draining")) {
+            let in_flight = |x: &crate::karpenter::NodeClaim| {
+                matches!(annotation(&x.metadata, Key::State), Some("pending" | "draining"))
+            };
+            if !cached.is_some_and(in_flight) {
                 continue;
             }
             let fresh = self.ctx.cluster.get_claim(&c).map_err(|e| fail(a.verb, e))?;
