@@ -1,4 +1,4 @@
-//! The simulation's invariants (I1–I15), each a named check over one step:
+//! The simulation's invariants (I1–I15, I22), each a named check over one step:
 //! the store before and after it, what the controller announced during it, and what the world
 //! knows (which pods run where, which claims ever existed). Safety checks run after every step;
 //! the quiescence and liveness checks run where their premise holds (no faults, or the calm
@@ -13,6 +13,7 @@ use super::actors::{
     CLAIM_STATE, CORDONED_MARKER, DO_NOT_DISRUPT, FREEZE_ANNOTATION, OWNED_MARKER, STARTED_AT,
     SURGE_FOR, anchors, annotation, placeholder_node, slot_annotation,
 };
+use super::driver::CallRecord;
 use super::gov::{self, Gov, Governed};
 use super::observe::{Diff, unschedulable};
 use super::scenario::Compiled;
@@ -58,8 +59,12 @@ pub const I14: &str = "I14 one-rotation-per-claim";
 /// rotation draining onto it leaves pods without room (a drain paced by a PDB leaves the host
 /// empty for a while, so a new placeholder fits there).
 pub const I15: &str = "I15 one-rotation-per-surge-host";
+/// Not in the guide's list: one leader writes at a time. Once an instance holds the Lease, no
+/// write of the instance it took the Lease from lands: the deposed leader's write fence closed
+/// before the Lease could change hands, whatever the two replicas' clocks said.
+pub const I22: &str = "I22 one-leader-writes";
 /// The invariants the simulation checks, for the summary line.
-pub const ALL: &str = "I1-I15";
+pub const ALL: &str = "I1-I15, I22";
 
 const LAST_FAILURE_AT: &str = "noderotation.io/last-failure-at";
 const RETRY_COUNT: &str = "noderotation.io/retry-count";
@@ -327,6 +332,18 @@ impl Checker {
         about: Vec<String>,
     ) {
         self.violations.push(Violation { invariant, time: now, detail, trace: Vec::new(), about });
+    }
+
+    /// I22: writes the API server applied for an instance after another one had taken the
+    /// Lease from it (the driver's record of the step).
+    pub fn fenced_writes(&mut self, now: DateTime<Utc>, actor: &str, stale: &[CallRecord]) {
+        for w in stale {
+            let detail = format!(
+                "{actor}: {:?} {} (client {}) landed after the other instance had taken the Lease",
+                w.verb, w.target, w.client
+            );
+            self.fail(I22, now, detail, vec![w.target.clone()]);
+        }
     }
 
     /// Checks one step.
