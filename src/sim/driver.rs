@@ -10,10 +10,10 @@
 //! Conflict and transient errors that did or did not apply, lags the caches, and delivers
 //! wake-ups late, twice or not at all. Each instance writes through a [`Fenced`] view: the
 //! leader's fence is renewed at each of its steps, as its Lease renewals would move it, and a
-//! deposed leader keeps the deadline of its last renewal; the standby starts only once that
-//! Lease has expired, judged on its own clock, which the `clockSkew` fault sets off the deposed
-//! leader's, and the deposed leader's last pass sends its writes up to one request bound before
-//! they land. Every write the API server applies for an instance after the other one took the
+//! deposed leader keeps the deadline of its last renewal; the standby starts only once it has
+//! read that renewal unchanged for a whole Lease duration on its own clock (`run`'s
+//! [`Elector`]), which the `clockSkew` fault sets off the deposed leader's, and the deposed
+//! leader's last pass sends its writes up to one request bound before they land. Every write the API server applies for an instance after the other one took the
 //! Lease is recorded (invariant I22). A stalled pass (the `stalledPass` fault) runs on a thread
 //! of its own: it blocks inside its stalled write while the simulation goes on (the standby takes
 //! the Lease and leads), and resumes when the driver says so; the driver waits for it at both
@@ -24,11 +24,13 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Duration, Utc};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 
 use super::scenario::FaultRates;
 use crate::clock::Clock;
 use crate::cluster::Cluster;
 use crate::cluster::fence::{self, Fence, Fenced};
+use crate::cluster::lease::{self, Elector, Step, Timing};
 use crate::cluster::memory::{
     ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, RandomFaults, Rng,
 };
@@ -310,6 +312,17 @@ fn request_timeout() -> Duration {
 /// How long before the Lease expires a leader stops writing, at `run`'s default request bound.
 fn fence_margin() -> Duration {
     fence::margin(request_timeout())
+}
+
+/// The election's timing at `run`'s defaults.
+fn lease_timing() -> Timing {
+    let grace = i64::try_from(fence::DEFAULT_LEASE_GRACE_SECS).unwrap_or(10);
+    Timing {
+        duration: lease_duration(),
+        period: lease_duration() - Duration::seconds(grace),
+        margin: fence_margin(),
+        retry: Duration::seconds(1),
+    }
 }
 
 /// What a sweep did, for the trace; `None` when it did nothing.
@@ -604,13 +617,35 @@ impl Driver {
         }
     }
 
-    /// When the standby takes the Lease, as kube-lease-manager decides it: once its own clock,
-    /// `skew` ahead of the deposed leader's (behind when negative), passes the last renewal's
-    /// `renewTime + leaseDuration` (it then waits up to a second before locking it).
+    /// When the standby takes the Lease, as `run` decides it ([`Elector`]): it reads the Lease
+    /// once a renewal period, at a seed-chosen phase, on its own clock (`skew` ahead of the
+    /// deposed leader's, behind when negative), and takes it once it has read the deposed
+    /// leader's last renewal unchanged for a whole duration. The skew moves nothing.
     fn takeover(&mut self, now: DateTime<Utc>) -> (DateTime<Utc>, Duration) {
-        let jitter = Duration::milliseconds(i64::try_from(self.rng.below(3000)).unwrap_or(0));
+        let period = lease_timing().period;
+        let phase_ms = u64::try_from(period.num_milliseconds()).unwrap_or(0);
+        let phase = Duration::milliseconds(i64::try_from(self.rng.below(phase_ms)).unwrap_or(0));
         let skew = self.standby_skew();
-        ((self.last_renew + lease_duration() - skew).max(now) + jitter, skew)
+        let mut last = Lease::default();
+        last.metadata.resource_version = Some("1".into());
+        last.spec = Some(LeaseSpec {
+            holder_identity: Some("deposed".into()),
+            renew_time: lease::micro_time(self.last_renew),
+            lease_duration_seconds: i32::try_from(lease_duration().num_seconds()).ok(),
+            ..LeaseSpec::default()
+        });
+        let mut standby = Elector::new("standby", lease_timing());
+        // Real time of the standby's next step, from its first read after the last renewal.
+        let mut t = self.last_renew + phase;
+        for _ in 0..1000 {
+            let local = t + skew;
+            match standby.next(local) {
+                Step::Wait(until) => t = until - skew,
+                Step::Read => standby.read(Some(&last), local),
+                Step::Acquire | Step::Renew => break,
+            }
+        }
+        (t.max(now), skew)
     }
 
     /// The standby's clock less the deposed leader's at a leader change: uniform within
