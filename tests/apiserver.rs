@@ -712,18 +712,11 @@ impl Drop for KubectlProxy {
     }
 }
 
-/// The operator (`run` through a rotation, then `uninstall --dry-run`) under the base's roles,
-/// talking through a recording proxy: every request it sends is one `src/cluster/access.rs`
-/// lists (so the roles, which the deploy tests hold to that table, grant nothing it does not
-/// send), and the pods of a node are listed from the watch cache (`resourceVersion=0`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> TestResult {
-    use noderotation::cluster::access::{REQUESTS, Scope};
-    let env = harness!();
-    let _one = ROTATION.lock().await;
-    // kubectl proxy (the controller identity's credentials) <- recording proxy <- the operator.
+/// A `kubectl proxy` with the controller identity's credentials, and a recording proxy in front
+/// of it for the operator to talk through.
+async fn recording_proxy(env: &Env) -> Result<(KubectlProxy, proxy::Proxy), Error> {
     let kport = free_port()?;
-    let _kubectl_proxy = KubectlProxy(
+    let kubectl = KubectlProxy(
         std::process::Command::new(env.kubectl_path())
             .args(["proxy", "--address=127.0.0.1", &format!("--port={kport}")])
             .env("KUBECONFIG", &env.controller_kubeconfig)
@@ -736,6 +729,20 @@ async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> Tes
     })
     .await?;
     let recorder = proxy::Proxy::start(([127, 0, 0, 1], kport).into())?;
+    Ok((kubectl, recorder))
+}
+
+/// The operator (`run` through a rotation, then `uninstall --dry-run`) under the base's roles,
+/// talking through a recording proxy: every request it sends is one `src/cluster/access.rs`
+/// lists (so the roles, which the deploy tests hold to that table, grant nothing it does not
+/// send), and the pods of a node are listed from the watch cache (`resourceVersion=0`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> TestResult {
+    use noderotation::cluster::access::{REQUESTS, Scope};
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    // kubectl proxy (the controller identity's credentials) <- recording proxy <- the operator.
+    let (_kubectl_proxy, recorder) = recording_proxy(&env).await?;
     let fx = Rotation::new(&env, "rot-access", surge("2m")).await?;
     let kubeconfig = fx.dir.join("recorded.kubeconfig");
     std::fs::write(&kubeconfig, recorder.kubeconfig())?;
@@ -2803,20 +2810,7 @@ async fn a_takeover_never_lands_on_a_renewal_it_did_not_see() -> TestResult {
     )
     .await?;
     // kubectl proxy (the controller identity's credentials) <- recording proxy <- the standby.
-    let kport = free_port()?;
-    let _kubectl_proxy = KubectlProxy(
-        std::process::Command::new(env.kubectl_path())
-            .args(["proxy", "--address=127.0.0.1", &format!("--port={kport}")])
-            .env("KUBECONFIG", &env.controller_kubeconfig)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()?,
-    );
-    eventually("kubectl proxy", Duration::from_secs(20), || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", kport)).await.ok().map(|_| ())
-    })
-    .await?;
-    let recorder = proxy::Proxy::start(([127, 0, 0, 1], kport).into())?;
+    let (_kubectl_proxy, recorder) = recording_proxy(&env).await?;
     let dir = scratch("takeover-race");
     let kubeconfig = dir.join("recorded.kubeconfig");
     std::fs::write(&kubeconfig, recorder.kubeconfig())?;

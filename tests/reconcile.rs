@@ -405,6 +405,19 @@ fn a_stale_pending_view_does_not_undo_a_rollback() {
     assert_eq!(fx.announced("emit:failure"), 1);
 }
 
+/// What the standby's rollback leaves on a claim while this pass is paused: `failed`, without
+/// the attempt's `started-at` and `placeholder-uid`.
+fn rolled_back_behind_the_pass(world: &noderotation::cluster::memory::MemoryCluster, claim: &str) {
+    world
+        .update_claim(claim, |c| {
+            let ann = c.metadata.annotations.get_or_insert_with(Default::default);
+            ann.insert(Key::State.full().into(), "failed".into());
+            ann.remove(Key::StartedAt.full());
+            ann.remove(Key::PlaceholderUid.full());
+        })
+        .expect("claim");
+}
+
 /// A leader pauses between its fence check and its `surge-claim` write while the standby rolls
 /// the attempt back (state `failed`, its stamps cleared): the write arrives after the rollback.
 /// It is conditional (a fresh read, its resourceVersion, and the attempt the pass judged), so it
@@ -420,14 +433,7 @@ fn a_surge_claim_write_sent_after_a_rollback_loses() {
     hook.before_write(
         |w| w.contains("noderotation.io/surge-claim=s1"),
         move || {
-            world
-                .update_claim("c1", |c| {
-                    let ann = c.metadata.annotations.get_or_insert_with(Default::default);
-                    ann.insert(Key::State.full().into(), "failed".into());
-                    ann.remove(Key::StartedAt.full());
-                    ann.remove(Key::PlaceholderUid.full());
-                })
-                .expect("claim");
+            rolled_back_behind_the_pass(&world, "c1");
         },
     );
     fx.stale_pass();
@@ -453,13 +459,7 @@ fn a_placeholder_created_after_a_rollback_is_never_recorded_and_is_swept() {
     hook.before_write(
         |w| w.starts_with("create Pod"),
         move || {
-            world
-                .update_claim("c1", |c| {
-                    let ann = c.metadata.annotations.get_or_insert_with(Default::default);
-                    ann.insert(Key::State.full().into(), "failed".into());
-                    ann.remove(Key::StartedAt.full());
-                })
-                .expect("claim");
+            rolled_back_behind_the_pass(&world, "c1");
             world
                 .update_pool(POOL, |p| {
                     let ann = p.metadata.annotations.get_or_insert_with(Default::default);

@@ -10,6 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
@@ -90,7 +92,7 @@ impl LeaderElection {
     }
 
     /// Tells the runtime whether this replica leads, and moves the fence with it.
-    fn publish(&self, tx: &watch::Sender<bool>, now: chrono::DateTime<chrono::Utc>) {
+    fn publish(&self, tx: &watch::Sender<bool>, now: DateTime<Utc>) {
         let leads = self.elector.leads(now);
         match self.elector.deadline() {
             Some(deadline) if leads => self.fence.open_until(deadline),
@@ -145,26 +147,33 @@ impl LeaderElection {
             self.elector.lost(self.clock.now());
             return;
         };
-        let sent = self.clock.now();
-        let params =
-            PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        let merge = Patch::Merge(&body);
-        let patch = self.api.patch(&self.name, &params, &merge);
-        match tokio::time::timeout(self.timeout, patch).await {
-            Ok(Ok(lease)) => self.elector.wrote(&lease, sent),
-            Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
+        match self.patch(&body).await {
+            (sent, Some(Ok(lease))) => self.elector.wrote(&lease, sent),
+            (_, Some(Err(kube::Error::Api(status)))) if status.code == 409 => {
                 tracing::debug!(lease = %self.name, "the leader Lease changed since it was read");
                 self.elector.lost(self.clock.now());
             }
-            Ok(Err(err)) => {
+            (_, Some(Err(err))) => {
                 tracing::debug!(error = %err, lease = %self.name, "writing the leader Lease failed");
                 self.elector.failed(self.clock.now());
             }
-            Err(_) => {
+            (_, None) => {
                 tracing::debug!(lease = %self.name, "writing the leader Lease timed out");
                 self.elector.failed(self.clock.now());
             }
         }
+    }
+
+    /// One merge patch of the Lease, bounded by the request timeout: when it was sent, and the
+    /// answer (`None`: it timed out).
+    async fn patch(&self, body: &Value) -> (DateTime<Utc>, Option<kube::Result<Lease>>) {
+        let sent = self.clock.now();
+        let params =
+            PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let merge = Patch::Merge(body);
+        let answer =
+            tokio::time::timeout(self.timeout, self.api.patch(&self.name, &params, &merge)).await;
+        (sent, answer.ok())
     }
 
     /// Stops writing, then clears the holder if the Lease is still as this replica last wrote
@@ -173,20 +182,15 @@ impl LeaderElection {
         self.fence.close();
         self.elector.resign();
         let Some(body) = self.elector.release_patch() else { return };
-        let sent = self.clock.now();
-        let params =
-            PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        let merge = Patch::Merge(&body);
-        let patch = self.api.patch(&self.name, &params, &merge);
-        match tokio::time::timeout(self.timeout, patch).await {
-            Ok(Ok(lease)) => {
+        match self.patch(&body).await {
+            (sent, Some(Ok(lease))) => {
                 self.elector.wrote(&lease, sent);
                 tracing::info!(lease = %self.name, "leader Lease released");
             }
-            Ok(Err(err)) => {
+            (_, Some(Err(err))) => {
                 tracing::warn!(error = %err, lease = %self.name, "releasing the leader Lease failed")
             }
-            Err(_) => tracing::warn!(lease = %self.name, "releasing the leader Lease timed out"),
+            (_, None) => tracing::warn!(lease = %self.name, "releasing the leader Lease timed out"),
         }
     }
 }
