@@ -20,6 +20,34 @@ impl Clock for SystemClock {
     }
 }
 
+/// Wall-clock time when it was made plus the monotonic time since: it never steps when the wall
+/// clock is corrected. The leader election and its write fence time the Lease with it, where
+/// only the rate of a clock matters.
+#[derive(Debug, Clone, Copy)]
+pub struct SteadyClock {
+    origin: DateTime<Utc>,
+    start: std::time::Instant,
+}
+
+impl SteadyClock {
+    pub fn new() -> Self {
+        SteadyClock { origin: SystemClock.now(), start: std::time::Instant::now() }
+    }
+}
+
+impl Default for SteadyClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for SteadyClock {
+    fn now(&self) -> DateTime<Utc> {
+        let elapsed = Duration::from_std(self.start.elapsed()).unwrap_or(Duration::MAX);
+        self.origin.checked_add_signed(elapsed).unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+}
+
 /// A clock that only moves when told to: simulation and tests.
 #[derive(Debug, Clone)]
 pub struct VirtualClock {

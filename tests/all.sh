@@ -111,6 +111,9 @@ sweeps() {
     target/release/noderotation simulate --seeds "$seeds" --weeks "$weeks" --faults \
       --scenario "deploy/examples/scenarios/$name.yaml"
   done
+  # Leader changes between replicas whose clocks disagree, over 12 hours each (~10 s).
+  target/release/noderotation simulate --seeds 40 --faults \
+    --scenario deploy/examples/scenarios/skewed-clocks.yaml
   # The full-stack fleet in compressed time (PDB-paced drains, several rotations per pool in
   # flight), over its own 24 minutes (~35 s).
   target/release/noderotation simulate --seeds 200 --faults \

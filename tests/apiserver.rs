@@ -712,19 +712,11 @@ impl Drop for KubectlProxy {
     }
 }
 
-/// The operator (`run` through a rotation, then `uninstall --dry-run`, which finds a surge
-/// claim that never turned Ready to delete) under the base's roles, talking through a recording
-/// proxy: every request it sends is one `src/cluster/access.rs` lists (so the roles, which the
-/// deploy tests hold to that table, grant nothing it does not send), and the pods of a node are
-/// listed from the watch cache (`resourceVersion=0`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> TestResult {
-    use noderotation::cluster::access::{REQUESTS, Scope};
-    let env = harness!();
-    let _one = ROTATION.lock().await;
-    // kubectl proxy (the controller identity's credentials) <- recording proxy <- the operator.
+/// A `kubectl proxy` with the controller identity's credentials, and a recording proxy in front
+/// of it for the operator to talk through.
+async fn recording_proxy(env: &Env) -> Result<(KubectlProxy, proxy::Proxy), Error> {
     let kport = free_port()?;
-    let _kubectl_proxy = KubectlProxy(
+    let kubectl = KubectlProxy(
         std::process::Command::new(env.kubectl_path())
             .args(["proxy", "--address=127.0.0.1", &format!("--port={kport}")])
             .env("KUBECONFIG", &env.controller_kubeconfig)
@@ -737,6 +729,21 @@ async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> Tes
     })
     .await?;
     let recorder = proxy::Proxy::start(([127, 0, 0, 1], kport).into())?;
+    Ok((kubectl, recorder))
+}
+
+/// The operator (`run` through a rotation, then `uninstall --dry-run`, which finds a surge
+/// claim that never turned Ready to delete) under the base's roles, talking through a recording
+/// proxy: every request it sends is one `src/cluster/access.rs` lists (so the roles, which the
+/// deploy tests hold to that table, grant nothing it does not send), and the pods of a node are
+/// listed from the watch cache (`resourceVersion=0`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> TestResult {
+    use noderotation::cluster::access::{REQUESTS, Scope};
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    // kubectl proxy (the controller identity's credentials) <- recording proxy <- the operator.
+    let (_kubectl_proxy, recorder) = recording_proxy(&env).await?;
     let fx = Rotation::new(&env, "rot-access", surge("2m")).await?;
     let kubeconfig = fx.dir.join("recorded.kubeconfig");
     std::fs::write(&kubeconfig, recorder.kubeconfig())?;
@@ -2693,6 +2700,186 @@ async fn sigterm_releases_the_lease_and_exits_zero() -> TestResult {
     assert_eq!(status.code(), Some(0), "{}", ctl.log_text());
     assert_eq!(holder().await, None, "the Lease is still held:\n{}", ctl.log_text());
     Ok(())
+}
+
+/// A leader the test plays on the Lease `noderotation` (the only one the controller's Role may
+/// touch): it stamps `renewTime` on a clock `offset` off the real one, and renews with merge
+/// patches carrying the resourceVersion of its previous write, as a real holder would, so a
+/// renewal loses (409) only if someone else wrote the Lease meanwhile.
+struct PlayedLeader {
+    api: Api<k8s_openapi::api::coordination::v1::Lease>,
+    identity: String,
+    offset: chrono::Duration,
+    rv: String,
+}
+
+impl PlayedLeader {
+    /// Replaces the Lease with one this leader holds, last renewed `ago` on its clock.
+    async fn take(
+        env: &Env,
+        identity: &str,
+        offset: chrono::Duration,
+        ago: chrono::Duration,
+    ) -> Result<PlayedLeader, Error> {
+        use noderotation::runtime::install::LEADER_LEASE_LABEL;
+        let api = Api::namespaced(env.admin().await?, CONTROLLER_NS);
+        let _ = api.delete("noderotation", &DeleteParams::default()).await;
+        eventually("the old Lease gone", Duration::from_secs(10), || async {
+            api.get_opt("noderotation").await.ok()?.is_none().then_some(())
+        })
+        .await?;
+        let stamp = Self::stamp(offset - ago);
+        let lease: k8s_openapi::api::coordination::v1::Lease = serde_json::from_value(json!({
+            "metadata": {"name": "noderotation", "labels": {LEADER_LEASE_LABEL: "true"}},
+            "spec": {"holderIdentity": identity, "leaseDurationSeconds": 10,
+                     "acquireTime": stamp, "renewTime": stamp, "leaseTransitions": 1}
+        }))?;
+        let created = api.create(&PostParams::default(), &lease).await?;
+        let rv = created.resource_version().ok_or("no resourceVersion")?;
+        Ok(PlayedLeader { api, identity: identity.into(), offset, rv })
+    }
+
+    /// Now on this leader's clock, as a MicroTime.
+    fn stamp(offset: chrono::Duration) -> String {
+        use noderotation::clock::{Clock, SystemClock};
+        (SystemClock.now() + offset).to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    }
+
+    async fn renew(&mut self) -> Result<(), Error> {
+        let patch = json!({
+            "metadata": {"resourceVersion": self.rv},
+            "spec": {"holderIdentity": self.identity, "renewTime": Self::stamp(self.offset)}
+        });
+        match self
+            .api
+            .patch("noderotation", &PatchParams::default(), &KubePatch::Merge(&patch))
+            .await
+        {
+            Ok(lease) => {
+                self.rv = lease.resource_version().ok_or("no resourceVersion")?;
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let now = self.api.get_opt("noderotation").await?.and_then(|l| l.spec);
+                Err(format!(
+                    "{}'s renewal lost: someone else wrote its Lease meanwhile: {now:?}",
+                    self.identity
+                )
+                .into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn holder(&self) -> Option<String> {
+        self.api.get_opt("noderotation").await.ok()??.spec?.holder_identity
+    }
+
+    /// Renews every 2 s for `span`; every renewal must win.
+    async fn keep_renewing(&mut self, span: Duration) -> Result<(), Error> {
+        let until = std::time::Instant::now() + span;
+        while std::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            self.renew().await?;
+        }
+        Ok(())
+    }
+
+    async fn remove(&self) {
+        let _ = self.api.delete("noderotation", &DeleteParams::default()).await;
+    }
+}
+
+/// A standby whose clock is an hour ahead of the leader's (or a leader whose clock is an hour
+/// behind): the leader's `renewTime` reads as long past, but the leader renews every 2 s. The
+/// standby judges expiry on its own observation of the Lease, so it never takes it, and never
+/// writes it while it is renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_never_takes_a_lease_renewed_on_a_clock_an_hour_behind() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let mut leader = PlayedLeader::take(
+        &env,
+        "slow-clock-0",
+        -chrono::Duration::hours(1),
+        chrono::Duration::zero(),
+    )
+    .await?;
+    let dir = scratch("skewed-clock");
+    let standby = ControllerProcess::start(
+        &env.controller_kubeconfig,
+        "standby-0",
+        "noderotation",
+        &dir.join("standby.log"),
+    )?;
+    let result = async {
+        eventually("the standby serving", Duration::from_secs(60), || async {
+            standby
+                .metrics()
+                .await
+                .ok()?
+                .lines()
+                .any(|l| l == "noderotation_leader 0")
+                .then_some(())
+        })
+        .await?;
+        // Three Lease durations (FAST_RUN_FLAGS: 10 s).
+        leader.keep_renewing(Duration::from_secs(30)).await?;
+        assert!(!standby.log_text().contains("became leader"), "the standby led");
+        assert_eq!(leader.holder().await.as_deref(), Some("slow-clock-0"));
+        Ok::<(), Error>(())
+    }
+    .await;
+    print_logs_on_error(&result, &[("standby", Some(&standby))]);
+    leader.remove().await;
+    result
+}
+
+/// The holder went quiet for longer than its Lease and renews just as the standby decided to
+/// take it: the standby's write (held by the proxy between the standby's read and its write)
+/// lands after the renewal. It must lose (its precondition is the record it judged), not clear
+/// or take a Lease that was just renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_never_lands_on_a_renewal_it_did_not_see() -> TestResult {
+    let env = harness!();
+    let _one = ROTATION.lock().await;
+    let mut leader = PlayedLeader::take(
+        &env,
+        "quiet-0",
+        chrono::Duration::zero(),
+        chrono::Duration::seconds(60),
+    )
+    .await?;
+    // kubectl proxy (the controller identity's credentials) <- recording proxy <- the standby.
+    let (_kubectl_proxy, recorder) = recording_proxy(&env).await?;
+    let dir = scratch("takeover-race");
+    let kubeconfig = dir.join("recorded.kubeconfig");
+    std::fs::write(&kubeconfig, recorder.kubeconfig())?;
+    let write = recorder.hold_next("PATCH", "/leases/noderotation");
+    let standby = ControllerProcess::start(
+        &kubeconfig,
+        "standby-0",
+        "noderotation",
+        &dir.join("standby.log"),
+    )?;
+    let result = async {
+        eventually("the standby's first write of the Lease", Duration::from_secs(90), || async {
+            write.reached().then_some(())
+        })
+        .await?;
+        // Between the standby's read and its write, the holder renews.
+        leader.renew().await?;
+        write.release();
+        leader.keep_renewing(Duration::from_secs(25)).await?;
+        assert!(!standby.log_text().contains("became leader"), "the standby led");
+        assert_eq!(leader.holder().await.as_deref(), Some("quiet-0"));
+        Ok::<(), Error>(())
+    }
+    .await;
+    write.release();
+    print_logs_on_error(&result, &[("standby", Some(&standby))]);
+    leader.remove().await;
+    result
 }
 
 /// A pass over a NodePool that is gone asks for no requeue (docs/decisions/trigger-seam.md):

@@ -407,6 +407,78 @@ fn a_stale_pending_view_does_not_undo_a_rollback() {
     assert_eq!(fx.announced("emit:failure"), 1);
 }
 
+/// What the standby's rollback leaves on a claim while this pass is paused: `failed`, without
+/// the attempt's `started-at` and `placeholder-uid`.
+fn rolled_back_behind_the_pass(world: &noderotation::cluster::memory::MemoryCluster, claim: &str) {
+    world
+        .update_claim(claim, |c| {
+            let ann = c.metadata.annotations.get_or_insert_with(Default::default);
+            ann.insert(Key::State.full().into(), "failed".into());
+            ann.remove(Key::StartedAt.full());
+            ann.remove(Key::PlaceholderUid.full());
+        })
+        .expect("claim");
+}
+
+/// A leader pauses between its fence check and its `surge-claim` write while the standby rolls
+/// the attempt back (state `failed`, its stamps cleared): the write arrives after the rollback.
+/// It is conditional (a fresh read, its resourceVersion, and the attempt the pass judged), so it
+/// loses instead of naming a surge claim on a claim no rotation holds.
+#[test]
+fn a_surge_claim_write_sent_after_a_rollback_loses() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(3));
+    fx.provision_surge("c1", "s1");
+    let hook = fx.intercept();
+    let world = fx.world.clone();
+    hook.before_write(
+        |w| w.contains("noderotation.io/surge-claim=s1"),
+        move || {
+            rolled_back_behind_the_pass(&world, "c1");
+        },
+    );
+    fx.stale_pass();
+    assert!(
+        hook.writes().iter().any(|w| w.contains("surge-claim=s1")),
+        "the pass sent the write: {:#?}",
+        hook.writes()
+    );
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert_eq!(fx.claim_ann("c1", Key::SurgeClaim), None, "written onto the rolled-back claim");
+}
+
+/// The placeholder create carries no precondition (a create has none but its name), and needs
+/// none: a create that arrives after the standby rolled the attempt back leaves a pod that no
+/// claim records, since the `placeholder-uid` record is conditional and loses; the sweep removes
+/// it as an orphan, and no decision ever reads it as the rotation's placeholder.
+#[test]
+fn a_placeholder_created_after_a_rollback_is_never_recorded_and_is_swept() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    let hook = fx.intercept();
+    let world = fx.world.clone();
+    hook.before_write(
+        |w| w.starts_with("create Pod"),
+        move || {
+            rolled_back_behind_the_pass(&world, "c1");
+            world
+                .update_pool(POOL, |p| {
+                    let ann = p.metadata.annotations.get_or_insert_with(Default::default);
+                    ann.remove(Key::ActiveRotation.full());
+                    ann.remove(Key::ActiveRotationState.full());
+                })
+                .expect("pool");
+        },
+    );
+    fx.stale_pass();
+    let pod = fx.placeholder("c1").expect("the late create landed");
+    assert_eq!(fx.claim_ann("c1", Key::PlaceholderUid), None, "recorded after the rollback");
+    assert!(pod.metadata.uid.is_some());
+    fx.tick();
+    assert!(fx.placeholder("c1").is_none(), "the unrecorded placeholder outlived the tick");
+}
+
 #[test]
 fn failed_to_pending_retry_does_not_reenter_on_a_stale_read() {
     let mut fx = Fx::new();

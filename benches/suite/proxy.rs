@@ -3,11 +3,12 @@
 //! `kubectl proxy` (which holds the credentials and the TLS connection to the API server) and
 //! records every request the operator makes as (time, verb, resource). Requests are parsed
 //! only enough to find their ends (Content-Length or chunked bodies); responses, watch streams
-//! included, are copied through untouched.
+//! included, are copied through untouched. A test may hold one request before it is forwarded
+//! ([`Proxy::hold_next`]), to make something happen between the operator's read and its write.
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 /// One request: `verb` is the HTTP method, with GET split into `get`, `list` and `watch`.
@@ -50,6 +51,44 @@ pub struct Proxy {
     pub addr: SocketAddr,
     pub log: Arc<Log>,
     stop: Arc<AtomicBool>,
+    hold: Arc<Mutex<Option<Arc<Held>>>>,
+}
+
+/// One request held by the proxy until the test releases it.
+#[allow(dead_code)]
+pub struct Held {
+    method: String,
+    path: String,
+    /// (reached, released)
+    state: Mutex<(bool, bool)>,
+    changed: Condvar,
+}
+
+#[allow(dead_code)]
+impl Held {
+    /// Whether the request arrived (and waits).
+    pub fn reached(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    /// Forwards it.
+    pub fn release(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.changed.notify_all();
+    }
+
+    fn matches(&self, method: &str, target: &str) -> bool {
+        method == self.method && target.split('?').next().unwrap_or_default().ends_with(&self.path)
+    }
+
+    fn wait(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.0 = true;
+        self.changed.notify_all();
+        while !st.1 {
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 impl Proxy {
@@ -58,20 +97,35 @@ impl Proxy {
         let addr = listener.local_addr()?;
         let log = Arc::new(Log::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let (l, s) = (Arc::clone(&log), Arc::clone(&stop));
+        let hold = Arc::new(Mutex::new(None));
+        let (l, s, h) = (Arc::clone(&log), Arc::clone(&stop), Arc::clone(&hold));
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 if s.load(Ordering::Acquire) {
                     break;
                 }
                 let Ok(client) = conn else { continue };
-                let l = Arc::clone(&l);
+                let (l, h) = (Arc::clone(&l), Arc::clone(&h));
                 std::thread::spawn(move || {
-                    let _ = serve(client, upstream, &l);
+                    let _ = serve(client, upstream, &l, &h);
                 });
             }
         });
-        Ok(Proxy { addr, log, stop })
+        Ok(Proxy { addr, log, stop, hold })
+    }
+
+    /// Holds the next request with this HTTP `method` whose path ends with `path` until the
+    /// returned handle releases it (dropping the proxy does not).
+    #[allow(dead_code)]
+    pub fn hold_next(&self, method: &str, path: &str) -> Arc<Held> {
+        let held = Arc::new(Held {
+            method: method.to_string(),
+            path: path.to_string(),
+            state: Mutex::new((false, false)),
+            changed: Condvar::new(),
+        });
+        *self.hold.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&held));
+        held
     }
 }
 
@@ -95,7 +149,9 @@ impl Drop for Proxy {
     }
 }
 
-fn serve(client: TcpStream, upstream: SocketAddr, log: &Log) -> io::Result<()> {
+type HoldSlot = Mutex<Option<Arc<Held>>>;
+
+fn serve(client: TcpStream, upstream: SocketAddr, log: &Log, hold: &HoldSlot) -> io::Result<()> {
     let server = TcpStream::connect(upstream)?;
     let (mut to_client, mut from_server) = (client.try_clone()?, server.try_clone()?);
     let back = std::thread::spawn(move || {
@@ -104,7 +160,7 @@ fn serve(client: TcpStream, upstream: SocketAddr, log: &Log) -> io::Result<()> {
     });
     let mut reader = BufReader::new(client);
     let mut to_server = server;
-    let result = forward_requests(&mut reader, &mut to_server, log);
+    let result = forward_requests(&mut reader, &mut to_server, log, hold);
     let _ = to_server.shutdown(Shutdown::Write);
     let _ = back.join();
     result
@@ -114,6 +170,7 @@ fn forward_requests(
     reader: &mut BufReader<TcpStream>,
     out: &mut TcpStream,
     log: &Log,
+    hold: &HoldSlot,
 ) -> io::Result<()> {
     loop {
         let mut head = Vec::new();
@@ -147,6 +204,16 @@ fn forward_requests(
             let (verb, resource) = classify(&method, &target);
             let mut all = log.requests.lock().unwrap_or_else(|e| e.into_inner());
             all.push(Request { at: Instant::now(), verb, resource, target: target.clone() });
+        }
+        let held = {
+            let mut slot = hold.lock().unwrap_or_else(|e| e.into_inner());
+            match slot.as_ref() {
+                Some(h) if h.matches(&method, &target) => slot.take(),
+                _ => None,
+            }
+        };
+        if let Some(h) = held {
+            h.wait();
         }
         out.write_all(&head)?;
         if chunked {

@@ -156,8 +156,8 @@ pub const REQUESTS: &[Access] = &[
     // One installation per cluster: the marked leader Leases of every namespace, listed when
     // this install's Lease is won (src/runtime/install.rs).
     run("coordination.k8s.io", "leases", "list", Cluster, "another install's leader Lease"),
-    // Leader election (kube-lease-manager: get, create when missing, patch; no update). The
-    // Lease is created marked, or marked with a patch, before the election starts.
+    // Leader election (src/runtime/lease.rs: get, create when missing, conditional patches; no
+    // update). The Lease is created marked, or marked with a patch, before the election starts.
     run("coordination.k8s.io", "leases", "create", Namespace, "the leader Lease, when missing"),
     named(run("coordination.k8s.io", "leases", "get", Namespace, "leader election"), Name::Lease),
     named(

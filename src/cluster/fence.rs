@@ -1,17 +1,19 @@
 //! Fencing a leader that may have lost its Lease without knowing it.
 //!
-//! The Lease library reports leadership until it *observes* the loss; a leader whose requests
-//! stall (an API server that accepts and answers late, a client retrying 429s) keeps reporting
-//! it while the standby takes the Lease once it expires. [`Fence`] is the leader's own deadline
-//! for writing: the Lease's `renewTime + leaseDurationSeconds - margin`, from the Lease as last
-//! read (see [`lease_deadline`]); [`Fenced`] checks it, on the injected clock, before every write
-//! and refuses the write once it has passed ([`ApiError::Fenced`]). With a per-request timeout no
-//! longer than the margin (less the clock-skew allowance), a write sent before the deadline
-//! completes or is abandoned before the standby can hold the Lease.
+//! A leader whose requests stall (an API server that accepts and answers late, a client
+//! retrying 429s) may still believe it leads while the standby takes the Lease once it expires.
+//! [`Fence`] is the leader's own deadline for writing: the send time of its last acquire or
+//! renewal that won, plus the Lease duration, less the [`margin`], on its own clock (see
+//! [`super::lease`]); [`Fenced`] checks it, on the injected clock, before every write and
+//! refuses the write once it has passed ([`ApiError::Fenced`]). A standby takes the Lease only
+//! after it saw the same record for a whole duration on its clock, which started after that
+//! write was sent; with a per-request timeout no longer than the margin less the [`SLACK`], a
+//! write sent before the deadline completes or is abandoned before the standby can hold the
+//! Lease, whatever the two clocks read. A write that waits longer between the check and the
+//! send (a paused process) is stopped by its own precondition.
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Duration, Utc};
-use k8s_openapi::api::coordination::v1::LeaseSpec;
 
 use super::{ApiError, ApiResult, Cluster};
 use crate::clock::Clock;
@@ -25,36 +27,15 @@ pub const DEFAULT_LEASE_GRACE_SECS: u64 = 10;
 pub const DEFAULT_API_REQUEST_TIMEOUT_SECS: u64 = 5;
 /// Default bound of establishing a connection to the API server (seconds).
 pub const DEFAULT_API_CONNECT_TIMEOUT_SECS: u64 = 5;
-/// Allowance for the difference between the leader's and the standby's clocks.
-pub const CLOCK_SKEW: Duration = Duration::seconds(1);
-/// How often the leader reads its Lease to move the fence.
-pub const LEASE_POLL: Duration = Duration::seconds(1);
+/// What the fence keeps beyond one request's bound: the two clocks' rates over a Lease
+/// duration, and the time from reading the clock to sending a request. Not the clocks'
+/// difference, which no decision depends on.
+pub const SLACK: Duration = Duration::seconds(1);
 
-/// How long before the Lease expires the leader stops writing: one request's bound plus the
-/// clock-skew allowance.
+/// How long before the Lease could pass to a standby the leader stops writing: one request's
+/// bound plus the [`SLACK`].
 pub fn margin(request_timeout: Duration) -> Duration {
-    request_timeout + CLOCK_SKEW
-}
-
-/// The last instant this replica may write, from a Lease it read: `renewTime +
-/// leaseDurationSeconds - margin` while `holderIdentity` is `identity`; `None` (no write) when
-/// another replica holds it or the Lease says nothing usable.
-pub fn lease_deadline(
-    spec: Option<&LeaseSpec>,
-    identity: &str,
-    margin: Duration,
-) -> Option<DateTime<Utc>> {
-    let spec = spec?;
-    if spec.holder_identity.as_deref() != Some(identity) {
-        return None;
-    }
-    let renew = spec.renew_time.as_ref()?;
-    let renew = DateTime::from_timestamp(
-        renew.0.as_second(),
-        u32::try_from(renew.0.subsec_nanosecond()).ok()?,
-    )?;
-    let duration = Duration::seconds(i64::from(spec.lease_duration_seconds?));
-    Some(renew + duration - margin)
+    request_timeout + SLACK
 }
 
 /// The leader's write deadline. Closed (no write) until opened.
@@ -133,34 +114,14 @@ mod tests {
     use crate::cluster::{EventRecord, ObjectKind, ObjectRef, Patch};
     use chrono::TimeZone;
     use k8s_openapi::api::core::v1::Pod;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
     fn t0() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 6, 1, 0, 0, 0).single().expect("time")
     }
 
-    fn spec(holder: &str, renew: DateTime<Utc>, seconds: i32) -> LeaseSpec {
-        let ts = k8s_openapi::jiff::Timestamp::from_second(renew.timestamp()).expect("ts");
-        LeaseSpec {
-            holder_identity: Some(holder.into()),
-            renew_time: Some(MicroTime(ts)),
-            lease_duration_seconds: Some(seconds),
-            ..LeaseSpec::default()
-        }
-    }
-
     #[test]
-    fn the_deadline_is_renew_time_plus_duration_less_the_margin_for_the_holder_only() {
-        let m = margin(Duration::seconds(5));
-        assert_eq!(m, Duration::seconds(6));
-        let s = spec("me", t0(), 15);
-        assert_eq!(lease_deadline(Some(&s), "me", m), Some(t0() + Duration::seconds(9)));
-        assert_eq!(lease_deadline(Some(&s), "standby", m), None, "another holder: no write");
-        assert_eq!(lease_deadline(None, "me", m), None);
-        let unrenewed = LeaseSpec { renew_time: None, ..s.clone() };
-        assert_eq!(lease_deadline(Some(&unrenewed), "me", m), None);
-        let no_duration = LeaseSpec { lease_duration_seconds: None, ..s };
-        assert_eq!(lease_deadline(Some(&no_duration), "me", m), None);
+    fn the_margin_is_one_request_and_the_slack() {
+        assert_eq!(margin(Duration::seconds(5)), Duration::seconds(6));
     }
 
     #[test]

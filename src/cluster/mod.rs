@@ -20,6 +20,7 @@ pub mod change;
 pub mod events;
 pub mod fence;
 pub mod kube;
+pub mod lease;
 pub mod memory;
 
 /// Label on every placeholder pod (§3.3).

@@ -555,31 +555,35 @@ impl<'c> PassHost<'c> {
 
     fn annotate(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(obj) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
-        if a.incr.is_empty() {
-            let Some(meta) = self.meta(&obj) else { return Ok(Outcome::Gone) };
-            let patch = Self::patch_of(&a.set, a.clear, meta);
-            if patch.is_empty() {
-                return Ok(Outcome::Won);
-            }
-            let Some(target) = self.cluster_ref(&obj) else { return Ok(Outcome::Gone) };
-            return match self.send_patch(&obj, &target, (patch, None)) {
-                Ok(()) => {
-                    self.won();
-                    Ok(Outcome::Won)
-                }
-                Err(ApiError::NotFound) => Ok(Outcome::Gone),
-                Err(e) => Err(fail(a.verb, e)),
-            };
+        if self.meta(&obj).is_some_and(|m| Self::patch_of(&a.set, a.clear, m).is_empty())
+            && a.incr.is_empty()
+        {
+            return Ok(Outcome::Won);
         }
+        // Conditional like every write: a write sent late (a pass paused between the fence check
+        // and the send while the standby moved the rotation on, or judged on a lagging cache)
+        // must not land on another attempt. So, on a fresh read with its resourceVersion, and
+        // only while the target's `state` and `started-at` read as on the copy this pass judged.
+        let judged: Vec<(Key, Option<String>)> = [Key::State, Key::StartedAt]
+            .into_iter()
+            .map(|k| (k, self.meta(&obj).and_then(|m| annotation(m, k)).map(str::to_string)))
+            .collect();
         let (set, clear, incr) = (a.set.clone(), a.clear.to_vec(), a.incr.to_vec());
         self.conditional(a.verb, &obj, None, |fresh| {
+            if judged.iter().any(|(k, v)| annotation(fresh.meta(), *k) != v.as_deref()) {
+                return Decide::Skip(Outcome::Raced);
+            }
             let mut patch = Self::patch_of(&set, &clear, fresh.meta());
             for k in &incr {
                 // Saturating: a count at its limit stays there instead of wrapping or panicking.
                 let n = crate::policy::derive::parse_retry_count(annotation(fresh.meta(), *k));
                 patch.set.insert(full(*k), n.saturating_add(1).to_string());
             }
-            Decide::Write(patch, Outcome::Won)
+            if patch.is_empty() {
+                Decide::Skip(Outcome::Won)
+            } else {
+                Decide::Write(patch, Outcome::Won)
+            }
         })
     }
 

@@ -21,7 +21,7 @@ use serde_json::json;
 pub const LEADER_LEASE_LABEL: &str = "noderotation.io/leader-lease";
 
 /// Who holds the leader Lease at `now`, if anyone: a holder whose last renewal plus the lease
-/// duration is still ahead. A released Lease (kube-lease-manager clears the holder on shutdown)
+/// duration is still ahead. A released Lease (the leader clears the holder on shutdown)
 /// or an expired one is free.
 pub fn lease_holder(lease: &Lease, now: DateTime<Utc>) -> Option<String> {
     let spec = lease.spec.as_ref()?;

@@ -3,7 +3,7 @@
 //! ```text
 //! preflight ─► KubeCluster (5 reflectors) ─► changes ─► Mapper ─► WorkQueue ◄─ requeue / backoff / tick
 //!                                                                     │
-//! Lease (kube-lease-manager) ── leader? ──► worker (spawn_blocking): startup_sweep, then
+//! Lease (lease::LeaderElection) ── leader? ──► worker (spawn_blocking): startup_sweep, then
 //!                                           reconcile_pool(key) one at a time, tick()
 //! /metrics (its own port, optionally authenticated); /healthz /readyz (the probes' port)
 //! ```
@@ -13,10 +13,11 @@
 //! runs a worker; losing the Lease stops it after the current pass, winning it again runs the
 //! start-up sweep again. SIGTERM/SIGINT stop the worker and release the Lease.
 //!
-//! The Lease library reports leadership until it observes the loss, which a stalled API
-//! connection delays indefinitely; so the worker writes through a [`Fenced`] view whose
-//! [`Fence`] the leader moves from its own Lease, read every second: no write leaves after
-//! `renewTime + leaseDuration - (request timeout + 1s)`. Every API request is bounded
+//! The worker writes through a [`Fenced`] view whose [`Fence`] the election moves from its own
+//! acquire and renewals: no write leaves after the send time of the last one that won plus
+//! `leaseDuration - (request timeout + 1s)`, on this replica's clock; a standby takes the Lease
+//! only after it read the same record for a whole `leaseDuration` on its own clock
+//! ([`crate::cluster::lease`]), so the two clocks need not agree. Every API request is bounded
 //! (`--api-connect-timeout`, `--api-request-timeout`, no client-side retries); the watches use
 //! a client of their own without the request bound.
 use std::net::SocketAddr;
@@ -27,28 +28,29 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::events::Reporter;
 use kube::{Api, Client};
-use kube_lease_manager::{LeaseCreateMode, LeaseManagerBuilder};
 use prometheus::{Encoder, IntCounter, IntGauge, Registry, TextEncoder};
 use tokio::sync::mpsc;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, SteadyClock, SystemClock};
 use crate::cluster::Cluster;
 use crate::cluster::change::Change;
 use crate::cluster::fence::{self, Fence, Fenced};
 use crate::cluster::kube::{KubeCluster, Requests, Watches};
+use crate::cluster::lease::{Elector, Timing};
 use crate::engine::Engine;
 use crate::reconcile::{Controller, ControllerConfig};
 
 pub mod http;
 pub mod install;
+pub mod lease;
 pub mod metrics_auth;
 pub mod preflight;
 pub mod queue;
 
 use crate::trigger::{Keys, Mapper, Retries, STATUS_COALESCE, affects_status};
+use lease::LeaderElection;
 use queue::{Next, WorkQueue};
 
 /// Flags of `noderotation run`; each also reads an environment variable.
@@ -268,8 +270,21 @@ async fn clients(args: &RunArgs) -> anyhow::Result<(Client, Client)> {
     Ok((watches, requests))
 }
 
+/// The largest value of the Lease and timeout flags (a day).
+const MAX_FLAG_SECS: i64 = 86_400;
+
 /// Why the Lease and timeout flags cannot work together, if they cannot.
 fn check_lease_flags(args: &RunArgs) -> Result<(), String> {
+    let too_long = [
+        ("--lease-duration", args.lease_duration),
+        ("--api-request-timeout", args.api_request_timeout),
+        ("--api-connect-timeout", args.api_connect_timeout),
+    ];
+    if let Some((flag, value)) =
+        too_long.iter().find(|(_, v)| i64::try_from(*v).map_or(true, |v| v > MAX_FLAG_SECS))
+    {
+        return Err(format!("{flag} ({value}) must be at most {MAX_FLAG_SECS} seconds (a day)"));
+    }
     if args.lease_grace == 0 || args.lease_grace >= args.lease_duration {
         return Err("--lease-grace must be > 0 and < --lease-duration".into());
     }
@@ -286,53 +301,6 @@ fn check_lease_flags(args: &RunArgs) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// Moves the leader's write fence from its Lease, read every [`fence::LEASE_POLL`] while this
-/// replica leads (a read that fails or times out moves nothing: the deadline runs out).
-async fn follow_lease(
-    api: Api<Lease>,
-    name: String,
-    identity: String,
-    margin: chrono::Duration,
-    timeout: Duration,
-    fence: Arc<Fence>,
-    state: Arc<State>,
-) {
-    let period = fence::LEASE_POLL.to_std().unwrap_or(Duration::from_secs(1));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut was_open = false;
-    loop {
-        tick.tick().await;
-        if !state.leading.load(Ordering::Acquire) {
-            fence.close();
-            was_open = false;
-            continue;
-        }
-        match tokio::time::timeout(timeout, api.get_opt(&name)).await {
-            Ok(Ok(Some(lease))) => {
-                match fence::lease_deadline(lease.spec.as_ref(), &identity, margin) {
-                    Some(deadline) => fence.open_until(deadline),
-                    None => fence.close(),
-                }
-            }
-            Ok(Ok(None)) => fence.close(),
-            Ok(Err(err)) => tracing::debug!(error = %err, "reading the leader Lease failed"),
-            Err(_) => tracing::debug!("reading the leader Lease timed out"),
-        }
-        let open = fence.is_open();
-        if was_open && !open {
-            tracing::warn!(
-                lease = %name,
-                deadline = ?fence.deadline(),
-                "the leader Lease was not renewed in time: writes are fenced until it is"
-            );
-        } else if !was_open && open {
-            tracing::info!(lease = %name, deadline = ?fence.deadline(), "write fence open");
-        }
-        was_open = open;
-    }
 }
 
 async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
@@ -405,9 +373,11 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
     };
     let engine = Arc::new(Engine::embedded().clone());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let fence = Arc::new(Fence::new(clock.clone()));
+    // The fence and the election time the Lease on a clock that never steps.
+    let steady: Arc<dyn Clock> = Arc::new(SteadyClock::new());
+    let fence = Arc::new(Fence::new(steady.clone()));
     let writes: Arc<dyn Cluster> = Arc::new(Fenced::new(cluster.clone(), fence.clone()));
-    let controller = Controller::new(writes, clock, engine, config);
+    let controller = Controller::new(writes, clock.clone(), engine, config);
     let _ = state.controller_metrics.set(controller_metrics(&controller));
     let mut controller = Some(controller);
 
@@ -417,32 +387,33 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
     {
         tracing::warn!(error = %err, lease = %args.leader_election_id, "marking the leader Lease failed: another install of the operator would not see this one lead");
     }
-    let manager = LeaseManagerBuilder::new(client.clone(), &args.leader_election_id)
-        .with_namespace(&args.namespace)
-        .with_identity(&identity)
-        .with_duration(args.lease_duration)
-        .with_grace(args.lease_grace)
-        .with_create_mode(LeaseCreateMode::AutoCreate)
-        .build()
-        .await
-        .with_context(|| {
-            format!("leader election Lease {}/{}", args.namespace, args.leader_election_id)
-        })?;
-    let mut election = Some(manager.watch().await);
-    tracing::info!(identity = %identity, lease = %args.leader_election_id, "waiting for leadership");
     let request_timeout = Duration::from_secs(args.api_request_timeout);
     let margin = fence::margin(
         chrono::Duration::from_std(request_timeout).unwrap_or(chrono::Duration::seconds(5)),
     );
-    let follower = tokio::spawn(follow_lease(
-        Api::namespaced(client.clone(), &args.namespace),
-        args.leader_election_id.clone(),
-        identity.clone(),
+    // Bounded by `check_lease_flags`.
+    let seconds = |s: u64| chrono::Duration::seconds(i64::try_from(s).unwrap_or(MAX_FLAG_SECS));
+    let timing = Timing {
+        duration: seconds(args.lease_duration),
+        period: seconds(args.lease_duration.saturating_sub(args.lease_grace)),
         margin,
-        request_timeout,
-        fence.clone(),
-        state.clone(),
-    ));
+        retry: chrono::Duration::seconds(1),
+    };
+    let mut election = Some(
+        LeaderElection {
+            client: client.clone(),
+            namespace: args.namespace.clone(),
+            api: Api::namespaced(client.clone(), &args.namespace),
+            name: args.leader_election_id.clone(),
+            elector: Elector::new(identity.clone(), timing),
+            clock: steady,
+            wall: clock.clone(),
+            fence: fence.clone(),
+            timeout: request_timeout,
+        }
+        .watch(),
+    );
+    tracing::info!(identity = %identity, lease = %args.leader_election_id, "waiting for leadership");
     let lease_wait = Duration::from_secs(args.lease_duration);
 
     let tick = Duration::from_secs(args.tick_seconds.max(1));
@@ -482,11 +453,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
                     state.metrics.leader.set(1);
                     queue.resume();
                     let st = state.clone();
-                    let f = fence.clone();
-                    worker = Some(tokio::task::spawn_blocking(move || {
-                        wait_for_fence(&f, lease_wait);
-                        work(c, &st, tick)
-                    }));
+                    worker = Some(tokio::task::spawn_blocking(move || work(c, &st, tick)));
                 } else if !leading
                     && let Some(w) = worker.take()
                 {
@@ -514,15 +481,10 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
         state.metrics.install_conflict.set(1);
         let Some((leader_rx, lease_task)) = election.take() else { break };
         drop(leader_rx);
-        let manager = match lease_task.await {
-            Ok(Ok(manager)) => manager,
-            Ok(Err(err)) => {
-                tracing::error!(error = %err, "releasing the leader Lease failed");
-                exit = 1;
-                break;
-            }
+        let stepped_down = match lease_task.await {
+            Ok(stepped_down) => stepped_down,
             Err(err) => {
-                tracing::error!(error = %err, "the lease task failed");
+                tracing::error!(error = %err, "the leader election task failed");
                 exit = 1;
                 break;
             }
@@ -534,14 +496,13 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
                 break;
             }
         }
-        election = Some(manager.watch().await);
+        election = Some(stepped_down.watch());
     }
 
     queue.stop();
     if let Some(w) = worker.take() {
         let _ = w.await;
     }
-    follower.abort();
     fence.close();
     state.leading.store(false, Ordering::Release);
     state.metrics.leader.set(0);
@@ -549,9 +510,8 @@ async fn run_async(args: RunArgs) -> anyhow::Result<i32> {
     if let Some((leader_rx, lease_task)) = election.take() {
         drop(leader_rx);
         match tokio::time::timeout(Duration::from_secs(10), lease_task).await {
-            Ok(Ok(Ok(_))) => tracing::info!("leader Lease released"),
-            Ok(Ok(Err(err))) => tracing::warn!(error = %err, "releasing the leader Lease failed"),
-            Ok(Err(err)) => tracing::warn!(error = %err, "the lease task failed"),
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => tracing::warn!(error = %err, "the leader election task failed"),
             Err(_) => tracing::warn!("releasing the leader Lease timed out"),
         }
     }
@@ -608,21 +568,6 @@ async fn map_changes(
                 }
             }
         }
-    }
-}
-
-/// Blocks (the worker's thread) until the fence opens, at most `limit`: the first read of the
-/// Lease after leadership was won opens it; the start-up sweep must not run into a closed one.
-fn wait_for_fence(fence: &Fence, limit: Duration) {
-    let started = Instant::now();
-    while !fence.is_open() {
-        if started.elapsed() >= limit {
-            tracing::warn!(
-                "the write fence did not open after leadership was won; passes will fail until it does"
-            );
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -721,5 +666,8 @@ mod tests {
         let ok =
             args(&["--lease-duration", "30", "--lease-grace", "20", "--api-request-timeout", "10"]);
         assert_eq!(check_lease_flags(&ok), Ok(()));
+        let err = check_lease_flags(&args(&["--lease-duration", "100000", "--lease-grace", "20"]))
+            .expect_err("longer than a day");
+        assert!(err.contains("--lease-duration (100000) must be at most 86400 seconds"), "{err}");
     }
 }

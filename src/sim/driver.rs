@@ -10,21 +10,27 @@
 //! Conflict and transient errors that did or did not apply, lags the caches, and delivers
 //! wake-ups late, twice or not at all. Each instance writes through a [`Fenced`] view: the
 //! leader's fence is renewed at each of its steps, as its Lease renewals would move it, and a
-//! deposed leader keeps the deadline of its last renewal; the standby starts only once that
-//! Lease has expired. A stalled pass (the `stalledPass` fault) runs on a thread
+//! deposed leader keeps the deadline of its last renewal; the standby starts only once it has
+//! read that renewal unchanged for a whole Lease duration on its own clock (`run`'s
+//! [`Elector`]), which the `clockSkew` fault sets off the deposed leader's, and the deposed
+//! leader's last pass sends its writes up to one request bound before they land. Every write the API server applies for an instance after the other one took the
+//! Lease is recorded (invariant I22). A stalled pass (the `stalledPass` fault) runs on a thread
 //! of its own: it blocks inside its stalled write while the simulation goes on (the standby takes
 //! the Lease and leads), and resumes when the driver says so; the driver waits for it at both
 //! ends, so the history stays one exact sequence.
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Duration, Utc};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 
 use super::scenario::FaultRates;
 use crate::clock::Clock;
 use crate::cluster::Cluster;
 use crate::cluster::fence::{self, Fence, Fenced};
+use crate::cluster::lease::{self, Elector, Step, Timing};
 use crate::cluster::memory::{
     ApiVerb, CacheLag, Call, Fault, Faults, MemoryCluster, RandomFaults, Rng,
 };
@@ -58,6 +64,11 @@ pub struct HookState {
     pub injected: u32,
     /// Write calls of the current step (kept for the trace).
     pub calls: Vec<CallRecord>,
+    /// Clients of instances that lost the Lease to a newer leader: none of their writes may
+    /// land from then on (the write fence's promise).
+    stale: BTreeSet<usize>,
+    /// Writes of those clients that the API server applied anyway (two leaders writing).
+    pub stale_writes: Vec<CallRecord>,
 }
 
 impl HookState {
@@ -99,12 +110,17 @@ impl Faults for Hook {
             st.injected += 1;
         }
         if call.verb.is_write() {
-            st.calls.push(CallRecord {
+            let record = CallRecord {
                 client: call.client,
                 verb: call.verb,
                 target: call.target.to_string(),
                 fault,
-            });
+            };
+            let applied = matches!(fault, Fault::Proceed | Fault::ApplyThenTransient);
+            if applied && st.stale.contains(&call.client) {
+                st.stale_writes.push(record.clone());
+            }
+            st.calls.push(record);
         }
         fault
     }
@@ -191,6 +207,20 @@ impl Cluster for Stall {
     crate::cluster::delegate_writes!(inner, write, unstalled);
 }
 
+/// The clock an instance's write fence reads: the virtual clock less the time its writes spend
+/// in flight (set for the deposed leader's last pass: it checks the fence when it sends a write,
+/// which lands later).
+struct SendClock {
+    clock: Arc<dyn Clock>,
+    in_flight_ms: Arc<AtomicI64>,
+}
+
+impl Clock for SendClock {
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now() - Duration::milliseconds(self.in_flight_ms.load(Ordering::Relaxed))
+    }
+}
+
 /// A pass held inside its stalled write, on its own thread.
 struct Stalled {
     label: String,
@@ -252,6 +282,13 @@ pub struct Driver {
     next_housekeeping: DateTime<Utc>,
     pub hook: Arc<Mutex<HookState>>,
     rng: Rng,
+    /// The clock skew and write-in-flight draws: a stream of their own, so that they leave
+    /// every other draw where it was.
+    skew_rng: Rng,
+    /// The bound of the standby's clock skew (`clockSkew`).
+    skew: Duration,
+    /// Per handle: how long before they land the writes of its instance were sent.
+    in_flight_ms: [Arc<AtomicI64>; 2],
     rates: Option<FaultRates>,
     lag: Duration,
     pub passes: u64,
@@ -266,10 +303,26 @@ fn lease_duration() -> Duration {
     Duration::seconds(i64::try_from(fence::DEFAULT_LEASE_DURATION_SECS).unwrap_or(15))
 }
 
+/// `run`'s default request bound: how long a write sent before the fence closes may take to
+/// land.
+fn request_timeout() -> Duration {
+    Duration::seconds(i64::try_from(fence::DEFAULT_API_REQUEST_TIMEOUT_SECS).unwrap_or(5))
+}
+
 /// How long before the Lease expires a leader stops writing, at `run`'s default request bound.
 fn fence_margin() -> Duration {
-    let request = i64::try_from(fence::DEFAULT_API_REQUEST_TIMEOUT_SECS).unwrap_or(5);
-    fence::margin(Duration::seconds(request))
+    fence::margin(request_timeout())
+}
+
+/// The election's timing at `run`'s defaults.
+fn lease_timing() -> Timing {
+    let grace = i64::try_from(fence::DEFAULT_LEASE_GRACE_SECS).unwrap_or(10);
+    Timing {
+        duration: lease_duration(),
+        period: lease_duration() - Duration::seconds(grace),
+        margin: fence_margin(),
+        retry: Duration::seconds(1),
+    }
 }
 
 /// What a sweep did, for the trace; `None` when it did nothing.
@@ -286,6 +339,17 @@ fn sweep_summary(report: &SweepReport) -> Option<String> {
     .map(|(n, what)| format!("{n} {what}"))
     .collect();
     (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// `1.2s`: a short span, to a tenth of a second.
+fn tenths(d: Duration) -> String {
+    format!("{:.1}s", d.num_milliseconds().unsigned_abs() as f64 / 1000.0)
+}
+
+/// `1.2s ahead`, `0.4s behind`: a standby's clock against the deposed leader's.
+fn skew_words(skew: Duration) -> String {
+    let ahead = if skew >= Duration::zero() { "ahead" } else { "behind" };
+    format!("{} {ahead}", tenths(skew))
 }
 
 fn ceil_minute(t: DateTime<Utc>) -> DateTime<Utc> {
@@ -307,12 +371,14 @@ pub struct Setup {
     pub lag: Duration,
     /// Install the hook (and log write calls) even without faults (`--trace`).
     pub hook_always: bool,
+    /// The bound of the standby's clock skew at a leader change (with faults).
+    pub skew: Duration,
 }
 
 impl Driver {
     /// A driver for the pools on `world` (the world's handle); the first leader starts at once.
     pub fn new(world: &MemoryCluster, setup: Setup) -> Driver {
-        let Setup { engine, clock, pools, seed, rates, lag, hook_always } = setup;
+        let Setup { engine, clock, pools, seed, rates, lag, hook_always, skew } = setup;
         let mut rng = Rng::new(seed ^ 0x5eed_d21e);
         let lag_mode = |rng: &mut Rng| match rates {
             Some(_) if lag > Duration::zero() => CacheLag::UpTo { max: lag, seed: rng.next_u64() },
@@ -335,6 +401,8 @@ impl Driver {
             crashed: None,
             injected: 0,
             calls: Vec::new(),
+            stale: BTreeSet::new(),
+            stale_writes: Vec::new(),
         }));
         if rates.is_some() || hook_always {
             world.set_faults(Hook(Arc::clone(&hook)));
@@ -365,6 +433,9 @@ impl Driver {
             next_housekeeping: now + Duration::hours(1),
             hook,
             rng,
+            skew_rng: Rng::new(seed ^ 0x5ce3_c10c),
+            skew,
+            in_flight_ms: [Arc::new(AtomicI64::new(0)), Arc::new(AtomicI64::new(0))],
             rates,
             lag,
             passes: 0,
@@ -523,7 +594,11 @@ impl Driver {
 
     fn new_controller(&self, handle: usize) -> (Controller, Arc<Stall>, Arc<Fence>) {
         let stall = Arc::new(Stall::new(self.handles[handle].clone()));
-        let fence = Arc::new(Fence::new(Arc::clone(&self.clock)));
+        let sent = SendClock {
+            clock: Arc::clone(&self.clock),
+            in_flight_ms: Arc::clone(&self.in_flight_ms[handle]),
+        };
+        let fence = Arc::new(Fence::new(Arc::new(sent)));
         let cluster: Arc<dyn Cluster> = Arc::new(Fenced::new(stall.clone(), fence.clone()));
         let ctl = Controller::new(
             cluster,
@@ -542,11 +617,48 @@ impl Driver {
         }
     }
 
-    /// When the standby may take the Lease: once the deposed leader's last renewal expired
-    /// (kube-lease-manager then waits up to a second before locking it).
-    fn takeover(&mut self, now: DateTime<Utc>) -> DateTime<Utc> {
-        let jitter = Duration::milliseconds(i64::try_from(self.rng.below(3000)).unwrap_or(0));
-        (self.last_renew + lease_duration()).max(now) + jitter
+    /// When the standby takes the Lease, as `run` decides it ([`Elector`]): it reads the Lease
+    /// once a renewal period, at a seed-chosen phase, on its own clock (`skew` ahead of the
+    /// deposed leader's, behind when negative), and takes it once it has read the deposed
+    /// leader's last renewal unchanged for a whole duration. The skew moves nothing.
+    fn takeover(&mut self, now: DateTime<Utc>) -> (DateTime<Utc>, Duration) {
+        let period = lease_timing().period;
+        let phase_ms = u64::try_from(period.num_milliseconds()).unwrap_or(0);
+        let phase = Duration::milliseconds(i64::try_from(self.rng.below(phase_ms)).unwrap_or(0));
+        let skew = self.standby_skew();
+        let mut last = Lease::default();
+        last.metadata.resource_version = Some("1".into());
+        last.spec = Some(LeaseSpec {
+            holder_identity: Some("deposed".into()),
+            renew_time: lease::micro_time(self.last_renew),
+            lease_duration_seconds: i32::try_from(lease_duration().num_seconds()).ok(),
+            ..LeaseSpec::default()
+        });
+        let mut standby = Elector::new("standby", lease_timing());
+        // Real time of the standby's next step, from its first read after the last renewal.
+        let mut t = self.last_renew + phase;
+        for _ in 0..1000 {
+            let local = t + skew;
+            match standby.next(local) {
+                Step::Wait(until) => t = until - skew,
+                Step::Read => standby.read(Some(&last), local),
+                Step::Acquire | Step::Renew => break,
+            }
+        }
+        (t.max(now), skew)
+    }
+
+    /// The standby's clock less the deposed leader's at a leader change: uniform within
+    /// `clockSkew` either way.
+    fn standby_skew(&mut self) -> Duration {
+        let max = u64::try_from(self.skew.num_milliseconds()).unwrap_or(0);
+        let drawn = i64::try_from(self.skew_rng.below(2 * max + 1)).unwrap_or(0);
+        Duration::milliseconds(drawn - i64::try_from(max).unwrap_or(0))
+    }
+
+    /// Writes of an instance that had lost the Lease, applied since the last call.
+    pub fn take_stale_writes(&self) -> Vec<CallRecord> {
+        std::mem::take(&mut lock(&self.hook).stale_writes)
     }
 
     fn crashed(&self) -> Option<usize> {
@@ -632,11 +744,14 @@ impl Driver {
                 }
             }
             self.seen = 0;
-            let t = self.takeover(now);
+            let (t, skew) = self.takeover(now);
             self.at(t, DrvEv::Start);
             self.set_due(pool, now);
             self.unwatch(old_handle);
-            return self.quiet("leader lost: lease moves to the other instance");
+            return self.quiet(&format!(
+                "leader lost: lease moves to the other instance (its clock {})",
+                skew_words(skew)
+            ));
         }
         self.passes += 1;
         self.renew(now);
@@ -737,7 +852,14 @@ impl Driver {
         self.retries = Retries::default();
         self.handles[handle].resync_cache();
         let client = self.handles[handle].client_id();
-        lock(&self.hook).dead.remove(&client);
+        let other = self.handles[1 - handle].client_id();
+        {
+            // The Lease is this instance's now: the other one's writes must not land any more.
+            let mut hook = lock(&self.hook);
+            hook.dead.remove(&client);
+            hook.stale.remove(&client);
+            hook.stale.insert(other);
+        }
         let (mut ctl, stall, fence) = self.new_controller(handle);
         self.fence = Some(fence);
         self.renew(now);
@@ -764,13 +886,20 @@ impl Driver {
         self.zombie_passes += 1;
         let pool = usize::try_from(self.rng.below(self.pools.len() as u64)).unwrap_or(0);
         let name = self.pools[pool].clone();
+        // Its writes were sent (and passed the fence) up to one request bound before they land.
+        let bound = u64::try_from(request_timeout().num_milliseconds()).unwrap_or(0);
+        let in_flight = i64::try_from(self.skew_rng.below(bound + 1)).unwrap_or(0);
+        self.in_flight_ms[handle].store(in_flight, Ordering::Relaxed);
         let result = ctl.reconcile_pool(&name);
+        self.in_flight_ms[handle].store(0, Ordering::Relaxed);
         self.retire(&ctl, seen);
         drop(ctl);
-        let _ = handle;
+        let sent = tenths(Duration::milliseconds(in_flight));
         let what = match result {
-            Ok(_) => format!("deposed leader's last pass over {name}"),
-            Err(e) => format!("deposed leader's last pass over {name}: error: {e}"),
+            Ok(_) => format!("deposed leader's last pass over {name} (writes sent {sent} earlier)"),
+            Err(e) => format!(
+                "deposed leader's last pass over {name} (writes sent {sent} earlier): error: {e}"
+            ),
         };
         DriverStep {
             actor: format!("{label}(old)"),
@@ -828,7 +957,7 @@ impl Driver {
                 self.seen = 0;
                 // The Lease renewals stall with the pass: the standby takes the Lease once it
                 // expires; the stalled response comes back 30s to 15m after it was sent.
-                let takeover = self.takeover(now);
+                let (takeover, _) = self.takeover(now);
                 self.at(takeover, DrvEv::Start);
                 let stall_for =
                     Duration::seconds(30 + i64::try_from(self.rng.below(870)).unwrap_or(0));
@@ -945,6 +1074,7 @@ mod tests {
                 rates: None,
                 lag: Duration::zero(),
                 hook_always: false,
+                skew: Duration::zero(),
             },
         );
         settle(&mut d, &clock);

@@ -1,4 +1,4 @@
-//! The simulation's invariants (I1–I21), each a named check over one step:
+//! The simulation's invariants (I1–I22), each a named check over one step:
 //! the store before and after it, what the controller announced during it, and what the world
 //! knows (which pods run where, which claims ever existed). Safety checks run after every step;
 //! the quiescence and liveness checks run where their premise holds (no faults, or the calm
@@ -13,6 +13,7 @@ use super::actors::{
     CLAIM_STATE, CORDONED_MARKER, DO_NOT_DISRUPT, FREEZE_ANNOTATION, OWNED_MARKER, STARTED_AT,
     SURGE_FOR, anchors, annotation, placeholder_node, slot_annotation,
 };
+use super::driver::CallRecord;
 use super::gov::{self, Gov, Governed};
 use super::observe::{Diff, unschedulable};
 use super::scenario::Compiled;
@@ -86,8 +87,8 @@ pub const I18: &str = "I18 budget-counts-draining-claims";
 /// never for other pods (a scale-up, a drift or consolidation replacement, the pods another
 /// slot's drain evicted).
 pub const I19: &str = "I19 reaped-claim-launched-for-our-placeholder";
-/// Not in the guide's list: a claim Karpenter launched for a placeholder is gone, or Ready capacity, within readyTimeout plus [`I20_GRACE`] after the last rotation it
-/// served ended, whatever the exit (success, rollback, expiry or interruption while pending,
+/// Not in the guide's list: a claim Karpenter launched for a placeholder is gone, or Ready
+/// capacity, within readyTimeout plus [`I20_GRACE`] after the last rotation it served ended, whatever the exit (success, rollback, expiry or interruption while pending,
 /// the old claim gone, governance lost, the sweep). Checked with Karpenter's node repair off.
 pub const I20: &str = "I20 no-surge-claim-outlives-its-rotation";
 /// I20's slack past readyTimeout: the tick that runs the sweep, and under faults a crash and
@@ -101,8 +102,13 @@ pub const I20_GRACE: Duration = Duration::minutes(5);
 /// every rotation of the pool, and starts one when a lane is free, the gates are open and a
 /// claim is due, whatever another slot's run met.
 pub const I21: &str = "I21 one-slot's-failure-is-not-the-pool's";
+
+/// Not in the guide's list: one leader writes at a time. Once an instance holds the Lease, no
+/// write of the instance it took the Lease from lands: the deposed leader's write fence closed
+/// before the Lease could change hands, whatever the two replicas' clocks said.
+pub const I22: &str = "I22 one-leader-writes";
 /// The invariants the simulation checks, for the summary line.
-pub const ALL: &str = "I1-I21";
+pub const ALL: &str = "I1-I22";
 
 const LAST_FAILURE_AT: &str = "noderotation.io/last-failure-at";
 const RETRY_COUNT: &str = "noderotation.io/retry-count";
@@ -476,6 +482,18 @@ impl Checker {
         about: Vec<String>,
     ) {
         self.violations.push(Violation { invariant, time: now, detail, trace: Vec::new(), about });
+    }
+
+    /// I22: writes the API server applied for an instance after another one had taken the
+    /// Lease from it (the driver's record of the step).
+    pub fn fenced_writes(&mut self, now: DateTime<Utc>, actor: &str, stale: &[CallRecord]) {
+        for w in stale {
+            let detail = format!(
+                "{actor}: {:?} {} (client {}) landed after the other instance had taken the Lease",
+                w.verb, w.target, w.client
+            );
+            self.fail(I22, now, detail, vec![w.target.clone()]);
+        }
     }
 
     /// Checks one step.

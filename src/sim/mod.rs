@@ -1,8 +1,8 @@
 //! The deterministic simulation behind `noderotation simulate`: the real controller, on a
 //! [`MemoryCluster`] and a virtual clock, against actors that play Karpenter, the kubelet and
 //! scheduler, and an operator. One seed gives one exact history; with `--faults` the same seed
-//! also decides every crash, conflict, lag and misbehaving node, and the invariants I1–I21 are
-//! checked after every step.
+//! also decides every crash, conflict, lag, clock skew and misbehaving node, and the invariants
+//! I1–I22 are checked after every step.
 //!
 //! - [`scenario`]: the fleet file; [`world`] and [`actors`]: the cluster model;
 //! - [`driver`]: the controller's work queue, restarts and leader changes;
@@ -141,6 +141,7 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
                 rates: opts.faults.then(|| plan.faults.rates.clone()),
                 lag,
                 hook_always: opts.trace,
+                skew: plan.faults.clock_skew,
             },
         )
     });
@@ -337,8 +338,9 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
             zombie,
             forceful_events: &forceful_events,
         };
-        if driver.is_some() {
+        if let Some(dr) = driver.as_ref() {
             let before = checker.violations.len();
+            checker.fenced_writes(now, &actor, &dr.take_stale_writes());
             checker.check(&prev, &post, &d, &info, &announced_now, &world);
             attach_traces(&mut checker.violations[before..], &world);
             if opts.stop_on_violation && checker.violations.len() > before {

@@ -476,6 +476,11 @@ pub struct FaultRates {
     pub apply_then_transient: f64,
     /// Cache lag bound.
     pub cache_lag: String,
+    /// At each leader change the standby's clock is off the deposed leader's by a seed-chosen
+    /// amount, ahead or behind, up to this bound; it decides when the Lease has expired on its
+    /// own clock, as the real lease code does. The deposed leader's last pass sends its writes
+    /// up to `--api-request-timeout` before they land.
+    pub clock_skew: String,
     /// Wake-ups delivered late (up to the lag bound), duplicated, or lost (coalesced).
     pub wake_late: f64,
     pub wake_duplicate: f64,
@@ -514,6 +519,7 @@ impl Default for FaultRates {
             transient: 0.01,
             apply_then_transient: 0.01,
             cache_lag: "5s".into(),
+            clock_skew: "5s".into(),
             wake_late: 0.1,
             wake_duplicate: 0.05,
             wake_drop: 0.05,
@@ -683,6 +689,7 @@ pub struct PoolEdit {
 pub struct FaultPlan {
     pub rates: FaultRates,
     pub cache_lag: Duration,
+    pub clock_skew: Duration,
 }
 
 impl Scenario {
@@ -935,6 +942,7 @@ impl Scenario {
         script.sort_by_key(|s| s.at);
         let rates = self.faults.clone().unwrap_or_default();
         let cache_lag = dur(&rates.cache_lag, "faults.cacheLag")?;
+        let clock_skew = dur(&rates.clock_skew, "faults.clockSkew")?;
         let delays = &self.delays;
         let registration_timeout = dur(&delays.registration_timeout, "delays.registrationTimeout")?;
         if registration_timeout <= Duration::zero() {
@@ -967,7 +975,7 @@ impl Scenario {
             shortages,
             registration_timeout,
             script,
-            faults: FaultPlan { rates, cache_lag },
+            faults: FaultPlan { rates, cache_lag, clock_skew },
             expect: self.expect.clone(),
             source: self.clone(),
         })
