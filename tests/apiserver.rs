@@ -1950,7 +1950,8 @@ async fn annotate(
 /// The chart's admission policy (rendered by Helm; its binding narrowed to this test's objects
 /// with an object selector, so the rest of the tier is not under it): a user's hand-written
 /// anchor is refused with a message naming the key, so is the removal of the operator's key;
-/// `noderotation.io/freeze` is the user's to set; the operator's ServiceAccount writes pass.
+/// `noderotation.io/freeze` is the user's to set; the operator's ServiceAccount writes pass; a
+/// person may set a Node's ownership markers to `false`, and nothing else.
 #[tokio::test]
 async fn admission_policy_refuses_a_users_anchor_and_allows_freeze() -> TestResult {
     let env = harness!();
@@ -1983,6 +1984,8 @@ async fn admission_policy_refuses_a_users_anchor_and_allows_freeze() -> TestResu
     })
     .await?;
     create(&admin, &nodepool_json(&pool, &pool)).await?;
+    let node_name = format!("{pool}-node");
+    let _ = dyn_api(&admin, "Node").delete(&node_name, &DeleteParams::default()).await;
     let result = async {
         // A person hand-writes an anchor: refused once the API server has loaded the policy
         // (a new value each try, so that a try before then is not an unchanged key after).
@@ -2040,9 +2043,38 @@ async fn admission_policy_refuses_a_users_anchor_and_allows_freeze() -> TestResu
             Some("2026-01-01T00:00:00Z")
         );
         assert!(!ann.contains_key("noderotation.io/active-rotation.1"), "{ann:?}");
+        // On a Node, a person may hand our ownership markers back (set them to "false": the
+        // cordon and do-not-disrupt are theirs from then on), never forge or remove them.
+        let mut node = node_json(&node_name, &pool);
+        node["metadata"]["labels"][TEST_LABEL] = json!(pool);
+        create(&admin, &node).await?;
+        annotate(
+            &as_operator,
+            "Node",
+            &node_name,
+            json!({"noderotation.io/cordoned": "true", "noderotation.io/do-not-disrupt-owned": "true"}),
+        )
+        .await?;
+        annotate(&admin, "Node", &node_name, json!({"noderotation.io/cordoned": "false"})).await?;
+        let forged = annotate(&admin, "Node", &node_name, json!({"noderotation.io/cordoned": "true"}))
+            .await
+            .err()
+            .ok_or("a user set an ownership marker back to true")?;
+        assert!(forged.to_string().contains("noderotation.io/cordoned"), "{forged}");
+        let removed = annotate(
+            &admin,
+            "Node",
+            &node_name,
+            json!({"noderotation.io/do-not-disrupt-owned": null}),
+        )
+        .await
+        .err()
+        .ok_or("a user removed an ownership marker")?;
+        assert!(removed.to_string().contains("noderotation.io/do-not-disrupt-owned"), "{removed}");
         Ok::<(), Error>(())
     }
     .await;
+    let _ = dyn_api(&admin, "Node").delete(&node_name, &DeleteParams::default()).await;
     let name = format!("{release}-noderotation-annotations");
     let _ =
         env.kubectl(&["delete", "validatingadmissionpolicybinding", &name, "--ignore-not-found"]);

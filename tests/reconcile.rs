@@ -3518,3 +3518,28 @@ fn a_rollback_reaps_the_surge_claim_of_a_re_created_placeholder() {
     assert!(fx.deleting("s2"), "the re-created placeholder's never-Ready claim is reaped");
     assert!(!fx.deleting("s1"), "the Ready one is capacity");
 }
+
+/// A person who took over the cordon and the do-not-disrupt of a node we froze (our markers set
+/// to `false`, which the admission policy lets people do) keeps them when the rotation rolls
+/// back: a marker is ours only while it reads as we wrote it. The next freeze does not take
+/// them back either.
+#[test]
+fn a_person_who_took_over_our_cordon_and_do_not_disrupt_keeps_them() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    assert!(fx.cordoned("node-c1"));
+    fx.set_node_ann("node-c1", Key::Cordoned, Some("false"));
+    fx.set_node_ann("node-c1", Key::DoNotDisruptOwned, Some("false"));
+    fx.advance(Duration::minutes(16));
+    fx.pass(); // readyTimeout rollback
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert!(fx.cordoned("node-c1"), "the person's cordon stays");
+    assert_eq!(fx.node_ann("node-c1", Key::DoNotDisrupt).as_deref(), Some("true"));
+    assert!(fx.node_ann("node-c1", Key::Cordoned).is_none(), "our marker goes");
+    assert!(fx.node_ann("node-c1", Key::DoNotDisruptOwned).is_none());
+    assert!(fx.node_ann("node-c1", Key::SurgeFor).is_none());
+    let report = fx.tick();
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert!(fx.cordoned("node-c1"), "nor does the sweep lift it");
+    assert_eq!(fx.node_ann("node-c1", Key::DoNotDisrupt).as_deref(), Some("true"));
+}

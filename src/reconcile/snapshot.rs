@@ -905,10 +905,11 @@ fn stamp_at(meta: &ObjectMeta, key: Key, now: DateTime<Utc>) -> Option<DateTime<
     time_annotation(meta, key).filter(|t| !derive::in_the_future(*t, now))
 }
 
-/// `karpenter.sh/do-not-disrupt: "true"` set by someone else (no owned marker, §3.4).
+/// `karpenter.sh/do-not-disrupt: "true"` set by someone else (no owned marker reading "true",
+/// §3.4; a person hands it back by setting the marker to `false`).
 pub fn operator_do_not_disrupt(meta: &ObjectMeta) -> bool {
     annotation(meta, Key::DoNotDisrupt) == Some("true")
-        && annotation(meta, Key::DoNotDisruptOwned).is_none()
+        && annotation(meta, Key::DoNotDisruptOwned) != Some("true")
 }
 
 /// Applies annotation changes to metadata (the overlay after a won write).

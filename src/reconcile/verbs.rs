@@ -108,13 +108,17 @@ pub fn release_patch(node: &Node, with_surge_for: bool) -> Patch {
     if with_surge_for && annotation(meta, Key::SurgeFor).is_some() {
         patch.remove.insert(full(Key::SurgeFor));
     }
-    if annotation(meta, Key::DoNotDisruptOwned).is_some() {
+    // A marker says ours only while it still reads as we wrote it ("true"): a person who set it
+    // to anything else (`false`) took the protection over, and only the marker goes.
+    if let Some(owned) = annotation(meta, Key::DoNotDisruptOwned) {
         patch.remove.insert(full(Key::DoNotDisruptOwned));
-        patch.remove.insert(full(Key::DoNotDisrupt));
+        if owned == "true" {
+            patch.remove.insert(full(Key::DoNotDisrupt));
+        }
     }
-    if annotation(meta, Key::Cordoned).is_some() {
+    if let Some(cordoned) = annotation(meta, Key::Cordoned) {
         patch.remove.insert(full(Key::Cordoned));
-        if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        if cordoned == "true" && node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
             patch.unschedulable = Some(false);
         }
     }
@@ -820,7 +824,7 @@ impl<'c> PassHost<'c> {
             }
             let mut set = vec![(Key::SurgeFor, Value::Name(owner.clone()))];
             let operators = annotation(meta, Key::DoNotDisrupt) == Some("true")
-                && annotation(meta, Key::DoNotDisruptOwned).is_none();
+                && annotation(meta, Key::DoNotDisruptOwned) != Some("true");
             if !operators {
                 set.push((Key::DoNotDisrupt, Value::Bool(true)));
                 set.push((Key::DoNotDisruptOwned, Value::Bool(true)));
@@ -1374,7 +1378,7 @@ impl<'c> PassHost<'c> {
                     if patch.is_empty() {
                         Decide::Skip(Outcome::Raced)
                     } else if patch.unschedulable.is_some()
-                        && annotation(meta, Key::DoNotDisruptOwned).is_none()
+                        && annotation(meta, Key::DoNotDisruptOwned) != Some("true")
                     {
                         Decide::Write(patch, Outcome::Uncordoned)
                     } else {
