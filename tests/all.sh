@@ -114,6 +114,10 @@ sweeps() {
   # Leader changes between replicas whose clocks disagree, over 12 hours each (~10 s).
   target/release/noderotation simulate --seeds 40 --faults \
     --scenario deploy/examples/scenarios/skewed-clocks.yaml
+  # Hand edits while rotations drain: anchors removed, the NodePool replaced without our keys
+  # (~60 s).
+  target/release/noderotation simulate --seeds 30 --weeks 1 --faults \
+    --scenario deploy/examples/scenarios/hand-edits.yaml
   # The full-stack fleet in compressed time (PDB-paced drains, several rotations per pool in
   # flight), over its own 24 minutes (~35 s).
   target/release/noderotation simulate --seeds 200 --faults \
