@@ -96,7 +96,7 @@ echo "SBOM: $(tests/image/sbom.sh "$harness_bin/syft" target/noderotation.spdx.j
 
 # ---- Deterministic simulation ---------------------------------------------------------------
 # 300 seeds x 2 virtual weeks of the built-in fleet with every fault on (crashes, leader changes,
-# conflicts, transient errors, cache lag, lost/late wake-ups, stuck drains, ...), invariants I1-I21
+# conflicts, transient errors, cache lag, lost/late wake-ups, stuck drains, ...), invariants I1-I22
 # checked after every step, on the release binary; then short sweeps of the other scenarios
 # (operator script, shortage, forceful batch, tight race, the full-stack fleet) for rule coverage. A violation
 # prints its seed, the invariant, a trace and the one command that replays it.
@@ -118,6 +118,10 @@ sweeps() {
   # (~60 s).
   target/release/noderotation simulate --seeds 30 --weeks 1 --faults \
     --scenario deploy/examples/scenarios/hand-edits.yaml
+  # Drains of 40-60 minutes, 4 rotations at a time, spare old nodes absorbing placeholders
+  # (~70 s).
+  target/release/noderotation simulate --seeds 10 --faults \
+    --scenario deploy/examples/scenarios/long-drain.yaml
   # The full-stack fleet in compressed time (PDB-paced drains, several rotations per pool in
   # flight), over its own 24 minutes (~35 s).
   target/release/noderotation simulate --seeds 200 --faults \

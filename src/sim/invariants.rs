@@ -88,8 +88,9 @@ pub const I18: &str = "I18 budget-counts-draining-claims";
 /// slot's drain evicted).
 pub const I19: &str = "I19 reaped-claim-launched-for-our-placeholder";
 /// Not in the guide's list: a claim Karpenter launched for a placeholder is gone, or Ready
-/// capacity, within readyTimeout plus [`I20_GRACE`] after the last rotation it served ended, whatever the exit (success, rollback, expiry or interruption while pending,
-/// the old claim gone, governance lost, the sweep). Checked with Karpenter's node repair off.
+/// capacity, within readyTimeout plus [`I20_GRACE`] after the last rotation it served ended,
+/// whatever the exit (success, rollback, expiry or interruption while pending, the old claim
+/// gone, governance lost, the sweep). Checked with Karpenter's node repair off.
 pub const I20: &str = "I20 no-surge-claim-outlives-its-rotation";
 /// I20's slack past readyTimeout: the tick that runs the sweep, and under faults a crash and
 /// restart, a leader change or a sweep skipped for an anchor it could not read.
@@ -102,7 +103,6 @@ pub const I20_GRACE: Duration = Duration::minutes(5);
 /// every rotation of the pool, and starts one when a lane is free, the gates are open and a
 /// claim is due, whatever another slot's run met.
 pub const I21: &str = "I21 one-slot's-failure-is-not-the-pool's";
-
 /// Not in the guide's list: one leader writes at a time. Once an instance holds the Lease, no
 /// write of the instance it took the Lease from lands: the deposed leader's write fence closed
 /// before the Lease could change hands, whatever the two replicas' clocks said.
