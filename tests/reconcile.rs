@@ -1299,6 +1299,7 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("governance_lost", governance_lost_mid_rotation_rolls_back_in_the_normative_order),
     ("sweep_orphans", startup_sweep_cleans_orphans_and_fails_unanchored_in_flight_claims),
     ("sweep_anchored", startup_sweep_leaves_markers_of_an_anchored_rotation),
+    ("empty_anchor", an_empty_anchor_is_read_as_absent_and_warned),
     ("operator_protections", operator_cordon_and_do_not_disrupt_are_never_removed),
     ("operator_opt_out", a_candidate_with_the_operators_do_not_disrupt_is_skipped),
     ("earliest_deadline", earliest_deadline_first_with_mixed_expire_after),
