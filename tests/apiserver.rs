@@ -1364,6 +1364,9 @@ async fn status_and_the_dashboard_against_a_rotation_in_flight() -> TestResult {
     let second = format!("{}-c2", fx.pool);
     tokio::time::sleep(Duration::from_millis(1100)).await; // c2 is the younger claim
     ready_claim_and_node(&fx.admin, &second, &format!("{second}-node"), &fx.pool).await?;
+    // The rotation starts a second after c2 is created: a claim created in the second of a
+    // start (timestamps have whole seconds) counts as its replacement, not as a node.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let actor = actor::Actor::start(
         fx.admin.clone(),
         &fx.pool,
@@ -1609,10 +1612,18 @@ async fn in_cluster_the_kustomize_base_completes_a_rotation_under_its_own_rbac()
 const CHART: &str = "deploy/helm/noderotation";
 
 /// `helm` from the harness (tests/k8s-harness/build.sh installs it), run from the repository.
+/// `helm template` renders for the API server's version unless told another: the chart's
+/// `kubeVersion` is checked against Helm's built-in default (v1.20 in a build without the
+/// release's linker flags) otherwise.
 fn helm(env: &Env, args: &[&str]) -> Result<String, Error> {
     let bin = env.bin.as_ref().ok_or("HARNESS_BIN unset")?.join("helm");
+    let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    if args.first().is_some_and(|a| a == "template") && !args.iter().any(|a| a == "--kube-version")
+    {
+        args.extend(["--kube-version".to_string(), server_version(env)?]);
+    }
     let out = std::process::Command::new(&bin)
-        .args(args)
+        .args(&args)
         .env("KUBECONFIG", &env.kubeconfig)
         .env("HELM_CACHE_HOME", scratch("helm-home").join("cache"))
         .env("HELM_CONFIG_HOME", scratch("helm-home").join("config"))
