@@ -3110,11 +3110,9 @@ fn a_release_judged_on_a_stale_failed_view_keeps_the_retry_that_owns_the_anchor(
     assert!(fx.placeholder("c1").is_some());
 }
 
-/// A claim already draining when its anchor is removed by hand drains on: it is not marked
-/// failed, the node its pods move to stays frozen for it, and it holds its lane (the budget counts
-/// what is really disrupted) until it is gone; only then are its markers released.
-#[test]
-fn a_draining_claim_whose_anchor_is_removed_keeps_its_landing_node_and_its_lane() {
+/// c1 draining onto node-s1 (deleted, the surge host frozen for it) when its anchor is removed
+/// by hand, with c2 due next in the pool's one lane.
+fn c1_draining_without_its_anchor() -> Fx {
     let mut fx = Fx::new();
     fx.claim("c2", Duration::days(10));
     started(&mut fx);
@@ -3122,6 +3120,15 @@ fn a_draining_claim_whose_anchor_is_removed_keeps_its_landing_node_and_its_lane(
     fx.pass(); // draining: the old claim deleted, the surge host frozen for it
     assert!(fx.deleting("c1"));
     fx.set_pool_ann(Key::ActiveRotation, None);
+    fx
+}
+
+/// A claim already draining when its anchor is removed by hand drains on: it is not marked
+/// failed, the node its pods move to stays frozen for it, and it holds its lane (the budget counts
+/// what is really disrupted) until it is gone; only then are its markers released.
+#[test]
+fn a_draining_claim_whose_anchor_is_removed_keeps_its_landing_node_and_its_lane() {
+    let mut fx = c1_draining_without_its_anchor();
     let report = fx.tick();
     assert!(report.errors.is_empty(), "{report:?}");
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"), "not marked failed");
@@ -3145,13 +3152,7 @@ fn a_draining_claim_whose_anchor_is_removed_keeps_its_landing_node_and_its_lane(
 /// releases a node, and the start counts the unanchored `pending` c1 against the lane.
 #[test]
 fn a_lagging_claims_view_neither_releases_the_landing_node_nor_frees_the_lane() {
-    let mut fx = Fx::new();
-    fx.claim("c2", Duration::days(10));
-    started(&mut fx);
-    fx.provision_surge("c1", "s1");
-    fx.pass();
-    assert!(fx.deleting("c1"));
-    fx.set_pool_ann(Key::ActiveRotation, None);
+    let mut fx = c1_draining_without_its_anchor();
     let hook = fx.intercept();
     hook.stale_cache(|view| {
         if let Some(c) = view.claims.get_mut("c1") {
