@@ -633,7 +633,7 @@ impl Snapshot {
     pub fn unanchored_drains(&self) -> usize {
         let anchors = self.anchors();
         self.pool_claims()
-            .filter(|c| matches!(annotation(&c.metadata, Key::State), Some("pending" | "draining")))
+            .filter(|c| marked_in_flight(c))
             .filter(|c| !anchors.values().any(|a| Some(*a) == c.metadata.name.as_deref()))
             .count()
     }
@@ -903,6 +903,11 @@ fn time_annotation(meta: &ObjectMeta, key: Key) -> Option<DateTime<Utc>> {
 /// unreadable, or later than `now` beyond the clock-skew tolerance.
 fn stamp_at(meta: &ObjectMeta, key: Key, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     time_annotation(meta, key).filter(|t| !derive::in_the_future(*t, now))
+}
+
+/// The claim carries our `state` of a rotation in flight: `pending` or `draining`.
+pub fn marked_in_flight(claim: &NodeClaim) -> bool {
+    matches!(annotation(&claim.metadata, Key::State), Some("pending" | "draining"))
 }
 
 /// `karpenter.sh/do-not-disrupt: "true"` set by someone else (no owned marker reading "true",

@@ -1349,10 +1349,7 @@ impl<'c> PassHost<'c> {
         let mut draining = BTreeSet::new();
         for c in [cached_owner, claim_of_node.clone()].into_iter().flatten() {
             let cached = self.snap.claim(&c);
-            let in_flight = |x: &crate::karpenter::NodeClaim| {
-                matches!(annotation(&x.metadata, Key::State), Some("pending" | "draining"))
-            };
-            if !cached.is_some_and(in_flight) {
+            if !cached.is_some_and(super::snapshot::marked_in_flight) {
                 continue;
             }
             let fresh = self.ctx.cluster.get_claim(&c).map_err(|e| fail(a.verb, e))?;
