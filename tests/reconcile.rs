@@ -3545,3 +3545,141 @@ fn a_person_who_took_over_our_cordon_and_do_not_disrupt_keeps_them() {
     assert!(fx.cordoned("node-c1"), "nor does the sweep lift it");
     assert_eq!(fx.node_ann("node-c1", Key::DoNotDisrupt).as_deref(), Some("true"));
 }
+
+/// The API server applies the first create of c1's placeholder, then its answer is lost (a
+/// timeout after the apply): the pass fails and the claim never records the pod's uid.
+fn placeholder_created_answer_lost(fx: &mut Fx) -> std::sync::Arc<k8s_openapi::api::core::v1::Pod> {
+    fx.claim("c1", Duration::days(10));
+    let lost = std::sync::atomic::AtomicBool::new(false);
+    fx.world.set_faults(move |c: &noderotation::cluster::memory::Call<'_>| {
+        use noderotation::cluster::memory::{ApiVerb, Fault};
+        if c.verb == ApiVerb::Create && !lost.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Fault::ApplyThenTransient;
+        }
+        Fault::Proceed
+    });
+    fx.client.flush_cache();
+    assert!(fx.ctl.reconcile_pool(POOL).is_err(), "the create's answer never arrived");
+    fx.world.clear_faults();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert_eq!(fx.claim_ann("c1", Key::PlaceholderUid), None, "nothing recorded");
+    fx.placeholder("c1").expect("the create was applied")
+}
+
+/// A placeholder whose create answer was lost is still this attempt's (its `started-at` says
+/// so): the next pass keeps it instead of deleting it as someone else's, and the claim Karpenter
+/// launched for it is marked and reaped when the rotation rolls back. Before, the pod went as
+/// unowned and that claim, never Ready, could never be tied to the rotation.
+#[test]
+fn a_placeholder_whose_create_answer_was_lost_stays_the_rotations() {
+    let mut fx = Fx::new();
+    let pod = placeholder_created_answer_lost(&mut fx);
+    let stamp = pod.metadata.annotations.as_ref().and_then(|a| a.get(Key::StartedAt.full()));
+    fx.advance(Duration::minutes(2));
+    never_ready_surge(&fx, "s1", "c1");
+    fx.pass();
+    assert_eq!(
+        fx.placeholder("c1").and_then(|p| p.metadata.uid.clone()),
+        pod.metadata.uid,
+        "the attempt's own placeholder was kept, not deleted and created again"
+    );
+    assert_eq!(fx.claim_ann("s1", Key::LaunchedFor).as_deref(), Some("c1"), "its nomination seen");
+    assert_eq!(
+        stamp,
+        fx.claim_ann("c1", Key::StartedAt).as_ref(),
+        "the placeholder carries the attempt it was created for"
+    );
+    fx.advance(Duration::minutes(14));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "readyTimeout");
+    assert!(fx.deleting("s1") || fx.world.claim("s1").is_none(), "its never-Ready claim is reaped");
+    assert!(fx.placeholder("c1").is_none(), "and the placeholder goes with the rotation");
+}
+
+/// The same lost answer, then the anchor removed by hand: the sweep that fails the orphaned
+/// claim marks the claim launched for its placeholder, and reaps it once readyTimeout passed
+/// since that claim's creation.
+#[test]
+fn the_sweep_ties_the_surge_of_a_placeholder_whose_answer_was_lost_to_its_rotation() {
+    let mut fx = Fx::new();
+    placeholder_created_answer_lost(&mut fx);
+    fx.advance(Duration::minutes(1));
+    never_ready_surge(&fx, "s1", "c1");
+    fx.set_pool_ann(Key::ActiveRotation, None);
+    fx.tick();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"), "swept");
+    assert!(fx.placeholder("c1").is_none(), "the orphan placeholder is deleted");
+    assert_eq!(fx.claim_ann("s1", Key::LaunchedFor).as_deref(), Some("c1"), "tied to c1");
+    fx.advance(Duration::minutes(16));
+    fx.tick();
+    assert!(fx.deleting("s1") || fx.world.claim("s1").is_none(), "reaped by the sweep");
+}
+
+/// A placeholder left from an earlier attempt of the same claim (a late create: it carries
+/// that attempt's `started-at`) is not the new attempt's.
+#[test]
+fn a_placeholder_of_an_earlier_attempt_is_not_the_new_attempts() {
+    let mut fx = Fx::new();
+    let pod = placeholder_created_answer_lost(&mut fx);
+    fx.world
+        .update_pod(NS, &noderotation::placeholder::placeholder_name("c1"), |p| {
+            p.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(Key::StartedAt.full().into(), "2026-01-01T00:00:00Z".into());
+        })
+        .expect("placeholder");
+    fx.pass();
+    fx.pass();
+    let now = fx.placeholder("c1").expect("a placeholder of this attempt");
+    assert_ne!(now.metadata.uid, pod.metadata.uid, "the earlier attempt's pod was replaced");
+    assert_eq!(fx.claim_ann("c1", Key::PlaceholderUid), now.metadata.uid);
+}
+
+/// Every create of a pod from now on meets `fault`.
+fn creates_meet(fx: &Fx, fault: noderotation::cluster::memory::Fault) {
+    fx.world.set_faults(move |c: &noderotation::cluster::memory::Call<'_>| {
+        use noderotation::cluster::memory::{ApiVerb, Fault};
+        if c.verb == ApiVerb::Create { fault } else { Fault::Proceed }
+    });
+}
+
+/// A pass whose view lags the attempt's entry (the claim shows no `started-at` yet) still stamps
+/// the placeholder with the attempt, read fresh: otherwise a lost answer to that create would
+/// leave a pod nothing proves the controller's.
+#[test]
+fn a_placeholder_created_on_a_view_lagging_the_entry_carries_the_attempts_stamp() {
+    use noderotation::cluster::memory::Fault;
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    creates_meet(&fx, Fault::Transient);
+    fx.client.flush_cache();
+    assert!(fx.ctl.reconcile_pool(POOL).is_err(), "the create failed, nothing applied");
+    assert!(fx.placeholder("c1").is_none());
+    let stamp = fx.claim_ann("c1", Key::StartedAt).expect("the attempt entered");
+    let hook = fx.intercept();
+    hook.stale_cache(|view| {
+        if let Some(c) = view.claims.get_mut("c1") {
+            let mut c = (**c).clone();
+            c.metadata.annotations = None;
+            *view.claims.get_mut("c1").expect("c1") = std::sync::Arc::new(c);
+        }
+    });
+    creates_meet(&fx, Fault::ApplyThenTransient);
+    fx.client.flush_cache();
+    assert!(fx.ctl.reconcile_pool(POOL).is_err(), "the create's answer was lost");
+    fx.world.clear_faults();
+    hook.fresh_cache();
+    let pod = fx.placeholder("c1").expect("the create was applied");
+    assert_eq!(
+        pod.metadata.annotations.as_ref().and_then(|a| a.get(Key::StartedAt.full())),
+        Some(&stamp),
+        "stamped with the attempt the lagging view did not show"
+    );
+    fx.pass();
+    assert_eq!(
+        fx.placeholder("c1").and_then(|p| p.metadata.uid.clone()),
+        pod.metadata.uid,
+        "kept as the attempt's own"
+    );
+}

@@ -5,6 +5,7 @@ use kube::ResourceExt;
 
 use crate::cluster::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::engine::Key;
+use crate::karpenter::NodeClaim;
 
 /// Every placeholder's name starts with this.
 pub const PLACEHOLDER_PREFIX: &str = "noderotation-surge-";
@@ -61,6 +62,24 @@ pub fn surge_for(pod: &Pod) -> Option<&str> {
         return None;
     }
     pod.annotations().get(Key::SurgeFor.full()).map(String::as_str)
+}
+
+/// The pod holding a rotation's placeholder name is the one the controller created for the
+/// claim's current attempt: its uid is the one recorded on the claim (`placeholder-uid`), or it
+/// is ours for that claim (`surge-for`) and carries the attempt's `started-at`, copied from the
+/// claim into the pod it creates. The stamp is the proof that does not depend on the create's
+/// answer: a create applied whose response was lost, or a crash before the uid was recorded,
+/// leaves a pod that is still this attempt's (docs/decisions/reconciler.md). A pod of an earlier
+/// attempt carries an older stamp; a pod merely named like it carries none.
+pub fn created_for_attempt(pod: &Pod, claim: &NodeClaim) -> bool {
+    let recorded = claim.annotations().get(Key::PlaceholderUid.full()).map(String::as_str);
+    if recorded.is_some() && pod.metadata.uid.as_deref() == recorded {
+        return true;
+    }
+    let stamp = claim.annotations().get(Key::StartedAt.full()).map(String::as_str);
+    stamp.is_some_and(|s| !s.is_empty())
+        && surge_for(pod) == claim.metadata.name.as_deref()
+        && pod.annotations().get(Key::StartedAt.full()).map(String::as_str) == stamp
 }
 
 #[cfg(test)]

@@ -144,7 +144,7 @@ pub fn build_placeholder(input: &PlaceholderInput) -> Result<Placeholder, Placeh
                 MANAGED_BY_LABEL.to_string(),
                 MANAGED_BY_VALUE.to_string(),
             )])),
-            annotations: Some(BTreeMap::from([(Key::SurgeFor.full().to_string(), claim_name)])),
+            annotations: Some(placeholder_annotations(input.claim, claim_name)),
             ..ObjectMeta::default()
         },
         spec: Some(PodSpec {
@@ -197,6 +197,17 @@ pub fn build_placeholder(input: &PlaceholderInput) -> Result<Placeholder, Placeh
         status: None,
     };
     Ok(Placeholder { pod, requests, daemonset_overhead: overhead, clamped, whole_node, keys })
+}
+
+/// The placeholder's annotations: the claim it surges for (`surge-for`) and the attempt it was
+/// created for (the claim's `started-at`), which proves it the controller's even when the
+/// create's answer never arrived ([`super::created_for_attempt`]).
+fn placeholder_annotations(claim: &NodeClaim, claim_name: String) -> BTreeMap<String, String> {
+    let mut annotations = BTreeMap::from([(Key::SurgeFor.full().to_string(), claim_name)]);
+    if let Some(stamp) = claim.annotations().get(Key::StartedAt.full()) {
+        annotations.insert(Key::StartedAt.full().to_string(), stamp.clone());
+    }
+    annotations
 }
 
 #[cfg(test)]

@@ -346,13 +346,22 @@ impl Snapshot {
         self.cache.placeholders.get(&placeholder::placeholder_name(claim)).map(|p| p.as_ref())
     }
 
-    /// The rotation's placeholder: the pod holding its name whose uid is the one the controller
-    /// recorded on the claim when it created it (`placeholder-uid`). A pod merely named like it
-    /// (or one whose uid a crash kept from being recorded) is not surge capacity.
+    /// The rotation's placeholder: the pod holding its name that the controller created for the
+    /// claim's current attempt (its uid recorded on the claim as `placeholder-uid`, or the
+    /// attempt's `started-at` on the pod: [`placeholder::created_for_attempt`]). A pod merely
+    /// named like it, or one of an earlier attempt, is not surge capacity.
     pub fn placeholder_for(&self, claim: &str) -> Option<&Pod> {
         let pod = self.placeholder_named(claim)?;
-        let recorded = annotation(&self.claim(claim)?.metadata, Key::PlaceholderUid)?;
-        (pod.metadata.uid.as_deref() == Some(recorded)).then_some(pod)
+        placeholder::created_for_attempt(pod, self.claim(claim)?).then_some(pod)
+    }
+
+    /// The uid of the rotation's placeholder: the pod [`Snapshot::placeholder_for`] finds, else
+    /// the uid recorded on the claim (the pod may be gone already). What Karpenter's nominations
+    /// are matched against.
+    pub fn placeholder_uid(&self, claim: &str) -> Option<&str> {
+        self.placeholder_for(claim).and_then(|p| p.metadata.uid.as_deref()).or_else(|| {
+            self.claim(claim).and_then(|c| annotation(&c.metadata, Key::PlaceholderUid))
+        })
     }
 
     /// The pool's anchor as written, whether or not the claim it names still exists.
@@ -853,11 +862,7 @@ impl Snapshot {
     /// that is still to be marked (`launched-for`): it never initialized, is not being deleted
     /// and carries no mark (docs/decisions/reap-attribution.md).
     pub fn nominated_unmarked(&self, claim: &str) -> bool {
-        let Some(uid) =
-            self.claim(claim).and_then(|c| annotation(&c.metadata, Key::PlaceholderUid))
-        else {
-            return false;
-        };
+        let Some(uid) = self.placeholder_uid(claim) else { return false };
         self.nominated_for(uid).into_iter().any(|n| {
             n != claim
                 && self.claim(n).is_some_and(|c| {

@@ -927,11 +927,25 @@ impl<'c> PassHost<'c> {
 
     fn create_placeholder(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
-        let (Some(pool), Some(claim), Some(policy)) =
+        let (Some(pool), Some(mut claim), Some(policy)) =
             (self.snap.pool.clone(), self.snap.claim(&name).cloned(), self.snap.policy().cloned())
         else {
             return Ok(Outcome::Gone);
         };
+        if annotation(&claim.metadata, Key::StartedAt).is_none() {
+            // A view lagging this attempt's entry: the placeholder carries the attempt's stamp,
+            // its proof of ownership should the create's answer be lost, so it is read fresh.
+            let fresh = self.ctx.cluster.get_claim(&name).map_err(|e| fail(a.verb, e))?;
+            if let Some(stamp) =
+                fresh.as_ref().and_then(|c| annotation(&c.metadata, Key::StartedAt))
+            {
+                claim
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .insert(full(Key::StartedAt), stamp.to_string());
+            }
+        }
         let node_name = self.snap.claim_node(&claim).map(str::to_string);
         let node = node_name.as_deref().and_then(|n| self.snap.node(n)).cloned();
         let pods = match &node_name {
@@ -1010,8 +1024,9 @@ impl<'c> PassHost<'c> {
         Ok(Outcome::Won)
     }
 
-    /// `delete_unowned_placeholder`: the pod under the placeholder's name whose uid a fresh read
-    /// of the claim does not record, deleted by that uid.
+    /// `delete_unowned_placeholder`: the pod under the placeholder's name that a fresh read of
+    /// the claim does not prove this attempt's (neither its recorded uid nor its `started-at`),
+    /// deleted by that pod's uid.
     fn delete_unowned_placeholder(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
         let Some(pod) = self.snap.placeholder_named(&name) else { return Ok(Outcome::Gone) };
@@ -1021,7 +1036,7 @@ impl<'c> PassHost<'c> {
         let Some(fresh) = self.ctx.cluster.get_claim(&name).map_err(|e| fail(a.verb, e))? else {
             return Ok(Outcome::Gone);
         };
-        if annotation(&fresh.metadata, Key::PlaceholderUid) == Some(uid.as_str()) {
+        if placeholder::created_for_attempt(pod, &fresh) {
             return Ok(Outcome::Raced);
         }
         let target = ObjectRef::pod(namespace, placeholder::placeholder_name(&name));
@@ -1137,7 +1152,7 @@ impl<'c> PassHost<'c> {
         else {
             return Ok(Outcome::Gone);
         };
-        let uid = annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string);
+        let uid = self.snap.placeholder_uid(&name).map(str::to_string);
         let pool = self.snap.pool_name().to_string();
         let mut reaped = false;
         for surge in self.snap.launched_for(&name) {
@@ -1229,7 +1244,7 @@ impl<'c> PassHost<'c> {
         let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
         let Some(claim) = self.snap.claim(&name) else { return Ok(Outcome::Gone) };
         let Some(pool) = claim.node_pool().map(str::to_string) else { return Ok(Outcome::Gone) };
-        let Some(uid) = annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string) else {
+        let Some(uid) = self.snap.placeholder_uid(&name).map(str::to_string) else {
             return Ok(Outcome::Gone);
         };
         let events = self.ctx.cluster.nominations(&uid).map_err(|e| fail(a.verb, e))?;
