@@ -132,6 +132,9 @@ sweeps() {
     --scenario deploy/examples/scenarios/one-slot-rejected.yaml
   target/release/noderotation simulate --seeds 10 --weeks 2 --faults \
     --scenario deploy/examples/scenarios/nothing-to-reserve.yaml
+  # Orphans left by hand edits and crashes, placeholders whose create answer is lost (I20, ~45 s).
+  target/release/noderotation simulate --seeds 30 --faults \
+    --scenario deploy/examples/scenarios/orphans.yaml
   # The figures the docs promise for big pools and `ageThreshold: windows` (docs/big-pools.md):
   # one seed, 8 weeks each, checked on the summary table (~45 s). The condition reads f (forced
   # expiries under noderotation), w (% of replacements inside windows), l (mean lifetime used, %),
