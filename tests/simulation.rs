@@ -951,3 +951,22 @@ fn a_scenario_span_shorter_than_a_week_sets_the_run_length() {
     let err = Scenario::from_yaml(&text).and_then(|s| s.compile()).expect_err("a bad span");
     assert!(format!("{err:#}").contains("span"), "{err:#}");
 }
+
+/// A forceful fallback whose anchor a person removes while it drains, then the fallback turned
+/// off (`forceful-unanchored.yaml`): the slot's next rotation is a surge, never dispatched as a
+/// fallback by a leftover `rotation-mode` (I17; seed 1 fails with the starts writing only the
+/// anchor). Seed 2 starts a legitimate fallback while the person's edit settles: its Event is
+/// still accounted (the checker reported it as a violation before).
+#[test]
+fn a_forceful_fallback_unanchored_by_hand_steers_no_later_rotation() {
+    let plan = scenario("forceful-unanchored.yaml");
+    for seed in [1, 2] {
+        let r =
+            run(Arc::clone(&plan), &opts(seed, Duration::days(3), false, embedded()), &mut |_| {});
+        assert!(r.violations.is_empty(), "seed {seed}: {}", explain(&r));
+        let f = &r.figures;
+        // The unanchored fallback counts as aborted; the rotations after it succeed.
+        assert!(f.outcomes.get("aborted").copied().unwrap_or(0) > 0, "seed {seed}: {f:?}");
+        assert!(f.outcomes.get("success").copied().unwrap_or(0) > 0, "seed {seed}: {f:?}");
+    }
+}

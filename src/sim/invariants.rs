@@ -1403,12 +1403,16 @@ impl Checker {
         for (name, a, b) in &d.claims {
             let Some(a) = a else { continue };
             let pool = self.claim_pool.get(name).cloned().unwrap_or_default();
-            if recent(world.pool_index(&pool)) || recent(None) {
-                continue;
-            }
             let forceful = mode_of([post, prev], &pool, name) == Some("forceful-fallback");
             let marked = b.as_deref().and_then(state_of) == Some("draining")
                 && state_of(a) != Some("draining");
+            if recent(world.pool_index(&pool)) || recent(None) {
+                // Not judged while a person's edit settles, but its Event is still accounted.
+                if forceful && marked {
+                    self.forceful_marks.entry(pool.clone()).or_default().insert(name.clone());
+                }
+                continue;
+            }
             let deleted = !a.is_deleting() && b.as_ref().is_none_or(|b| b.is_deleting());
             let anchored = anchored(prev.pools.get(&pool)).contains(name)
                 || anchored(post.pools.get(&pool)).contains(name);
