@@ -132,6 +132,9 @@ sweeps() {
     --scenario deploy/examples/scenarios/one-slot-rejected.yaml
   target/release/noderotation simulate --seeds 10 --weeks 2 --faults \
     --scenario deploy/examples/scenarios/nothing-to-reserve.yaml
+  # A draining forceful fallback unanchored by hand, then the fallback turned off (I17, ~20 s).
+  target/release/noderotation simulate --seeds 20 --faults \
+    --scenario deploy/examples/scenarios/forceful-unanchored.yaml
   # Orphans left by hand edits and crashes, placeholders whose create answer is lost (I20, ~45 s).
   target/release/noderotation simulate --seeds 30 --faults \
     --scenario deploy/examples/scenarios/orphans.yaml
