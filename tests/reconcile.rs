@@ -3683,3 +3683,25 @@ fn a_placeholder_created_on_a_view_lagging_the_entry_carries_the_attempts_stamp(
         "kept as the attempt's own"
     );
 }
+
+/// The old claim is force-expired (or interrupted) and gone while pending, just after Karpenter
+/// launched a claim for its placeholder: the completion deletes the placeholder, then marks that
+/// claim for the rotation, so the sweep reaps it when it never turns Ready. Before, nothing tied
+/// it to the rotation (I20 on the default fleet with faults, seeds 361 and 590).
+#[test]
+fn a_claim_launched_for_the_placeholder_as_the_old_claim_went_is_marked_at_completion() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(2));
+    never_ready_surge(&fx, "s1", "c1");
+    fx.delete_claim("c1");
+    fx.finalize("c1");
+    assert!(fx.world.claim("c1").is_none(), "the old claim is gone");
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "the rotation ended as expired");
+    assert!(fx.placeholder("c1").is_none(), "its placeholder is deleted");
+    assert_eq!(fx.claim_ann("s1", Key::LaunchedFor).as_deref(), Some("c1"), "tied to c1");
+    fx.advance(Duration::minutes(16));
+    fx.tick();
+    assert!(fx.deleting("s1") || fx.world.claim("s1").is_none(), "reaped by the sweep");
+}

@@ -356,12 +356,19 @@ impl Snapshot {
     }
 
     /// The uid of the rotation's placeholder: the pod [`Snapshot::placeholder_for`] finds, else
-    /// the uid recorded on the claim (the pod may be gone already). What Karpenter's nominations
-    /// are matched against.
+    /// the uid recorded on the claim (the pod may be gone already); the claim itself gone (a
+    /// completion), the pod holding the placeholder's name for it (`surge-for`). What
+    /// Karpenter's nominations are matched against.
     pub fn placeholder_uid(&self, claim: &str) -> Option<&str> {
-        self.placeholder_for(claim).and_then(|p| p.metadata.uid.as_deref()).or_else(|| {
-            self.claim(claim).and_then(|c| annotation(&c.metadata, Key::PlaceholderUid))
-        })
+        let Some(c) = self.claim(claim) else {
+            return self
+                .placeholder_named(claim)
+                .filter(|p| placeholder::surge_for(p) == Some(claim))
+                .and_then(|p| p.metadata.uid.as_deref());
+        };
+        self.placeholder_for(claim)
+            .and_then(|p| p.metadata.uid.as_deref())
+            .or_else(|| annotation(&c.metadata, Key::PlaceholderUid))
     }
 
     /// The pool's anchor as written, whether or not the claim it names still exists.

@@ -1241,9 +1241,13 @@ impl<'c> PassHost<'c> {
     /// the placeholder whose uid the rotation's claim records: each only if a fresh read shows it
     /// of the same pool, without a mark, never initialized and not being deleted.
     fn mark_launched(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
-        let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
-        let Some(claim) = self.snap.claim(&name) else { return Ok(Outcome::Gone) };
-        let Some(pool) = claim.node_pool().map(str::to_string) else { return Ok(Outcome::Gone) };
+        let Some(name) = a.for_.clone() else { return Ok(Outcome::Gone) };
+        // The claim's pool; the claim gone (the completion), the pool of this pass.
+        let pool = match self.snap.claim(&name) {
+            Some(claim) => claim.node_pool().map(str::to_string),
+            None => Some(self.snap.pool_name().to_string()).filter(|p| !p.is_empty()),
+        };
+        let Some(pool) = pool else { return Ok(Outcome::Gone) };
         let Some(uid) = self.snap.placeholder_uid(&name).map(str::to_string) else {
             return Ok(Outcome::Gone);
         };
