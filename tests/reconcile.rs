@@ -3550,14 +3550,8 @@ fn a_person_who_took_over_our_cordon_and_do_not_disrupt_keeps_them() {
 /// timeout after the apply): the pass fails and the claim never records the pod's uid.
 fn placeholder_created_answer_lost(fx: &mut Fx) -> std::sync::Arc<k8s_openapi::api::core::v1::Pod> {
     fx.claim("c1", Duration::days(10));
-    let lost = std::sync::atomic::AtomicBool::new(false);
-    fx.world.set_faults(move |c: &noderotation::cluster::memory::Call<'_>| {
-        use noderotation::cluster::memory::{ApiVerb, Fault};
-        if c.verb == ApiVerb::Create && !lost.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Fault::ApplyThenTransient;
-        }
-        Fault::Proceed
-    });
+    // The pass creates one pod: the failed create ends it.
+    creates_meet(fx, noderotation::cluster::memory::Fault::ApplyThenTransient);
     fx.client.flush_cache();
     assert!(fx.ctl.reconcile_pool(POOL).is_err(), "the create's answer never arrived");
     fx.world.clear_faults();
