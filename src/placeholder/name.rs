@@ -1,5 +1,6 @@
-//! The placeholder's name (deterministic, one per rotation) and the `surge-for` pairing that
-//! ties a placeholder pod to the claim it surges for (§3.3).
+//! The placeholder's name (deterministic, one per rotation), the `surge-for` pairing that
+//! ties a placeholder pod to the claim it surges for (§3.3), and whether a pod is the one
+//! created for the claim's current attempt.
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 

@@ -1238,8 +1238,9 @@ impl<'c> PassHost<'c> {
     }
 
     /// Marks (`launched-for`) the claims Karpenter's `Nominated` Events, listed fresh, name for
-    /// the placeholder whose uid the rotation's claim records: each only if a fresh read shows it
-    /// of the same pool, without a mark, never initialized and not being deleted.
+    /// the rotation's placeholder ([`Snapshot::placeholder_uid`]: also once its claim is gone):
+    /// each only if a fresh read shows it of the same pool, without a mark, never initialized
+    /// and not being deleted.
     fn mark_launched(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(name) = a.for_.clone() else { return Ok(Outcome::Gone) };
         // The claim's pool; the claim gone (the completion), the pool of this pass.
