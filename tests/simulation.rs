@@ -262,6 +262,27 @@ fn invariants_hold_under_faults() {
     assert!(rotations > 100, "{rotations}");
 }
 
+/// A surge-less drain after an escalation recorded its surge host (`tight-race.yaml`, seeds 40
+/// and 71): seed 40 is a rotation whose host was never frozen (I16 took the recorded host for a
+/// landing node: a checker defect), seed 71 one whose host was frozen (dropping the host's record
+/// in the surge-less write left it frozen after the expiry's cleanup: I7). Both hold.
+#[test]
+fn a_surge_less_fallback_after_an_escalation_keeps_its_promises() {
+    let race = scenario("tight-race.yaml");
+    let mut failed = Vec::new();
+    for (seed, days) in [(40, 3), (71, 6)] {
+        let r = run(
+            Arc::clone(&race),
+            &opts(seed, Duration::days(days), true, embedded()),
+            &mut |_| {},
+        );
+        if !r.violations.is_empty() {
+            failed.push(explain(&r));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
 /// `stalledPass` often: passes stall in a write while the standby leads, then go on; the
 /// deposed leader's fence refuses what they would still write.
 #[test]

@@ -360,7 +360,7 @@ fn node_of(view: &CacheView, world: &World, claim: &str) -> Option<String> {
 
 /// I16: every node a rotation drains onto in `view`: for each claim marked `state=draining`
 /// that still exists and is being deleted or anchored (one whose anchor is gone before its
-/// delete was sent never drains: the sweep rolls it back), the surge host its slot records (while anchored, not forceful) and every
+/// delete was sent never drains: the sweep rolls it back), the surge host its slot records (while anchored, not surge-less) and every
 /// node frozen for it (`surge-for`) other than its own old node. Read off the claims and nodes,
 /// so a landing outlives a lost anchor.
 fn landings(view: &CacheView, world: &World) -> BTreeSet<Landing> {
@@ -380,9 +380,14 @@ fn landings(view: &CacheView, world: &World) -> BTreeSet<Landing> {
     for np in view.pools.values() {
         let m = &np.metadata;
         for (slot, claim) in anchors(np) {
-            let forceful = slot_annotation(m, Key::RotationMode, slot) == Some("forceful-fallback");
+            // A surge-less drain (the forceful fallback, nothing to reserve) lands nowhere: a host
+            // an earlier escalation of the attempt recorded is kept only for the cleanup to find.
+            let surge_less = matches!(
+                slot_annotation(m, Key::RotationMode, slot),
+                Some("forceful-fallback" | "nothing-to-reserve")
+            );
             let host = slot_annotation(m, Key::SurgeHost, slot).filter(|h| !h.is_empty());
-            if let (false, true, Some(host)) = (forceful, draining.contains(claim), host) {
+            if let (false, true, Some(host)) = (surge_less, draining.contains(claim), host) {
                 out.insert(Landing { claim: claim.to_string(), host: host.to_string() });
             }
         }
