@@ -32,10 +32,10 @@ use noderotation::karpenter::{NodeClaim, NodePool};
 use serde_json::{Value, json};
 
 use crate::proxy::{Proxy, Request};
+use crate::shapes::{Objects, POOL_LABEL, Shape};
 
 pub const NS: &str = "noderotation-system";
 const APPS: &str = "apps";
-const POOL_LABEL: &str = "karpenter.sh/nodepool";
 const FLEET_LABEL: &str = "bench.noderotation.io/fleet";
 const ROTATE_LABEL: &str = "bench.noderotation.io/rotate";
 const CLAIMS_PER_POOL: usize = 100;
@@ -44,6 +44,8 @@ const IN_FLIGHT: usize = 32;
 pub const WARM_UP: Duration = Duration::from_secs(75);
 
 pub struct Config {
+    /// The shape of the Nodes and NodeClaims.
+    pub shape: Shape,
     pub nodes: usize,
     pub pods: usize,
     /// Length of each measured phase.
@@ -79,6 +81,11 @@ impl Phase {
         self.requests.iter().filter(|r| r.is_write() && r.resource != "leases").count()
     }
 
+    /// Reads of single objects (GETs), the leader-election Lease's apart.
+    pub fn reads(&self) -> usize {
+        self.requests.iter().filter(|r| r.verb == "get" && r.resource != "leases").count()
+    }
+
     /// Of those, Event writes (create, or patch of a repeated Event's series).
     pub fn event_writes(&self) -> usize {
         self.requests.iter().filter(|r| r.is_write() && r.resource == "events").count()
@@ -86,6 +93,7 @@ impl Phase {
 }
 
 pub struct Apiserver {
+    pub shape: Shape,
     pub nodes: usize,
     pub claims: usize,
     pub pools: usize,
@@ -281,40 +289,6 @@ fn pool_json(name: &str) -> Value {
     })
 }
 
-fn claim_json(name: &str, pool: &str) -> Value {
-    json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-        "metadata": {"name": name, "labels": {POOL_LABEL: pool}, "finalizers": ["karpenter.sh/termination"]},
-        "spec": {
-            "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
-            "requirements": [{"key": POOL_LABEL, "operator": "In", "values": [pool]}],
-            "expireAfter": "720h",
-            "terminationGracePeriod": "10m"
-        }
-    })
-}
-
-fn claim_status(node: &str) -> Value {
-    let t = "2026-01-01T00:00:00Z";
-    json!({"status": {
-        "nodeName": node, "providerID": format!("kwok://{node}"),
-        "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-        "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": t}]
-    }})
-}
-
-fn node_json(name: &str, pool: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {POOL_LABEL: pool, "kubernetes.io/hostname": name}},
-        "spec": {"providerID": format!("kwok://{name}")},
-        "status": {
-            "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": ""}]
-        }
-    })
-}
-
 fn pod_json(name: &str, node: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -397,7 +371,12 @@ fn pool_name(i: usize) -> String {
 }
 
 /// Creates the fleet; returns (pools, claims, pods).
-async fn load(client: &Client, nodes: usize, pods: usize) -> anyhow::Result<(usize, usize, usize)> {
+async fn load(
+    client: &Client,
+    objects: &Objects,
+    nodes: usize,
+    pods: usize,
+) -> anyhow::Result<(usize, usize, usize)> {
     let pools = nodes.div_ceil(CLAIMS_PER_POOL);
     let pool_api = dyn_api::<NodePool>(client);
     let claim_api = dyn_api::<NodeClaim>(client);
@@ -411,11 +390,10 @@ async fn load(client: &Client, nodes: usize, pods: usize) -> anyhow::Result<(usi
             let pool = pool_name(i / CLAIMS_PER_POOL);
             let claim = format!("{pool}-c{:03}", i % CLAIMS_PER_POOL);
             let node = format!("node-{claim}");
-            create(node_api, node_json(&node, &pool)).await?;
-            create(claim_api, claim_json(&claim, &pool)).await?;
-            claim_api
-                .patch_status(&claim, &PatchParams::default(), &Patch::Merge(claim_status(&node)))
-                .await?;
+            create(node_api, objects.node(&node, &pool, &claim)).await?;
+            create(claim_api, objects.claim(&claim, &pool)).await?;
+            let status = objects.claim_status(&node);
+            claim_api.patch_status(&claim, &PatchParams::default(), &Patch::Merge(status)).await?;
             Ok(())
         }
     })
@@ -446,17 +424,27 @@ async fn load(client: &Client, nodes: usize, pods: usize) -> anyhow::Result<(usi
 /// Serves the rotating pools: a placeholder without a node gets a new Ready claim and node and
 /// is bound there and Running; a deleted claim's pods, node and finalizer go. Polls every
 /// 500 ms over its own (admin) client: none of this is counted as the operator's.
-async fn karpenter(client: Client, pools: Vec<String>, stop: Arc<AtomicBool>) {
+async fn karpenter(
+    client: Client,
+    objects: Arc<Objects>,
+    pools: Vec<String>,
+    stop: Arc<AtomicBool>,
+) {
     let mut next = 0usize;
     while !stop.load(Ordering::Acquire) {
-        if let Err(e) = karpenter_step(&client, &pools, &mut next).await {
+        if let Err(e) = karpenter_step(&client, &objects, &pools, &mut next).await {
             eprintln!("apiserver: karpenter stand-in: {e:#}");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
-async fn karpenter_step(client: &Client, pools: &[String], next: &mut usize) -> anyhow::Result<()> {
+async fn karpenter_step(
+    client: &Client,
+    objects: &Objects,
+    pools: &[String],
+    next: &mut usize,
+) -> anyhow::Result<()> {
     let claim_api = dyn_api::<NodeClaim>(client);
     let node_api = dyn_api::<Node>(client);
     let placeholders: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -474,11 +462,10 @@ async fn karpenter_step(client: &Client, pools: &[String], next: &mut usize) -> 
         *next += 1;
         let claim = format!("{pool}-s{next:04}");
         let node = format!("node-{claim}");
-        create(&node_api, node_json(&node, &pool)).await?;
-        create(&claim_api, claim_json(&claim, &pool)).await?;
-        claim_api
-            .patch_status(&claim, &PatchParams::default(), &Patch::Merge(claim_status(&node)))
-            .await?;
+        create(&node_api, objects.node(&node, &pool, &claim)).await?;
+        create(&claim_api, objects.claim(&claim, &pool)).await?;
+        let status = objects.claim_status(&node);
+        claim_api.patch_status(&claim, &PatchParams::default(), &Patch::Merge(status)).await?;
         let name = pod.name_any();
         let binding = json!({"apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": name, "namespace": NS},
@@ -511,6 +498,10 @@ async fn karpenter_step(client: &Client, pools: &[String], next: &mut usize) -> 
                     let _ = api.delete(&p.name_any(), &DeleteParams::default()).await;
                 }
                 let _ = node_api.delete(&node, &DeleteParams::default()).await;
+                // The realistic Node carries Karpenter's termination finalizer too.
+                let release = json!({"metadata": {"finalizers": null}});
+                let _ =
+                    node_api.patch(&node, &PatchParams::default(), &Patch::Merge(release)).await;
             }
             claim_api
                 .patch(
@@ -571,7 +562,9 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let admin = rt.block_on(client(&admin_kc))?;
     let t = Instant::now();
-    let (pools, claims, pods) = rt.block_on(load(&admin, c.nodes, c.pods))?;
+    let objects = Arc::new(Objects::new(c.shape)?);
+    eprintln!("apiserver: {}", c.shape.label());
+    let (pools, claims, pods) = rt.block_on(load(&admin, &objects, c.nodes, c.pods))?;
     let load_time = t.elapsed();
 
     // Every pool governed, its window closed now: Tuesday 02:00-03:00 UTC unless today is
@@ -647,7 +640,7 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
     let always = json!([{"timezone": "UTC", "days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"], "start": "00:00", "end": "00:00"}]);
     let rotating: Vec<String> = (0..ROTATING_POOLS.min(pools)).map(pool_name).collect();
     let stop = Arc::new(AtomicBool::new(false));
-    let actor = rt.spawn(karpenter(admin.clone(), rotating.clone(), Arc::clone(&stop)));
+    let actor = rt.spawn(karpenter(admin.clone(), objects, rotating.clone(), Arc::clone(&stop)));
     let before = http_get(mport, "/metrics");
     let (s0, f0) = (completed(&before, "success"), completed(&before, "failure"));
     let rot_from = Instant::now();
@@ -678,6 +671,7 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
         requests: proxy.log.between(from, to),
     };
     let result = Apiserver {
+        shape: c.shape,
         nodes: c.nodes,
         claims,
         pools,

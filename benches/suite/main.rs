@@ -2,7 +2,8 @@
 //!
 //! ```sh
 //! cargo bench --bench suite                  # parts 1, 2 and 4 (~2 min), writes docs/performance.md
-//! cargo bench --bench suite -- --apiserver   # also part 3 against a real kube-apiserver (~15 min)
+//! cargo bench --bench suite -- --apiserver   # also part 3 against a real kube-apiserver (~30 min:
+//!                                            # realistic and minimal object shapes, one run each)
 //! cargo bench --bench suite -- --only decision --no-write
 //! ```
 //!
@@ -21,6 +22,7 @@ mod decision;
 mod fleet;
 mod proxy;
 mod report;
+mod shapes;
 mod simspeed;
 mod window;
 
@@ -95,6 +97,10 @@ pub struct Args {
     /// Apiserver part: Nodes (and as many NodeClaims).
     #[arg(long, default_value_t = 5000)]
     nodes: usize,
+    /// Apiserver part: the shapes of the Nodes and NodeClaims, one full run each (realistic:
+    /// built from benches/suite/fixtures; minimal: the small objects of earlier runs).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [shapes::Shape::Realistic, shapes::Shape::Minimal])]
+    shapes: Vec<shapes::Shape>,
     /// Apiserver part: pods, spread over the nodes.
     #[arg(long, default_value_t = 50000)]
     pods: usize,
@@ -159,15 +165,18 @@ fn run(args: &Args) -> anyhow::Result<()> {
         rep.sim(&s);
     }
     if args.wants("apiserver") {
-        let a = apiserver::run(&apiserver::Config {
-            nodes: args.nodes,
-            pods: args.pods,
-            steady: Duration::from_secs(args.steady_seconds),
-            binary: env!("CARGO_BIN_EXE_noderotation").into(),
-            repo: env!("CARGO_MANIFEST_DIR").into(),
-            wrapper: args.operator_wrapper.clone(),
-        })?;
-        rep.apiserver(&a);
+        for &shape in &args.shapes {
+            let a = apiserver::run(&apiserver::Config {
+                shape,
+                nodes: args.nodes,
+                pods: args.pods,
+                steady: Duration::from_secs(args.steady_seconds),
+                binary: env!("CARGO_BIN_EXE_noderotation").into(),
+                repo: env!("CARGO_MANIFEST_DIR").into(),
+                wrapper: args.operator_wrapper.clone(),
+            })?;
+            rep.apiserver(&a);
+        }
     } else {
         rep.apiserver_skipped();
     }
