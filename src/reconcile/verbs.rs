@@ -1053,6 +1053,12 @@ impl<'c> PassHost<'c> {
         // The uid recorded on a fresh read of the claim first: the cached pod and the cached
         // annotation can both name an incarnation a pass of this same instant replaced.
         let fresh = self.ctx.cluster.get_claim(&owner).map_err(|e| fail(a.verb, e))?;
+        if fresh.is_none() && self.snap.placeholder_named(&owner).is_none() {
+            // The rotation's claim is gone and this pass sees no pod under the name: the
+            // escalation deleted it already, and a DELETE would only answer 404. A pod the view
+            // does not show yet has no rotation left: the sweep removes it as an orphan.
+            return Ok(Outcome::Gone);
+        }
         let recorded = |claim: &NodeClaim| {
             annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string)
         };
