@@ -352,13 +352,12 @@ fn new_claim_enters_pending_and_reserves_capacity() {
             "dispatch_pending",
             "pending_entry",
             "pending_protect",
-            "pending_cordon",
             "pending_create_placeholder",
             "pending_placeholder_created",
         ],
     );
     assert_eq!(requeue, Duration::seconds(30));
-    assert_eq!(toy.verbs(), ["annotate_if", "freeze", "cordon", "create_placeholder"]);
+    assert_eq!(toy.verbs(), ["annotate_if", "freeze_and_cordon", "create_placeholder"]);
     let c1 = &toy.store.claims["c1"];
     assert_eq!(c1.ann[&Key::State], "pending");
     assert_eq!(c1.ann[&Key::StartedAt], "2026-11-28T02:30:00Z");
@@ -379,7 +378,6 @@ fn pending_with_ready_surge_moves_to_draining() {
         &[
             "pending_entry",
             "pending_protect",
-            "pending_cordon",
             "pending_surge_host",
             "pending_surge_freeze",
             "pending_surge_ready",
@@ -392,8 +390,7 @@ fn pending_with_ready_surge_moves_to_draining() {
         toy.verbs(),
         [
             "annotate_if",
-            "freeze",
-            "cordon",
+            "freeze_and_cordon",
             "annotate_if",
             "freeze",
             "annotate_if",
@@ -420,7 +417,7 @@ fn frozen_pool_holds_a_pending_rotation_but_reasserts_protection() {
     .pred(Pred::Frozen, Value::Bool(true))
     .pred(Pred::SurgeReady, Value::Bool(true));
     let (fired, requeue) = toy.run();
-    ends_with(&fired, &["pending_entry", "pending_protect", "pending_cordon", "pending_frozen"]);
+    ends_with(&fired, &["pending_entry", "pending_protect", "pending_frozen"]);
     assert_eq!(requeue, Duration::minutes(1));
     assert!(!toy.verbs().contains(&"create_placeholder") && !toy.verbs().contains(&"delete_claim"));
 }
@@ -571,7 +568,6 @@ fn failed_claim_retries_as_a_new_attempt_when_gates_and_backoff_allow() {
             "dispatch_pending",
             "pending_entry",
             "pending_protect",
-            "pending_cordon",
             "pending_create_placeholder",
             "pending_placeholder_created",
         ],
@@ -714,7 +710,6 @@ fn a_new_rotation_is_anchored_before_any_other_effect() {
             "dispatch_pending",
             "pending_entry",
             "pending_protect",
-            "pending_cordon",
             "pending_create_placeholder",
             "pending_placeholder_created",
         ],

@@ -808,6 +808,16 @@ impl<'c> PassHost<'c> {
     }
 
     fn freeze(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        self.freeze_node(a, false)
+    }
+
+    /// `freeze` and the cordon in one patch: the node is never cordoned without the freeze,
+    /// and a node another rotation holds is neither.
+    fn freeze_and_cordon(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        self.freeze_node(a, true)
+    }
+
+    fn freeze_node(&mut self, a: &Action<'_>, cordon: bool) -> Result<Outcome, HostError> {
         let Some(obj @ ObjRef::Node(_)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
         let Some(owner) = a.for_.clone() else { return Err(fail(a.verb, "freeze without `for`")) };
         // The fresh node frozen for another rotation still in flight is that rotation's: never
@@ -829,7 +839,14 @@ impl<'c> PassHost<'c> {
                 set.push((Key::DoNotDisrupt, Value::Bool(true)));
                 set.push((Key::DoNotDisruptOwned, Value::Bool(true)));
             }
-            let patch = Self::patch_of(&set, &[], meta);
+            let mut patch = Self::patch_of(&set, &[], meta);
+            if cordon && let Fresh::Node(node) = fresh {
+                // Ours already, or the operator's: never adopted (§3.4).
+                if node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true) {
+                    patch.unschedulable = Some(true);
+                    patch.set.insert(full(Key::Cordoned), "true".into());
+                }
+            }
             if patch.is_empty() {
                 Decide::Skip(Outcome::Won)
             } else {
@@ -909,20 +926,6 @@ impl<'c> PassHost<'c> {
             })?;
         }
         Ok(Outcome::Won)
-    }
-
-    fn cordon(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
-        let Some(obj @ ObjRef::Node(_)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
-        self.conditional(a.verb, &obj, None, |fresh| {
-            let Fresh::Node(node) = fresh else { return Decide::Skip(Outcome::Gone) };
-            if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
-                // Ours already, or the operator's: never adopted (§3.4).
-                return Decide::Skip(Outcome::Won);
-            }
-            let mut patch = Patch { unschedulable: Some(true), ..Patch::default() };
-            patch.set.insert(full(Key::Cordoned), "true".into());
-            Decide::Write(patch, Outcome::Won)
-        })
     }
 
     fn create_placeholder(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
@@ -1530,7 +1533,7 @@ impl Host for PassHost<'_> {
             Verb::ClearWindow => self.clear_window(a),
             Verb::Freeze => self.freeze(a),
             Verb::Unfreeze => self.unfreeze(a),
-            Verb::Cordon => self.cordon(a),
+            Verb::FreezeAndCordon => self.freeze_and_cordon(a),
             Verb::CreatePlaceholder => self.create_placeholder(a),
             Verb::DeletePlaceholder => self.delete_placeholder(a),
             Verb::DeleteUnownedPlaceholder => self.delete_unowned_placeholder(a),
