@@ -20,16 +20,17 @@ pub enum Keys {
     All,
 }
 
-/// Whether a change can move the policy status view (§5.4: which pools a policy governs, which
-/// of them rotate, ties): NodePools and RotationPolicies, and a relist of either.
+/// Whether a change asks for a policy status recompute before the tick: a RotationPolicy
+/// applied, deleted or relisted, so that whoever edits one sees it accepted or rejected at once.
+/// NodePool changes move the view too (§5.4: which pools a policy governs, which of them
+/// rotate, ties), but a rotation changes its pool's annotations several times and every start
+/// and end moves the in-flight counts: those are answered by the tick's recompute, so that the
+/// status is written at most once a tick however many rotations start and end
+/// (docs/decisions/footprint.md).
 pub fn affects_status(change: &Change) -> bool {
     match change {
-        Change::Resynced(kind) => {
-            matches!(kind, ObjectKind::NodePool | ObjectKind::RotationPolicy)
-        }
-        Change::Applied(w) | Change::Deleted(w) => {
-            matches!(w, Watched::Pool(_) | Watched::Policy(_))
-        }
+        Change::Resynced(kind) => matches!(kind, ObjectKind::RotationPolicy),
+        Change::Applied(w) | Change::Deleted(w) => matches!(w, Watched::Policy(_)),
     }
 }
 
@@ -182,7 +183,7 @@ mod tests {
     }
 
     #[test]
-    fn pool_and_policy_changes_ask_for_a_status_update() {
+    fn policy_changes_ask_for_a_status_update_and_pool_changes_wait_for_the_tick() {
         let mut pool = crate::karpenter::NodePool::default();
         pool.metadata.name = Some("general".into());
         let pool = Watched::Pool(Arc::new(pool));
@@ -193,11 +194,11 @@ mod tests {
             }))
             .unwrap_or_else(|e| panic!("{e}")),
         )));
-        assert!(affects_status(&Change::Applied(pool.clone())));
-        assert!(affects_status(&Change::Deleted(pool)));
+        assert!(!affects_status(&Change::Applied(pool.clone())));
+        assert!(!affects_status(&Change::Deleted(pool)));
         assert!(affects_status(&Change::Applied(policy.clone())));
         assert!(affects_status(&Change::Deleted(policy)));
-        assert!(affects_status(&Change::Resynced(ObjectKind::NodePool)));
+        assert!(!affects_status(&Change::Resynced(ObjectKind::NodePool)));
         assert!(affects_status(&Change::Resynced(ObjectKind::RotationPolicy)));
         assert!(!affects_status(&Change::Resynced(ObjectKind::NodeClaim)));
         let n = Change::Applied(Watched::Node(node("n1", "general", true)));
