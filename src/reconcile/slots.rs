@@ -107,15 +107,32 @@ pub fn time_at(meta: &ObjectMeta, key: Key, slot: usize) -> Option<DateTime<Utc>
 pub fn by_slot(meta: &ObjectMeta, key: Key) -> BTreeMap<usize, &str> {
     let Some(ann) = meta.annotations.as_ref() else { return BTreeMap::new() };
     let base = key.full();
-    let (from, to) = (format!("{base}."), format!("{base}/"));
+    let (from, to) = suffix_bounds(key);
     ann.get_key_value(base)
         .into_iter()
-        .chain(ann.range::<str, _>((Bound::Included(from.as_str()), Bound::Excluded(to.as_str()))))
+        .chain(ann.range::<str, _>((Bound::Included(from), Bound::Excluded(to))))
         .filter_map(|(k, v)| match parse(k) {
             Some((k, slot)) if k == key => Some((slot, v.as_str())),
             _ => None,
         })
         .collect()
+}
+
+/// `key.` and `key/`, between which the suffixed copies of `key` sort, made once per key
+/// (passes ask for them many times each).
+fn suffix_bounds(key: Key) -> (&'static str, &'static str) {
+    static BOUNDS: std::sync::LazyLock<std::collections::HashMap<Key, (String, String)>> =
+        std::sync::LazyLock::new(|| {
+            PER_ROTATION_KEYS
+                .iter()
+                .map(|k| (*k, (format!("{}.", k.full()), format!("{}/", k.full()))))
+                .collect()
+        });
+    match BOUNDS.get(&key) {
+        Some((from, to)) => (from.as_str(), to.as_str()),
+        // Not a per-rotation key: it has no suffixed copies (an empty range).
+        None => ("", ""),
+    }
 }
 
 /// The slots a pass over the pool runs, in order: every anchored slot (a slot beyond `lanes`,
