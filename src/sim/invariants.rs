@@ -382,12 +382,9 @@ fn landings(view: &CacheView, world: &World) -> BTreeSet<Landing> {
         for (slot, claim) in anchors(np) {
             // A surge-less drain (the forceful fallback, nothing to reserve) lands nowhere: a host
             // an earlier escalation of the attempt recorded is kept only for the cleanup to find.
-            let surge_less = matches!(
-                slot_annotation(m, Key::RotationMode, slot),
-                Some("forceful-fallback" | "nothing-to-reserve")
-            );
+            let lands = !surge_less(slot_annotation(m, Key::RotationMode, slot));
             let host = slot_annotation(m, Key::SurgeHost, slot).filter(|h| !h.is_empty());
-            if let (false, true, Some(host)) = (surge_less, draining.contains(claim), host) {
+            if let (true, true, Some(host)) = (lands, draining.contains(claim), host) {
                 out.insert(Landing { claim: claim.to_string(), host: host.to_string() });
             }
         }
