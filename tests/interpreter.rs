@@ -67,6 +67,16 @@ impl Toy {
         }
     }
 
+    /// A claim the escalation marked draining: the pool carries its draining mirror.
+    fn draining() -> Toy {
+        let mut toy = Toy::anchored(Some("draining"));
+        for w in [&mut toy.store, &mut toy.view] {
+            w.pool.insert(Key::ActiveRotationState, "draining".into());
+            w.pool.insert(Key::DrainingAt, "2026-11-28T02:10:00Z".into());
+        }
+        toy
+    }
+
     fn claim(&mut self, f: impl Fn(&mut Claim)) -> &mut Self {
         for w in [&mut self.store, &mut self.view] {
             if let Some(c) = w.claims.get_mut("c1") {
@@ -253,6 +263,10 @@ impl Host for Toy {
                         return Ok(Outcome::Raced);
                     }
                     if !matches(&self.store.pool) {
+                        return Ok(Outcome::Raced);
+                    }
+                    // `unchanged`: as on the copy the pass judged.
+                    if a.unchanged.iter().any(|k| self.store.pool.get(k) != self.view.pool.get(k)) {
                         return Ok(Outcome::Raced);
                     }
                     for (k, v) in &a.set {
@@ -518,16 +532,80 @@ fn force_expiry_seen_through_a_stale_read_owns_nothing() {
 
 #[test]
 fn draining_without_deletion_reissues_the_delete() {
-    let mut toy = Toy::anchored(Some("draining"));
+    let mut toy = Toy::draining();
     let (fired, requeue) = toy.run();
-    ends_with(&fired, &["dispatch_draining", "draining_mirror", "draining_redelete"]);
+    ends_with(
+        &fired,
+        &["dispatch_draining", "draining_mirror", "draining_keep_host", "draining_redelete"],
+    );
     assert_eq!(requeue, Duration::seconds(30));
-    assert_eq!(toy.verbs(), ["annotate_if", "delete_claim"]);
+    assert_eq!(toy.verbs(), ["annotate_if", "keep_surge_host", "delete_claim"]);
+}
+
+#[test]
+fn draining_without_deletion_whose_surge_host_is_lost_goes_back_to_pending() {
+    let mut toy = Toy::draining();
+    toy.force(Verb::KeepSurgeHost, Outcome::Lost);
+    let (fired, requeue) = toy.run();
+    ends_with(
+        &fired,
+        &[
+            "dispatch_draining",
+            "draining_mirror",
+            "draining_keep_host",
+            "draining_surge_lost",
+            "surge_lost_pending",
+            "surge_lost_unmirror",
+        ],
+    );
+    assert_eq!(requeue, Duration::seconds(10));
+    assert_eq!(
+        toy.verbs(),
+        ["annotate_if", "keep_surge_host", "annotate_if", "annotate_if"],
+        "no delete_claim"
+    );
+    assert_eq!(toy.store.claims["c1"].ann.get(&Key::State).map(String::as_str), Some("pending"));
+    assert!(!toy.store.pool.contains_key(&Key::ActiveRotationState));
+    assert!(!toy.store.pool.contains_key(&Key::DrainingAt));
+    // A surge-less rotation has no host to lose: its delete is re-issued.
+    for mode in ["forceful-fallback", "nothing-to-reserve"] {
+        let mut toy = Toy::draining();
+        toy.force(Verb::KeepSurgeHost, Outcome::Lost);
+        for w in [&mut toy.store, &mut toy.view] {
+            w.pool.insert(Key::RotationMode, mode.into());
+        }
+        let (fired, _) = toy.run();
+        assert!(fired.iter().any(|r| r == "draining_redelete"), "{mode}: {fired:?}");
+    }
+}
+
+/// A view that still shows the claim draining after another pass sent it back to pending (its
+/// mirror cleared) never re-mirrors it.
+#[test]
+fn a_stale_draining_view_does_not_re_mirror_a_claim_gone_back_to_pending() {
+    let mut toy = Toy::draining();
+    toy.store.pool.remove(&Key::ActiveRotationState);
+    toy.store.pool.remove(&Key::DrainingAt);
+    toy.store.claims.get_mut("c1").map(|c| c.ann.insert(Key::State, "pending".into()));
+    toy.lagging = true;
+    toy.run();
+    assert!(!toy.store.pool.contains_key(&Key::ActiveRotationState));
+    // Nor a view lagging the claim only, whose pool already shows the mirror cleared.
+    let mut toy = Toy::draining();
+    for w in [&mut toy.store, &mut toy.view] {
+        w.pool.remove(&Key::ActiveRotationState);
+        w.pool.remove(&Key::DrainingAt);
+    }
+    toy.store.claims.get_mut("c1").map(|c| c.ann.insert(Key::State, "pending".into()));
+    toy.lagging = true;
+    let (fired, _) = toy.run();
+    assert!(!fired.iter().any(|r| r == "draining_mirror"), "{fired:?}");
+    assert!(!toy.store.pool.contains_key(&Key::ActiveRotationState));
 }
 
 #[test]
 fn draining_with_our_placeholder_left_behind_deletes_it_before_the_delete() {
-    let mut toy = Toy::anchored(Some("draining"));
+    let mut toy = Toy::draining();
     toy.pred(Pred::HasPlaceholder, Value::Bool(true))
         .pred(Pred::PlaceholderOwned, Value::Bool(true));
     let (fired, _) = toy.run();
@@ -537,15 +615,19 @@ fn draining_with_our_placeholder_left_behind_deletes_it_before_the_delete() {
             "dispatch_draining",
             "draining_mirror",
             "draining_release_placeholder",
+            "draining_keep_host",
             "draining_redelete",
         ],
     );
-    assert_eq!(toy.verbs(), ["annotate_if", "delete_placeholder", "delete_claim"]);
+    assert_eq!(
+        toy.verbs(),
+        ["annotate_if", "delete_placeholder", "keep_surge_host", "delete_claim"]
+    );
 }
 
 #[test]
 fn draining_past_the_drain_bound_warns_and_keeps_the_gate() {
-    let mut toy = Toy::anchored(Some("draining"));
+    let mut toy = Toy::draining();
     toy.claim(|c| c.deleting = Some(t0() - Duration::hours(2)));
     let (fired, _) = toy.run();
     ends_with(&fired, &["draining_mirror", "draining_stuck"]);

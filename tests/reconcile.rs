@@ -316,6 +316,69 @@ fn crash_between_the_draining_write_and_the_delete_reissues_the_delete() {
     assert_eq!(fx.announced("emit:success"), 1);
 }
 
+/// The same crash, and then the surge host is lost before the recovery (a spot interruption of
+/// the new node): the old claim has no capacity to drain onto, and deleting it would be a
+/// surge-less delete no policy allowed. The attempt goes back to pending (mirror cleared first,
+/// so a forced expiry meanwhile counts as expired), reserves again, and drains onto the new host.
+#[test]
+fn a_surge_host_lost_before_the_reissued_delete_sends_the_rotation_back_to_pending() {
+    let mut fx = Fx::new();
+    crash_in_the_surge_ready_pass_before(&mut fx, "delete NodeClaim c1".into());
+    assert_eq!(fx.pool_ann(Key::SurgeHost).as_deref(), Some("node-s1"));
+    let started_at = fx.claim_ann("c1", Key::StartedAt);
+    fx.delete_claim("s1");
+    fx.finalize("s1");
+    fx.restart();
+    fx.ctl.startup_sweep();
+    fx.pass();
+    assert!(!fx.deleting("c1"), "no delete without a Ready surge (forcefulFallback is off)");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert_eq!(fx.claim_ann("c1", Key::StartedAt), started_at, "the same attempt goes on");
+    assert_eq!(fx.pool_ann(Key::ActiveRotation).as_deref(), Some("c1"));
+    assert!(fx.pool_ann(Key::ActiveRotationState).is_none(), "no draining mirror");
+    assert!(fx.pool_ann(Key::SurgeHost).is_none());
+    assert!(fx.pool_ann(Key::DrainingAt).is_none());
+    fx.pass(); // pending: a new placeholder
+    assert!(fx.placeholder("c1").is_some(), "capacity reserved again");
+    assert!(fx.cordoned("node-c1"));
+    fx.provision_surge("c1", "s2");
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+    assert_eq!(fx.pool_ann(Key::SurgeHost).as_deref(), Some("node-s2"));
+    assert!(fx.deleting("c1"));
+    fx.finalize("c1");
+    fx.pass();
+    assert_eq!(fx.announced("emit:success"), 1);
+    assert_eq!(fx.events("ForcefulFallback"), 0);
+
+    // The same, but the delete did go out (a pass the cache does not show yet): the claim's
+    // fresh copy is deleting, so it never leaves draining and the mirror stays.
+    let mut fx = Fx::new();
+    crash_in_the_surge_ready_pass_before(&mut fx, "delete NodeClaim c1".into());
+    fx.delete_claim("s1");
+    fx.finalize("s1");
+    lagging(&mut fx);
+    fx.delete_claim("c1");
+    fx.restart();
+    fx.stale_pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("draining"));
+    assert_eq!(fx.pool_ann(Key::ActiveRotationState).as_deref(), Some("draining"));
+    assert_eq!(fx.pool_ann(Key::SurgeHost).as_deref(), Some("node-s1"));
+
+    // The host went a moment ago and the cache still shows it Ready: the freeze re-asserted
+    // before the delete reads it fresh, finds it gone, and the attempt goes back to pending.
+    let mut fx = Fx::new();
+    crash_in_the_surge_ready_pass_before(&mut fx, "delete NodeClaim c1".into());
+    lagging(&mut fx);
+    fx.delete_claim("s1");
+    fx.finalize("s1");
+    fx.restart();
+    fx.stale_pass();
+    assert!(!fx.deleting("c1"), "no delete onto a host the fresh read does not find");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(fx.pool_ann(Key::ActiveRotationState).is_none());
+}
+
 /// Karpenter's provisioner schedules a deleting node's pods without preempting: a placeholder
 /// still filling the surge node when the old claim is deleted makes it launch a second node
 /// (docs/decisions/placeholder-release.md). The placeholder goes first, in the same pass.
@@ -1275,6 +1338,10 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("force_expiry_early", force_expiry_seen_early_is_expired_once_cleaned_up_and_released),
     ("force_expiry_late", force_expiry_seen_late_completes_as_expired_without_cooldown),
     ("crash_before_delete", crash_between_the_draining_write_and_the_delete_reissues_the_delete),
+    (
+        "surge_lost_before_delete",
+        a_surge_host_lost_before_the_reissued_delete_sends_the_rotation_back_to_pending,
+    ),
     ("placeholder_first", the_placeholder_is_deleted_before_the_old_claim_in_the_same_pass),
     (
         "crash_before_placeholder_delete",

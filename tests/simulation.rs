@@ -245,9 +245,10 @@ fn invariants_hold_under_faults() {
     // The full-stack fleet: several rotations per pool in flight, drains paced by a PDB. These
     // seeds once found one surge host given to two rotations on a lagging cache (24), a rollback
     // reaping the surge claim another rotation had just recorded (26), and checker blind spots
-    // (2: two rollbacks in one pass; 92: a stalled pass taken for a clean one).
+    // (2: two rollbacks in one pass; 92: a stalled pass taken for a clean one), and a draining
+    // rotation whose delete failed re-issuing it after its surge host was interrupted (84: I17).
     let fleet = scenario("fleet-compressed.yaml");
-    for seed in [2, 24, 26, 92] {
+    for seed in [2, 24, 26, 84, 92] {
         let r = run(
             Arc::clone(&fleet),
             &opts(seed, Duration::minutes(24), true, embedded()),

@@ -15,7 +15,7 @@ use crate::engine::{
     ANCHOR_CLEAR_SET, Action, ClaimState, Facts, Field, Host, HostError, Key, ObjRef, Outcome,
     Pred, Reason, Root, Row, Signal, Value, Verb, Verdict,
 };
-use crate::karpenter::{NodeClaim, NodePool};
+use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool, node_ready};
 use crate::placeholder;
 
 /// Attempts of one conditional write before the pass gives up (and is retried later).
@@ -832,14 +832,7 @@ impl<'c> PassHost<'c> {
             if taken_by(meta) {
                 return Decide::Skip(Outcome::Taken);
             }
-            let mut set = vec![(Key::SurgeFor, Value::Name(owner.clone()))];
-            let operators = annotation(meta, Key::DoNotDisrupt) == Some("true")
-                && annotation(meta, Key::DoNotDisruptOwned) != Some("true");
-            if !operators {
-                set.push((Key::DoNotDisrupt, Value::Bool(true)));
-                set.push((Key::DoNotDisruptOwned, Value::Bool(true)));
-            }
-            let mut patch = Self::patch_of(&set, &[], meta);
+            let mut patch = Self::freeze_patch(meta, &owner);
             if cordon && let Fresh::Node(node) = fresh {
                 // Ours already, or the operator's: never adopted (§3.4).
                 if node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true) {
@@ -853,6 +846,60 @@ impl<'c> PassHost<'c> {
                 Decide::Write(patch, Outcome::Won)
             }
         })
+    }
+
+    /// The annotations that freeze a node for `owner` (§3.4): `surge-for`, and do-not-disrupt
+    /// with the owned marker unless the operator already set "true"; only what is missing.
+    fn freeze_patch(meta: &ObjectMeta, owner: &str) -> Patch {
+        let mut set = vec![(Key::SurgeFor, Value::Name(owner.to_string()))];
+        let operators = annotation(meta, Key::DoNotDisrupt) == Some("true")
+            && annotation(meta, Key::DoNotDisruptOwned) != Some("true");
+        if !operators {
+            set.push((Key::DoNotDisrupt, Value::Bool(true)));
+            set.push((Key::DoNotDisruptOwned, Value::Bool(true)));
+        }
+        Self::patch_of(&set, &[], meta)
+    }
+
+    /// A draining surge rotation about to re-issue its delete: its recorded host, read fresh
+    /// (the pool, then the Node), must still be capacity to drain onto; its freeze is
+    /// re-asserted. `Lost`, with nothing written, otherwise (docs/decisions/surge-host.md).
+    fn keep_surge_host(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
+        let Some(owner) = a.for_.clone() else {
+            return Err(fail(a.verb, "keep_surge_host without `for`"));
+        };
+        // The pool through this slot's lens: the slot's own anchor and host.
+        let pool = self.fresh(&ObjRef::Pool).map_err(|e| fail(a.verb, e))?;
+        let host = pool
+            .as_ref()
+            .map(|p| p.meta())
+            .filter(|m| annotation(m, Key::ActiveRotation) == Some(owner.as_str()))
+            .and_then(|m| annotation(m, Key::SurgeHost))
+            .map(str::to_string);
+        let Some(host) = host else { return Ok(Outcome::Lost) };
+        if self.snap.claim_on_node(&host).is_some_and(|c| c.is_deleting()) {
+            return Ok(Outcome::Lost);
+        }
+        let in_flight = self.snap.claims_in_flight();
+        let pool_name = self.snap.pool_name().to_string();
+        let kept = self.conditional(a.verb, &ObjRef::Node(host), None, |fresh| {
+            let Fresh::Node(node) = fresh else { return Decide::Skip(Outcome::Lost) };
+            let meta = &node.metadata;
+            let taken = annotation(meta, Key::SurgeFor)
+                .is_some_and(|other| other != owner.as_str() && in_flight.contains(other));
+            let of_pool =
+                meta.labels.as_ref().and_then(|l| l.get(NODEPOOL_LABEL)) == Some(&pool_name);
+            if taken || !of_pool || meta.deletion_timestamp.is_some() || !node_ready(node) {
+                return Decide::Skip(Outcome::Lost);
+            }
+            let patch = Self::freeze_patch(meta, &owner);
+            if patch.is_empty() {
+                Decide::Skip(Outcome::Won)
+            } else {
+                Decide::Write(patch, Outcome::Won)
+            }
+        })?;
+        Ok(if kept == Outcome::Won { Outcome::Won } else { Outcome::Lost })
     }
 
     /// The node of the claim that the fresh copy of `owner` names in `surge-claim` (by
@@ -1350,7 +1397,7 @@ impl<'c> PassHost<'c> {
             },
         };
         Ok(match node {
-            Some((name, node)) => (Some(name), crate::karpenter::node_ready(&node)),
+            Some((name, node)) => (Some(name), node_ready(&node)),
             // A name the cache shows whose Node is gone: still the claim's node (its pods are
             // listed by name), not Ready.
             None => (self.snap.registered_node(claim).map(str::to_string), false),
@@ -1532,6 +1579,7 @@ impl Host for PassHost<'_> {
             Verb::StampWindow => self.stamp_window(a),
             Verb::ClearWindow => self.clear_window(a),
             Verb::Freeze => self.freeze(a),
+            Verb::KeepSurgeHost => self.keep_surge_host(a),
             Verb::Unfreeze => self.unfreeze(a),
             Verb::FreezeAndCordon => self.freeze_and_cordon(a),
             Verb::CreatePlaceholder => self.create_placeholder(a),
