@@ -2165,6 +2165,24 @@ fn a_rollback_unfreezes_the_surge_host_the_cache_does_not_show_frozen() {
     assert_eq!(fx.node_ann("node-s1", Key::DoNotDisrupt), None);
 }
 
+/// Karpenter finalizes a pending claim (an interruption) a moment after its placeholder was
+/// re-created, before the view shows the new pod: the completion deletes it by name rather than
+/// leave a pod that makes Karpenter launch a node for a rotation that is over.
+#[test]
+fn the_completion_deletes_a_placeholder_the_view_does_not_show_yet() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    assert!(fx.placeholder("c1").is_some());
+    fx.delete_claim("c1");
+    fx.finalize("c1");
+    let hook = fx.intercept();
+    hook.stale_cache(|view| view.placeholders.clear());
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "completed");
+    assert!(fx.placeholder("c1").is_none(), "no placeholder outlives its rotation");
+    assert_eq!(fx.announced("emit:expired"), 1);
+}
+
 // ---- Orphans repaired within a tick, placeholder identity, unfreeze, never-Ready surge ----
 
 /// The pending rotation of c1 after an operator (or `kubectl replace`, or a GitOps sync with

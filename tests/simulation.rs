@@ -246,9 +246,11 @@ fn invariants_hold_under_faults() {
     // seeds once found one surge host given to two rotations on a lagging cache (24), a rollback
     // reaping the surge claim another rotation had just recorded (26), and checker blind spots
     // (2: two rollbacks in one pass; 92: a stalled pass taken for a clean one), and a draining
-    // rotation whose delete failed re-issuing it after its surge host was interrupted (84: I17).
+    // rotation whose delete failed re-issuing it after its surge host was interrupted (84: I17),
+    // and a placeholder re-created a moment before its claim was interrupted, which the
+    // completion did not delete (52: I7).
     let fleet = scenario("fleet-compressed.yaml");
-    for seed in [2, 24, 26, 84, 92] {
+    for seed in [2, 24, 26, 52, 84, 92] {
         let r = run(
             Arc::clone(&fleet),
             &opts(seed, Duration::minutes(24), true, embedded()),

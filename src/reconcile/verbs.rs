@@ -1103,10 +1103,16 @@ impl<'c> PassHost<'c> {
         // The uid recorded on a fresh read of the claim first: the cached pod and the cached
         // annotation can both name an incarnation a pass of this same instant replaced.
         let fresh = self.ctx.cluster.get_claim(&owner).map_err(|e| fail(a.verb, e))?;
-        if fresh.is_none() && self.snap.placeholder_named(&owner).is_none() {
-            // The rotation's claim is gone and this pass sees no pod under the name: the
-            // escalation deleted it already, and a DELETE would only answer 404. A pod the view
-            // does not show yet has no rotation left: the sweep removes it as an orphan.
+        let drained = self.snap.pool.as_ref().is_some_and(|p| {
+            annotation(&p.metadata, Key::ActiveRotation) == Some(owner.as_str())
+                && annotation(&p.metadata, Key::ActiveRotationState) == Some("draining")
+        });
+        if fresh.is_none() && drained && self.snap.placeholder_named(&owner).is_none() {
+            // The rotation's claim is gone after its drain and this pass sees no pod under the
+            // name: the escalation deleted it before the claim (or a surge-less drain never had
+            // one), and a DELETE would only answer 404. A claim gone while pending (an
+            // interruption, a forced expiry) may leave a pod created a moment ago that the view
+            // does not show yet: that one is deleted by name.
             return Ok(Outcome::Gone);
         }
         let recorded = |claim: &NodeClaim| {
