@@ -203,7 +203,7 @@ fn generate(book: &Rulebook) -> String {
     // Key metadata.
     let _ = writeln!(
         out,
-        "impl Key {{\n    /// The full annotation key on the object.\n    pub fn full(self) -> &'static str {{\n        match self {{"
+        "impl Key {{\n    /// The full annotation key on the object.\n    pub const fn full(self) -> &'static str {{\n        match self {{"
     );
     for k in &book.annotations.keys {
         let full =
@@ -227,6 +227,22 @@ fn generate(book: &Rulebook) -> String {
             ValueType::Enum(v) => format!("KeyType::Enum(&{v:?})"),
         };
         let _ = writeln!(out, "            Key::{} => {t},", camel(&k.key));
+    }
+    let _ = writeln!(
+        out,
+        "        }}\n    }}\n\n    /// The controller writes this key (`owner: Controller` in annotations.ron): what the\n    /// sweep looks for and uninstall removes. Karpenter's `do-not-disrupt` is ours only under\n    /// the ownership marker; the operator's keys never are.\n    pub const fn is_ours(self) -> bool {{\n        match self {{"
+    );
+    for k in &book.annotations.keys {
+        let ours = matches!(k.owner, rulebook::model::KeyOwner::Controller);
+        let _ = writeln!(out, "            Key::{} => {ours},", camel(&k.key));
+    }
+    let _ = writeln!(
+        out,
+        "        }}\n    }}\n\n    /// The key is written on Nodes (`targets` in annotations.ron).\n    pub const fn on_nodes(self) -> bool {{\n        match self {{"
+    );
+    for k in &book.annotations.keys {
+        let on = k.targets.contains(&rulebook::model::ObjectKind::Node);
+        let _ = writeln!(out, "            Key::{} => {on},", camel(&k.key));
     }
     let _ = writeln!(out, "        }}\n    }}\n}}\n");
     let per_rotation: Vec<String> = book

@@ -116,6 +116,22 @@ fn the_spec_catalogue_is_in_the_rules_and_in_the_docs() {
     }
 }
 
+/// Who owns each key is declared once, in rules/annotations.ron; uninstall, the sweep and the
+/// simulator read it from `Key::is_ours`. The operator's `freeze` and Karpenter's
+/// `do-not-disrupt` are the only keys that are not the controller's, and the controller's Node
+/// markers are exactly the three the sweep looks for.
+#[test]
+fn key_ownership_is_declared_in_the_rules() {
+    use noderotation::engine::Key;
+    let theirs: Vec<Key> = Key::ALL.iter().copied().filter(|k| !k.is_ours()).collect();
+    assert_eq!(theirs, [Key::DoNotDisrupt, Key::Freeze]);
+    let node_markers: Vec<Key> =
+        Key::ALL.iter().copied().filter(|k| k.is_ours() && k.on_nodes()).collect();
+    assert_eq!(node_markers, [Key::SurgeFor, Key::DoNotDisruptOwned, Key::Cordoned]);
+    let owned: Vec<Key> = noderotation::cli::uninstall::owned_keys().collect();
+    assert_eq!(owned.len(), Key::ALL.len() - 2);
+}
+
 #[test]
 fn generated_docs_are_fresh() {
     let book = rules();
@@ -996,8 +1012,8 @@ mod tidy {
 fn per_rotation_keys_are_nodepool_keys_and_cover_the_anchor_clear_set() {
     let claim_key = (
         "annotations.ron",
-        "(key: \"state\", targets: [NodeClaim], value: Enum([\"busy\", \"done\"]), purpose: \"p\", lifecycle: \"l\", spec: \"s\"),",
-        "(key: \"state\", targets: [NodeClaim], value: Enum([\"busy\", \"done\"]), purpose: \"p\", lifecycle: \"l\", spec: \"s\", per_rotation: true),",
+        "(key: \"state\", targets: [NodeClaim], value: Enum([\"busy\", \"done\"]), purpose: \"p\", lifecycle: \"l\", spec: \"s\", owner: Controller),",
+        "(key: \"state\", targets: [NodeClaim], value: Enum([\"busy\", \"done\"]), purpose: \"p\", lifecycle: \"l\", spec: \"s\", owner: Controller, per_rotation: true),",
     );
     let err = fixture_with_all(&[claim_key]).expect_err("a claim key has no slots");
     assert!(err.contains("only a NodePool-only key can be per_rotation"), "{err}");

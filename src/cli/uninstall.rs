@@ -168,11 +168,11 @@ impl Report {
     }
 }
 
-/// The keys the controller writes, which uninstall removes wherever it finds them: every key of
-/// the annotation reference but the operator's `freeze` and Karpenter's `do-not-disrupt` (ours
-/// only where our marker says so, see [`release_patch`]).
+/// The keys the controller writes, which uninstall removes wherever it finds them: the keys the
+/// annotation reference says the controller owns, not the operator's `freeze` nor Karpenter's
+/// `do-not-disrupt` (ours only where our marker says so, see [`release_patch`]).
 pub fn owned_keys() -> impl Iterator<Item = Key> {
-    Key::ALL.iter().copied().filter(|k| !matches!(k, Key::Freeze | Key::DoNotDisrupt))
+    Key::ALL.iter().copied().filter(|k| k.is_ours())
 }
 
 fn has(meta: &ObjectMeta, key: &str) -> bool {

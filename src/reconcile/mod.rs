@@ -599,9 +599,9 @@ impl Controller {
                 subjects.push((Handler::SweepClaim, SweepSubject::Claim(name.clone()), None, 0));
             }
         }
-        let ours = [Key::SurgeFor, Key::DoNotDisruptOwned, Key::Cordoned];
+        let ours = Key::ALL.iter().copied().filter(|k| k.is_ours() && k.on_nodes());
         for (name, n) in &cache.nodes {
-            if ours.iter().any(|k| annotation(&n.metadata, *k).is_some()) {
+            if ours.clone().any(|k| annotation(&n.metadata, k).is_some()) {
                 subjects.push((Handler::SweepNode, SweepSubject::Node(name.clone()), None, 0));
             }
         }

@@ -26,6 +26,31 @@ pub struct AnnotationKey {
     /// the key as written, slot `i` the key with the suffix `.i`. NodePool keys only.
     #[serde(default)]
     pub per_rotation: bool,
+    /// Who writes the key: what the sweep, uninstall and the simulator treat as the
+    /// controller's own is generated from this (`Key::is_ours`).
+    pub owner: KeyOwner,
+}
+
+/// Who owns an annotation key.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+pub enum KeyOwner {
+    /// Written by the controller; removed by uninstall.
+    Controller,
+    /// Written by a person (the controller only reads it); kept by uninstall.
+    Operator,
+    /// Karpenter's own key; the controller writes it only under its ownership marker, which
+    /// says whether the value is ours to remove.
+    Karpenter,
+}
+
+impl KeyOwner {
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyOwner::Controller => "controller",
+            KeyOwner::Operator => "operator",
+            KeyOwner::Karpenter => "Karpenter",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -156,7 +156,7 @@ pub fn annotations(book: &Rulebook) -> String {
          See [parallel rotations](decisions/parallel-rotations.md).\n\n",
     );
     out.push_str(
-        "| Key | Target | Value | Purpose | Lifecycle | Spec |\n|---|---|---|---|---|---|\n",
+        "| Key | Target | Owner | Value | Purpose | Lifecycle | Spec |\n|---|---|---|---|---|---|---|\n",
     );
     for k in &a.keys {
         let full = k.full_key.clone().unwrap_or_else(|| format!("{}{}", a.prefix, k.key));
@@ -170,9 +170,10 @@ pub fn annotations(book: &Rulebook) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             code(&full),
             targets,
+            k.owner.name(),
             cell(&value),
             cell(&k.purpose),
             cell(&k.lifecycle),

@@ -37,13 +37,14 @@ use crate::policy::duration::format_human;
 use crate::policy::resolve::to_time;
 use crate::reconcile::slots::slot_key;
 
-pub const FREEZE_ANNOTATION: &str = "noderotation.io/freeze";
-pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
-pub const SURGE_FOR: &str = "noderotation.io/surge-for";
-pub const CLAIM_STATE: &str = "noderotation.io/state";
-pub const STARTED_AT: &str = "noderotation.io/started-at";
-pub const OWNED_MARKER: &str = "noderotation.io/do-not-disrupt-owned";
-pub const CORDONED_MARKER: &str = "noderotation.io/cordoned";
+// The keys the simulated actors and the checker read, spelled by the annotation reference.
+pub const FREEZE_ANNOTATION: &str = Key::Freeze.full();
+pub const DO_NOT_DISRUPT: &str = Key::DoNotDisrupt.full();
+pub const SURGE_FOR: &str = Key::SurgeFor.full();
+pub const CLAIM_STATE: &str = Key::State.full();
+pub const STARTED_AT: &str = Key::StartedAt.full();
+pub const OWNED_MARKER: &str = Key::DoNotDisruptOwned.full();
+pub const CORDONED_MARKER: &str = Key::Cordoned.full();
 
 /// Who acted, for the trace.
 pub const KARPENTER: &str = "karpenter";

@@ -110,8 +110,8 @@ pub const I22: &str = "I22 one-leader-writes";
 /// The invariants the simulation checks, for the summary line.
 pub const ALL: &str = "I1-I22";
 
-const LAST_FAILURE_AT: &str = "noderotation.io/last-failure-at";
-const RETRY_COUNT: &str = "noderotation.io/retry-count";
+const LAST_FAILURE_AT: &str = Key::LastFailureAt.full();
+const RETRY_COUNT: &str = Key::RetryCount.full();
 
 /// How long debris may stay (I7) before the controller must have repaired it: a tick (1m, when
 /// the sweep runs) and slack; with faults, a crash and restart or a failed anchor read too.
