@@ -193,6 +193,17 @@ fn tempdir(tag: &str) -> PathBuf {
 }
 
 #[test]
+fn a_report_tag_belongs_to_sweep_rows_only() {
+    let err = fixture_with((
+        "transitions.ron",
+        "(id: \"gone\", when: \"cand == nil\", then: Requeue(\"1m\"), spec: \"s\")",
+        "(id: \"gone\", when: \"cand == nil\", then: Requeue(\"1m\"), spec: \"s\", report: PoolCleaned)",
+    ))
+    .expect_err("a pool row with a report tag");
+    assert!(err.contains("row `gone`: `report` tags the sweep's report"), "{err}");
+}
+
+#[test]
 fn the_minimal_fixture_is_valid() {
     fixture_with(("spec-table.ron", "picked", "picked")).expect("fixture checks clean");
 }

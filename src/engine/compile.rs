@@ -8,7 +8,7 @@ use super::vocab::*;
 use super::{Engine, HandlerRows, ObjRef};
 use crate::rulebook::Rulebook;
 use crate::rulebook::check::{Lit, RArg, RExpr, RStatement};
-use crate::rulebook::model;
+use crate::rulebook::model::{self, ReportTag};
 use crate::rulebook::syntax::BinOp;
 
 /// A compiled guard.
@@ -71,6 +71,7 @@ pub struct Row {
     pub verbs: Vec<VerbCall>,
     pub then: Then,
     pub to: Option<ClaimState>,
+    pub report: Option<ReportTag>,
 }
 
 /// A verb with evaluated arguments: what a [`Host`](super::Host) performs.
@@ -159,7 +160,8 @@ pub(super) fn compile(book: &Rulebook) -> Result<Engine, String> {
                 .as_deref()
                 .map(|s| ClaimState::from_name(s).ok_or_else(|| format!("unknown state `{s}`")))
                 .transpose()?;
-            rows.push(Row { id: r.decl.id.clone(), handler: h, guard, verbs, then, to });
+            let report = r.decl.report;
+            rows.push(Row { id: r.decl.id.clone(), handler: h, guard, verbs, then, to, report });
         }
         handlers.push(HandlerRows { handler: h, assume, rows });
     }

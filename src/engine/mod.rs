@@ -15,6 +15,7 @@ use std::sync::LazyLock;
 use chrono::Duration;
 use include_dir::{Dir, include_dir};
 
+pub use crate::rulebook::model::ReportTag;
 pub use compile::{Action, Row, Then, VerbCall};
 pub use eval::{equal as same_value, parse_annotation as value_of_annotation};
 pub use value::{ObjRef, Value};
@@ -102,6 +103,8 @@ pub enum EngineError {
 pub struct Pass {
     /// Ids of the rows that fired, in order.
     pub fired: Vec<String>,
+    /// The report tags of the rows that fired, in order.
+    pub reports: Vec<ReportTag>,
     /// When to come back (zero for handlers that end with `Done`).
     pub requeue: Duration,
 }
@@ -172,6 +175,7 @@ impl Engine {
     /// One pass from a given handler.
     pub fn run_from(&self, start: Handler, host: &mut dyn Host) -> Result<Pass, EngineError> {
         let mut fired = Vec::new();
+        let mut reports = Vec::new();
         let mut handler = start;
         for _ in 0..MAX_JUMPS {
             let h = self.rows_of(handler);
@@ -207,10 +211,13 @@ impl Engine {
                     }
                 }
                 fired.push(row.id.clone());
+                reports.extend(row.report);
                 match row.then {
                     Then::Continue => continue,
-                    Then::Requeue(d) => return Ok(Pass { fired, requeue: d }),
-                    Then::Done => return Ok(Pass { fired, requeue: Duration::zero() }),
+                    Then::Requeue(d) => return Ok(Pass { fired, reports, requeue: d }),
+                    Then::Done => {
+                        return Ok(Pass { fired, reports, requeue: Duration::zero() });
+                    }
                     Then::Goto(target) => {
                         next = Some(target);
                         break;

@@ -15,7 +15,7 @@ use chrono::{DateTime, Duration, Utc};
 
 use crate::clock::Clock;
 use crate::cluster::{ApiError, CacheView, Cluster};
-use crate::engine::{Engine, EngineError, Handler, Key};
+use crate::engine::{Engine, EngineError, Handler, Key, ReportTag};
 use crate::karpenter::NodePool;
 use crate::policy::crd::{NodePoolStatus, RotationPolicy, RotationPolicyStatus};
 use crate::policy::feasibility;
@@ -670,16 +670,14 @@ impl Controller {
             let mut host = PassHost::for_slot(snap, &mut self.ctx, slot);
             match self.engine.run_from(handler, &mut host) {
                 Ok(pass) => {
-                    for row in pass.fired {
-                        match row.as_str() {
-                            "sweep_orphan_placeholder" => {
-                                report.placeholders_deleted.push(label.clone())
-                            }
-                            "sweep_orphan_node_marker" => report.nodes_released.push(label.clone()),
-                            "sweep_unanchored_announce" => report.claims_failed.push(label.clone()),
-                            "sweep_orphan_mirror" => report.pools_cleaned.push(label.clone()),
-                            _ => {}
-                        }
+                    for tag in pass.reports {
+                        let line = match tag {
+                            ReportTag::PlaceholderDeleted => &mut report.placeholders_deleted,
+                            ReportTag::NodeReleased => &mut report.nodes_released,
+                            ReportTag::ClaimFailed => &mut report.claims_failed,
+                            ReportTag::PoolCleaned => &mut report.pools_cleaned,
+                        };
+                        line.push(label.clone());
                     }
                 }
                 Err(e) => {

@@ -317,6 +317,23 @@ pub struct RowDecl {
     #[serde(default)]
     pub to: Option<String>,
     pub spec: String,
+    /// What the row's firing counts for in the sweep's report (sweep handlers only): the
+    /// report is filled from these tags, never from row ids.
+    #[serde(default)]
+    pub report: Option<ReportTag>,
+}
+
+/// A line of the sweep's report that a row's firing adds its subject to.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Hash)]
+pub enum ReportTag {
+    /// An orphaned placeholder pod deleted.
+    PlaceholderDeleted,
+    /// A node's orphaned markers removed.
+    NodeReleased,
+    /// A claim pending or draining without an anchor moved to failed.
+    ClaimFailed,
+    /// A pool's orphaned per-rotation set removed.
+    PoolCleaned,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]

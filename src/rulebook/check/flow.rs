@@ -84,6 +84,15 @@ impl Checker<'_> {
         let mut ended_by: Option<&str> = None;
         for row in &h.rows {
             let row_at = self.tr_src.decl("id", &row.id);
+            if row.report.is_some() && !h.context.starts_with("sweep") {
+                self.err_tr(
+                    row_at,
+                    format!(
+                        "row `{}`: `report` tags the sweep's report; handler `{}` is not a sweep",
+                        row.id, h.name
+                    ),
+                );
+            }
             if !is_snake(&row.id) {
                 self.err_tr(row_at, format!("row id `{}` must be snake_case", row.id));
             }
