@@ -34,13 +34,6 @@ impl Value {
         matches!(self, Value::Nil)
     }
 
-    pub fn as_name(&self) -> Option<&str> {
-        match self {
-            Value::Name(n) => Some(n),
-            _ => None,
-        }
-    }
-
     pub fn as_object(&self) -> Option<&ObjRef> {
         match self {
             Value::Object(o) => Some(o),

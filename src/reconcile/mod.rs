@@ -151,7 +151,6 @@ pub struct Controller {
     /// Each pool's entry of its policy's status, with the cache version, day and window it was
     /// computed for: recomputed only when one of them moves.
     pool_status: HashMap<String, (StatusKey, NodePoolStatus)>,
-    swept: bool,
 }
 
 /// What a pool's status entry depends on: the cache version (the pool, its claims, the
@@ -203,7 +202,6 @@ impl Controller {
             assessments: HashMap::new(),
             index: IndexCache::default(),
             pool_status: HashMap::new(),
-            swept: false,
         }
     }
 
@@ -228,10 +226,6 @@ impl Controller {
     /// The warnings latched now, as `object reason` (tests: nothing of a gone object stays).
     pub fn latched_warnings(&self) -> Vec<String> {
         self.ctx.latch.keys().map(|(object, reason)| format!("{object} {reason}")).collect()
-    }
-
-    pub fn has_swept(&self) -> bool {
-        self.swept
     }
 
     /// The lanes `maxUnavailable: auto` chose for `pool` at its last pass (`None` for a fixed
@@ -528,7 +522,6 @@ impl Controller {
     /// The §5.3 start-up sweep. Run once per leadership, before the first `reconcile_pool`:
     /// cleans only markers no anchor refers to; per-item errors are logged, never fatal.
     pub fn startup_sweep(&mut self) -> SweepReport {
-        self.swept = true;
         let report = self.sweep();
         tracing::info!(?report, "start-up sweep done");
         report

@@ -66,10 +66,6 @@ impl BinOp {
             BinOp::Add | BinOp::Sub => 5,
         }
     }
-
-    pub fn is_ordering(self) -> bool {
-        matches!(self, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge)
-    }
 }
 
 const NOT_STRENGTH: u8 = 3;
