@@ -109,6 +109,12 @@ pub const I21: &str = "I21 one-slot's-failure-is-not-the-pool's";
 pub const I22: &str = "I22 one-leader-writes";
 /// The invariants the simulation checks, for the summary line.
 pub const ALL: &str = "I1-I22";
+/// Every invariant, in order: [`ALL`] names their range, and a test holds the two (and the
+/// documents that cite the range) together.
+pub const INVARIANTS: &[&str] = &[
+    I1, I2, I3, I4, I5, I6, I7, I8, I9, I10, I11, I12, I13, I14, I15, I16, I17, I18, I19, I20, I21,
+    I22,
+];
 
 const LAST_FAILURE_AT: &str = Key::LastFailureAt.full();
 const RETRY_COUNT: &str = Key::RetryCount.full();
@@ -1979,6 +1985,24 @@ fn owed_rotation(
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Node;
+
+    /// `I<n>` names the n-th invariant, `ALL` their whole range, and every document that cites
+    /// the range cites this one: adding an invariant fails here until they say so.
+    #[test]
+    fn the_invariant_range_is_the_list_and_the_documents_cite_it() {
+        for (i, name) in super::INVARIANTS.iter().enumerate() {
+            assert!(name.starts_with(&format!("I{} ", i + 1)), "{name} is not I{}", i + 1);
+        }
+        assert_eq!(super::ALL, format!("I1-I{}", super::INVARIANTS.len()));
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        for doc in ["docs/safety.md", "tests/all.sh", "deploy/examples/scenarios/README.md"] {
+            let text = std::fs::read_to_string(root.join(doc)).expect(doc);
+            assert!(text.contains(super::ALL), "{doc} does not cite {}", super::ALL);
+        }
+        let module = std::fs::read_to_string(root.join("src/sim/mod.rs")).expect("sim/mod.rs");
+        assert!(module.contains(&super::ALL.replace('-', "–")), "src/sim/mod.rs");
+    }
+
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
