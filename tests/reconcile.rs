@@ -2271,6 +2271,33 @@ fn the_tick_judges_orphans_on_a_fresh_read_of_the_anchors() {
     rotation_of_c1_untouched(&fx);
 }
 
+/// A claim that failed (or expired) keeps its annotations, and no sweep row acts on it: with
+/// nothing else marked, the tick reads no pool's anchor for it. Once a rotation is in flight
+/// the anchors are read fresh again.
+#[test]
+fn a_failed_claim_alone_makes_the_tick_read_no_anchor() {
+    use noderotation::cluster::memory::{ApiVerb, Call, Fault};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.set_claim_ann("c1", Key::State, Some("failed"));
+    fx.set_claim_ann("c1", Key::FailedAt, Some("2026-11-27T03:00:00Z"));
+    let reads = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&reads);
+    fx.world.set_faults(move |c: &Call<'_>| {
+        if c.verb == ApiVerb::Get && c.target.kind == noderotation::cluster::ObjectKind::NodePool {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        Fault::Proceed
+    });
+    let report = fx.tick();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(reads.load(Ordering::SeqCst), 0, "no anchor read for a failed claim");
+    fx.set_claim_ann("c1", Key::State, Some("pending"));
+    fx.tick();
+    assert!(reads.load(Ordering::SeqCst) > 0, "a claim in flight has its anchors read");
+}
+
 #[test]
 fn a_pod_named_like_the_placeholder_is_never_taken_for_surge_capacity() {
     let mut fx = Fx::new();

@@ -543,8 +543,8 @@ impl Controller {
     }
 
     /// The sweep's rows over every object that can carry one of our markers: placeholder pods,
-    /// nodes with `surge-for`, `do-not-disrupt-owned` or `cordoned`, claims with a `state`
-    /// (without one a claim reads as `none`, which no sweep row selects) or with a
+    /// nodes with `surge-for`, `do-not-disrupt-owned` or `cordoned`, claims `pending` or
+    /// `draining` (no sweep row acts on another state: `none`, `failed`, `expired`) or with a
     /// `launched-for` that never initialized (seen with the governance of their pool, whose
     /// readyTimeout they are held to), and every pool.
     ///
@@ -588,7 +588,12 @@ impl Controller {
                 let view = self.governance(&cache, pool, now);
                 governance.insert(name.clone(), view);
             }
-            if surge || annotation(&c.metadata, Key::State).is_some() {
+            // Only a claim some sweep row can act on: `failed` and `expired` keep their
+            // annotations (row `sweep_claim_kept`), so a fleet with a failure in its history
+            // does not read every pool's anchor on every tick for them.
+            let in_flight =
+                matches!(annotation(&c.metadata, Key::State), Some("pending" | "draining"));
+            if surge || in_flight {
                 subjects.push((Handler::SweepClaim, SweepSubject::Claim(name.clone()), None, 0));
             }
         }
