@@ -2,7 +2,7 @@
 //! `1.5h`), and Karpenter's `expireAfter` (`Never` or a duration).
 //!
 //! [`parse`] follows Go's `time.ParseDuration` exactly (the apiserver's CEL `duration()` uses the
-//! same parser, so local validation and the schema agree); [`format`] follows
+//! same parser, so local validation and the schema agree); [`format`](fn@format) follows
 //! `time.Duration.String`. [`parse_with_days`] additionally accepts a `d` (24h) unit, for command
 //! line flags only: it is not a Go duration and is never accepted inside a resource.
 use std::fmt;
@@ -188,7 +188,7 @@ fn fraction(value: u64, scale: u64) -> String {
 }
 
 /// A compact form for people: days, hours, minutes, seconds with zero units left out
-/// (`5d22h43m`, `1h17m`, `4d`, `30s`, `0s`); sub-second durations fall back to [`format`].
+/// (`5d22h43m`, `1h17m`, `4d`, `30s`, `0s`); sub-second durations fall back to [`format`](fn@format).
 pub fn format_human(d: Duration) -> String {
     let Some(nanos) = d.num_nanoseconds() else {
         return format!("{}d", d.num_days());

@@ -4,7 +4,7 @@
 //! - [`crd`]: the `RotationPolicy` wire types and CRD; [`duration`]: Go durations.
 //! - [`window`]: the compiled window schedule (occurrences, `P`); [`settings`]: a spec with
 //!   defaults applied and reconcile-time validation ([`settings::Effective`]).
-//! - [`derive`]: deadline, `t_rot`, `A`, `G`, `C`, the candidate predicate, order, backoff.
+//! - [`derive`](mod@derive): deadline, `t_rot`, `A`, `G`, `C`, the candidate predicate, order, backoff.
 //! - [`chances`]: `ageThreshold: windows`, a claim's chances counted on the real occurrences.
 //! - [`feasibility`]: layers 1–3 as typed findings; [`resolve`]: governance and status view.
 //! - [`lookahead`]: crowded claims fall due early enough for the pool's rotations in flight.

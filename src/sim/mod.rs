@@ -1,5 +1,5 @@
 //! The deterministic simulation behind `noderotation simulate`: the real controller, on a
-//! [`MemoryCluster`] and a virtual clock, against actors that play Karpenter, the kubelet and
+//! [`MemoryCluster`](crate::cluster::memory::MemoryCluster) and a virtual clock, against actors that play Karpenter, the kubelet and
 //! scheduler, and an operator. One seed gives one exact history; with `--faults` the same seed
 //! also decides every crash, conflict, lag, clock skew and misbehaving node, and the invariants
 //! I1–I22 are checked after every step.
@@ -7,9 +7,9 @@
 //! - [`scenario`]: the fleet file; [`world`] and [`actors`]: the cluster model;
 //! - [`driver`]: the controller's work queue, restarts and leader changes;
 //! - [`observe`]: what a step changed (for the trace); [`invariants`]: the checks;
-//! - [`metrics`]: outcome figures; [`report`]: the HTML report; [`cli`]: the subcommand.
+//! - [`metrics`]: outcome figures; [`report`]: the HTML report; `src/cli/simulate.rs`: the subcommand.
 //!
-//! Nothing here reads the wall clock except [`cli`], to print the elapsed time.
+//! Nothing here reads the wall clock; the subcommand does, to print the elapsed time.
 pub mod actors;
 pub mod driver;
 pub mod gov;
