@@ -75,4 +75,4 @@ pub use reap::{hosts_nothing_but, reap_allowed};
 pub use requests::{
     Resources, daemonset_overhead, millis_quantity, pod_requests, reschedulable_requests,
 };
-pub use surge::{SurgePath, running, surge_path, surge_ready, unschedulable_reason};
+pub use surge::{SurgePath, host_usable, running, surge_path, surge_ready, unschedulable_reason};

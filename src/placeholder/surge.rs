@@ -32,7 +32,14 @@ pub fn surge_ready(
     running(placeholder)
         && host.metadata.name.as_deref() == Some(bound)
         && candidate_node != Some(bound)
-        && host.metadata.deletion_timestamp.is_none()
+        && host_usable(host, pool)
+}
+
+/// A node that can hold surge capacity for a rotation of `pool`: Ready, not being deleted, and
+/// labelled `karpenter.sh/nodepool: <pool>`. What [`surge_ready`] asks of the placeholder's host,
+/// and what a draining rotation asks of its recorded host before it re-issues its delete.
+pub fn host_usable(host: &Node, pool: &str) -> bool {
+    host.metadata.deletion_timestamp.is_none()
         && host.labels().get(NODEPOOL_LABEL).map(String::as_str) == Some(pool)
         && node_ready(host)
 }

@@ -15,8 +15,14 @@ use crate::engine::{
     ANCHOR_CLEAR_SET, Action, ClaimState, Facts, Field, Host, HostError, Key, ObjRef, Outcome,
     Pred, Reason, Root, Row, Signal, Value, Verb, Verdict,
 };
-use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool, node_ready};
+use crate::karpenter::{NodeClaim, NodePool, node_ready};
 use crate::placeholder;
+
+/// The node is frozen (`surge-for`) for a rotation other than `owner`'s that is still in flight:
+/// that rotation's, never taken over.
+fn frozen_for_another(meta: &ObjectMeta, owner: &str, in_flight: &BTreeSet<String>) -> bool {
+    annotation(meta, Key::SurgeFor).is_some_and(|other| other != owner && in_flight.contains(other))
+}
 
 /// Attempts of one conditional write before the pass gives up (and is retried later).
 const ATTEMPTS: usize = 5;
@@ -823,13 +829,9 @@ impl<'c> PassHost<'c> {
         // The fresh node frozen for another rotation still in flight is that rotation's: never
         // taken over (the cache that showed it free lags).
         let in_flight = self.snap.claims_in_flight();
-        let taken_by = |meta: &ObjectMeta| {
-            annotation(meta, Key::SurgeFor)
-                .is_some_and(|other| other != owner.as_str() && in_flight.contains(other))
-        };
         self.conditional(a.verb, &obj, None, |fresh| {
             let meta = fresh.meta();
-            if taken_by(meta) {
+            if frozen_for_another(meta, &owner, &in_flight) {
                 return Decide::Skip(Outcome::Taken);
             }
             let mut patch = Self::freeze_patch(meta, &owner);
@@ -885,11 +887,9 @@ impl<'c> PassHost<'c> {
         let kept = self.conditional(a.verb, &ObjRef::Node(host), None, |fresh| {
             let Fresh::Node(node) = fresh else { return Decide::Skip(Outcome::Lost) };
             let meta = &node.metadata;
-            let taken = annotation(meta, Key::SurgeFor)
-                .is_some_and(|other| other != owner.as_str() && in_flight.contains(other));
-            let of_pool =
-                meta.labels.as_ref().and_then(|l| l.get(NODEPOOL_LABEL)) == Some(&pool_name);
-            if taken || !of_pool || meta.deletion_timestamp.is_some() || !node_ready(node) {
+            if frozen_for_another(meta, &owner, &in_flight)
+                || !placeholder::host_usable(node, &pool_name)
+            {
                 return Decide::Skip(Outcome::Lost);
             }
             let patch = Self::freeze_patch(meta, &owner);

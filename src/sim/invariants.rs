@@ -1985,6 +1985,10 @@ fn owed_rotation(
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::karpenter::{NodeClaim, NodeClaimStatus};
 
     /// `I<n>` names the n-th invariant, `ALL` their whole range, and every document that cites
     /// the range cites this one: adding an invariant fails here until they say so.
@@ -2002,11 +2006,6 @@ mod tests {
         let module = std::fs::read_to_string(root.join("src/sim/mod.rs")).expect("sim/mod.rs");
         assert!(module.contains(&super::ALL.replace('-', "–")), "src/sim/mod.rs");
     }
-
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-    use super::*;
-    use crate::karpenter::{NodeClaim, NodeClaimStatus};
 
     fn meta(name: &str, pairs: &[(String, &str)]) -> ObjectMeta {
         ObjectMeta {
