@@ -19,7 +19,7 @@ fn auto_policy(extra_surge: &str) -> RotationPolicy {
 }
 
 fn status_writes(fx: &Fx) -> u64 {
-    fx.world.write_counts().status
+    fx.world.call_counts().status
 }
 
 fn pool_status(fx: &Fx) -> NodePoolStatus {

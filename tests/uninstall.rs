@@ -168,11 +168,11 @@ fn uninstall_mid_rotation(draining: bool) {
 
     // --dry-run: lists every change, writes nothing.
     let before = fx.world.revision();
-    let writes = fx.world.write_counts().applied();
+    let writes = fx.world.call_counts().applied();
     let plan = uninstall(client.as_ref(), true);
     assert!(plan.errors.is_empty(), "{:?}", plan.errors);
     assert_eq!(fx.world.revision(), before, "dry run wrote nothing");
-    assert_eq!(fx.world.write_counts().applied(), writes);
+    assert_eq!(fx.world.call_counts().applied(), writes);
     assert!(removed(&plan.changes, ObjectKind::NodePool, POOL, Key::ActiveRotation));
     assert!(removed(&plan.changes, ObjectKind::NodeClaim, "c1", Key::State));
     assert!(removed(&plan.changes, ObjectKind::NodeClaim, "c1", Key::StartedAt));
@@ -267,7 +267,7 @@ fn uninstall_on_a_stale_cache_rereads_and_its_writes_are_preconditioned() {
     assert!(!report.changes.iter().any(|c| c.what == What::Uncordon), "{:?}", report.changes);
     fx.world.clear_faults();
     assert!(
-        fx.world.write_counts().failed >= patched.len() as u64,
+        fx.world.call_counts().failed >= patched.len() as u64,
         "every first patch lost a race"
     );
     assert_clean(&fx);

@@ -176,6 +176,6 @@ mod tests {
         let read = fenced.get_pool("p").expect("reads are not fenced").expect("pool");
         let ann = read.metadata.annotations.unwrap_or_default();
         assert_eq!(ann.get("noderotation.io/freeze").map(String::as_str), Some("x"));
-        assert_eq!(world.write_counts().patch, 1, "the refused writes never reached the store");
+        assert_eq!(world.call_counts().patch, 1, "the refused writes never reached the store");
     }
 }

@@ -181,7 +181,7 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
             // The measured span is over: take the figures, then calm down and check quiescence.
             world.clock.set(end.max(world.now()));
             world.settle_metrics();
-            let writes = world.cluster.write_counts();
+            let writes = world.cluster.call_counts();
             let applied = writes.patch + writes.delete + writes.create + writes.status;
             let mut f =
                 Figures::collect(&world, &recorder.rotations, applied, events_total, &mut gov);
@@ -368,7 +368,7 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
     }
     let figures = figures.unwrap_or_else(|| {
         world.settle_metrics();
-        let writes = world.cluster.write_counts();
+        let writes = world.cluster.call_counts();
         let mut f = Figures::collect(
             &world,
             &recorder.rotations,

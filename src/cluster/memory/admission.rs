@@ -138,7 +138,7 @@ mod tests {
         c.create_pod(&pod("apps", "web", None, false)).expect("not a placeholder");
         c.admit_placeholder(&Rejected::Claim("a".into()));
         c.create_pod(&placeholder("a", "api")).expect("lifted");
-        assert_eq!(c.write_counts().failed, 3);
+        assert_eq!(c.call_counts().failed, 3);
     }
 
     #[test]

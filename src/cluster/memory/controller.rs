@@ -1,5 +1,5 @@
 //! The controller side: the [`Cluster`] impl. Every call passes the fault hook and is counted
-//! in [`WriteCounts`] when it writes.
+//! in [`CallCounts`] when it writes.
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
@@ -19,7 +19,7 @@ use crate::policy::crd::RotationPolicyStatus as Status;
 /// counts write calls that returned an error to the controller (genuine or injected). A write
 /// that applied and then reported `Transient` is in both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct WriteCounts {
+pub struct CallCounts {
     pub patch: u64,
     pub delete: u64,
     pub create: u64,
@@ -28,7 +28,7 @@ pub struct WriteCounts {
     pub failed: u64,
 }
 
-impl WriteCounts {
+impl CallCounts {
     /// Applied writes of every verb, Events included.
     pub fn applied(&self) -> u64 {
         self.patch + self.delete + self.create + self.status + self.event
@@ -276,7 +276,7 @@ mod tests {
         assert!(matches!(err, Err(ApiError::Transient(_))));
         assert!(!c.claim("a").unwrap().is_deleting(), "transient before applying");
         assert!(c.get_claim("a").unwrap().is_some(), "reads proceed");
-        let counts = c.write_counts();
+        let counts = c.call_counts();
         assert_eq!((counts.patch, counts.delete, counts.failed), (1, 0, 2));
         c.clear_faults();
         c.delete(&claim_ref("a"), None, None).unwrap();

@@ -7,7 +7,7 @@
 //! Two sides, kept apart by name:
 //!
 //! - **Controller side**: the [`Cluster`] trait. Every call is consulted by the fault hook
-//!   ([`Faults`]), counted in [`WriteCounts`] when it writes, and sees the store through the
+//!   ([`Faults`]), counted in [`CallCounts`] when it writes, and sees the store through the
 //!   preconditions a real API server checks. Reads through [`Cluster::cache`] see this handle's
 //!   lagging [`CacheView`].
 //! - **World side**: the inherent methods (`apply_*`, `update_*`, `delete_object`, `delete_now`,
@@ -48,7 +48,7 @@ mod world;
 pub use admission::Rejected;
 pub use cache::CacheLag;
 use cache::ClientCache;
-pub use controller::WriteCounts;
+pub use controller::CallCounts;
 pub use faults::{
     ApiVerb, Call, Fault, Faults, INJECTED_FORBIDDEN, INJECTED_TRANSIENT, RandomFaults,
 };
@@ -94,7 +94,7 @@ impl MemoryCluster {
             next_uid: 0,
             clients: vec![ClientCache::new(CacheView::default(), CacheLag::None)],
             events: Vec::new(),
-            writes: WriteCounts::default(),
+            writes: CallCounts::default(),
             faults: None,
             placeholder_class: None,
             admission: Default::default(),
@@ -123,7 +123,7 @@ impl MemoryCluster {
     }
 
     /// Controller writes so far (all handles).
-    pub fn write_counts(&self) -> WriteCounts {
+    pub fn call_counts(&self) -> CallCounts {
         self.lock().writes
     }
 

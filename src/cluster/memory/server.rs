@@ -144,8 +144,8 @@ mod tests {
         let remove = Patch { remove: BTreeSet::from(["k".to_string()]), ..Default::default() };
         c.patch(&claim_ref("a"), &remove, Some(&rv_of(&c, "a"))).unwrap();
         assert_eq!(c.claim("a").unwrap().metadata.annotations, None);
-        assert_eq!(c.write_counts().patch, 3);
-        assert_eq!(c.write_counts().failed, 1);
+        assert_eq!(c.call_counts().patch, 3);
+        assert_eq!(c.call_counts().failed, 1);
     }
 
     #[test]
@@ -236,7 +236,7 @@ mod tests {
         let mut no_ns = pod(NS, "x", None, true);
         no_ns.metadata.namespace = None;
         assert!(matches!(c.create_pod(&no_ns), Err(ApiError::Invalid(_))));
-        let counts = c.write_counts();
+        let counts = c.call_counts();
         assert_eq!((counts.create, counts.failed), (2, 3));
     }
 
@@ -255,6 +255,6 @@ mod tests {
         assert_eq!(c.update_policy_status("default", &status, Some(&rv)), Err(ApiError::Conflict));
         let bumped = c.update_policy("default", |p| p.spec.min_rotation_chances = 3);
         assert_eq!(bumped.unwrap().metadata.generation, Some(2));
-        assert_eq!(c.write_counts().status, 1);
+        assert_eq!(c.call_counts().status, 1);
     }
 }

@@ -11,7 +11,7 @@ use kube::Resource;
 
 use super::admission::Admission;
 use super::cache::{Change, ClientCache};
-use super::{Faults, WriteCounts};
+use super::{Faults, CallCounts};
 use crate::cluster::{
     ApiError, CacheView, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NOMINATED_REASON,
     ObjectKind, ObjectRef,
@@ -267,7 +267,7 @@ pub(super) struct State {
     pub(super) next_uid: u64,
     pub(super) clients: Vec<ClientCache>,
     pub(super) events: Vec<EventRecord>,
-    pub(super) writes: WriteCounts,
+    pub(super) writes: CallCounts,
     pub(super) faults: Option<Box<dyn Faults>>,
     /// The placeholders' PriorityClass, when a test sets one (none by default: nothing to judge).
     pub(super) placeholder_class: Option<Arc<PriorityClass>>,
