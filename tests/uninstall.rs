@@ -266,10 +266,7 @@ fn uninstall_on_a_stale_cache_rereads_and_its_writes_are_preconditioned() {
     assert!(patched.len() >= 3, "{patched:?}");
     assert!(!report.changes.iter().any(|c| c.what == What::Uncordon), "{:?}", report.changes);
     fx.world.clear_faults();
-    assert!(
-        fx.world.call_counts().failed >= patched.len() as u64,
-        "every first patch lost a race"
-    );
+    assert!(fx.world.call_counts().failed >= patched.len() as u64, "every first patch lost a race");
     assert_clean(&fx);
 }
 

@@ -80,6 +80,7 @@ pub fn figures_json(f: &Figures) -> serde_json::Value {
     if !f.per_pool.is_empty() {
         v["writes"] = f.writes.into();
         v["events"] = f.events.into();
+        v["gets"] = f.reads.into();
         v["claimsCreated"] = f.claims_created.into();
         v["evictions"] = f.evictions.into();
         v["worldFaults"] = serde_json::json!(f.world_faults);

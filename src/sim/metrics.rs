@@ -222,6 +222,8 @@ pub struct Figures {
     /// Controller writes the store applied (Events excluded), and Events.
     pub writes: u64,
     pub events: u64,
+    /// Fresh reads of one object (GETs) the store answered the controller (whole cluster only).
+    pub reads: u64,
     pub claims_created: u64,
     pub evictions: u64,
     /// `--faults`: the world faults injected, per class (counted for the whole cluster only).
@@ -354,6 +356,10 @@ impl Figures {
     pub fn writes_per_rotation(&self) -> Option<f64> {
         (self.attempts > 0).then(|| self.writes as f64 / self.attempts as f64)
     }
+
+    pub fn reads_per_rotation(&self) -> Option<f64> {
+        (self.attempts > 0).then(|| self.reads as f64 / self.attempts as f64)
+    }
 }
 
 /// The most of `rotations` in flight at one instant (one that ends at the instant another starts
@@ -467,6 +473,11 @@ pub fn rows(ours: &Figures, alone: Option<&Figures>) -> Vec<(String, String, Str
     out.push((
         "API writes per rotation".into(),
         ours.writes_per_rotation().map_or("-".into(), |w| format!("{w:.1}")),
+        dash(),
+    ));
+    out.push((
+        "API GETs per rotation".into(),
+        ours.reads_per_rotation().map_or("-".into(), |r| format!("{r:.1}")),
         dash(),
     ));
     out.push(("Events recorded".into(), ours.events.to_string(), dash()));

@@ -186,6 +186,7 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
             let mut f =
                 Figures::collect(&world, &recorder.rotations, applied, events_total, &mut gov);
             f.events = writes.event;
+            f.reads = writes.get;
             f.set_lanes_chosen(&lanes_chosen);
             figures = Some(f);
             if driver.is_none() || (opts.stop_on_violation && !checker.violations.is_empty()) {
@@ -376,6 +377,7 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
             writes.event,
             &mut gov,
         );
+        f.reads = writes.get;
         f.set_lanes_chosen(&lanes_chosen);
         f
     });

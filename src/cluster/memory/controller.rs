@@ -1,5 +1,5 @@
 //! The controller side: the [`Cluster`] impl. Every call passes the fault hook and is counted
-//! in [`CallCounts`] when it writes.
+//! in [`CallCounts`].
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
@@ -14,10 +14,11 @@ use crate::cluster::{
 use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool};
 use crate::policy::crd::RotationPolicyStatus as Status;
 
-/// Controller writes through the trait. The per-verb counts are writes the store applied
+/// Controller calls through the trait. The per-verb write counts are writes the store applied
 /// (including no-op patches and writes whose response an injected fault then lost); `failed`
 /// counts write calls that returned an error to the controller (genuine or injected). A write
-/// that applied and then reported `Transient` is in both.
+/// that applied and then reported `Transient` is in both. `get` and `list` count the reads the
+/// store answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CallCounts {
     pub patch: u64,
@@ -26,6 +27,10 @@ pub struct CallCounts {
     pub status: u64,
     pub event: u64,
     pub failed: u64,
+    /// Fresh reads of one object (`get_pool`, `get_claim`, `get_node`, `get_pod`).
+    pub get: u64,
+    /// Lists on demand (pods on a node, a node by providerID, nominations).
+    pub list: u64,
 }
 
 impl CallCounts {
@@ -41,7 +46,8 @@ impl CallCounts {
             ApiVerb::Create => self.create += 1,
             ApiVerb::UpdateStatus => self.status += 1,
             ApiVerb::RecordEvent => self.event += 1,
-            ApiVerb::Get | ApiVerb::List => {}
+            ApiVerb::Get => self.get += 1,
+            ApiVerb::List => self.list += 1,
         }
     }
 }
@@ -67,7 +73,7 @@ impl MemoryCluster {
         let write = verb.is_write();
         let run = |st: &mut State| {
             let result = op(st);
-            if write && result.is_ok() {
+            if result.is_ok() {
                 st.writes.count(verb);
             }
             result

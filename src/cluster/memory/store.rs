@@ -11,7 +11,7 @@ use kube::Resource;
 
 use super::admission::Admission;
 use super::cache::{Change, ClientCache};
-use super::{Faults, CallCounts};
+use super::{CallCounts, Faults};
 use crate::cluster::{
     ApiError, CacheView, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NOMINATED_REASON,
     ObjectKind, ObjectRef,
