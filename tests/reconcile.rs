@@ -3811,3 +3811,59 @@ fn a_claim_launched_for_the_placeholder_as_the_old_claim_went_is_marked_at_compl
     fx.tick();
     assert!(fx.deleting("s1") || fx.world.claim("s1").is_none(), "reaped by the sweep");
 }
+
+/// The GETs of the candidate's claim and node one pass makes.
+fn claim_and_node_reads(fx: &mut Fx) -> usize {
+    use noderotation::cluster::ObjectKind;
+    use noderotation::cluster::memory::{ApiVerb, Call, Fault};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let reads = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&reads);
+    fx.world.set_faults(move |c: &Call<'_>| {
+        if c.verb == ApiVerb::Get
+            && matches!(c.target.kind, ObjectKind::NodeClaim | ObjectKind::Node)
+        {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        Fault::Proceed
+    });
+    fx.pass();
+    fx.world.clear_faults();
+    reads.load(Ordering::SeqCst)
+}
+
+#[test]
+fn a_pending_pass_with_nothing_to_write_reads_nothing_it_read_before() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    // The pass after the start's writes reads the claim and the node fresh (this process wrote
+    // them: their cached copies prove nothing yet); the next one decides on those copies.
+    assert!(claim_and_node_reads(&mut fx) > 0, "written since: read fresh");
+    assert_eq!(claim_and_node_reads(&mut fx), 0, "nothing changed, nothing to write");
+    // A change the watch shows is a new version: read fresh, and acted on.
+    fx.set_node_ann("node-c1", Key::DoNotDisrupt, None);
+    assert!(claim_and_node_reads(&mut fx) > 0);
+    assert_eq!(fx.node_ann("node-c1", Key::DoNotDisrupt).as_deref(), Some("true"));
+}
+
+#[test]
+fn a_write_decided_on_a_copy_someone_changed_since_loses_and_is_decided_again() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    let hook = fx.intercept();
+    fx.pass();
+    fx.pass();
+    // The claim changes behind a cache that still shows the version this process read.
+    let cached = fx.cache().claims.get("c1").cloned().expect("cached claim");
+    fx.set_claim_ann("c1", Key::State, Some("failed"));
+    hook.stale_cache(move |view| {
+        view.claims.insert("c1".into(), cached.clone());
+    });
+    // readyTimeout passes: the rollback's claim write is decided on the cached copy, carries its
+    // resourceVersion, loses, and is decided again on a fresh read, which shows the claim no
+    // longer pending: no rollback is claimed or announced twice.
+    fx.advance(Duration::minutes(20));
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
+    assert_eq!(fx.events("RotationFailed"), 0, "the pass whose write lost announces nothing");
+}

@@ -3,6 +3,7 @@
 //! [`Controller`] is synchronous and owns no threads: `noderotation run` drives it from a work
 //! queue fed by watches (on a blocking thread), `simulate` and the tests drive it step by step
 //! on a virtual clock. Both hand it the same [`Cluster`] interface.
+mod known;
 pub mod slots;
 mod snapshot;
 pub mod summary;
@@ -14,7 +15,7 @@ use std::sync::{Arc, Weak};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::clock::Clock;
-use crate::cluster::{ApiError, CacheView, Cluster};
+use crate::cluster::{ApiError, CacheView, Cluster, ObjectKind, ObjectRef};
 use crate::engine::{Engine, EngineError, Handler, Key, ReportTag};
 use crate::karpenter::NodePool;
 use crate::policy::crd::{NodePoolStatus, RotationPolicy, RotationPolicyStatus};
@@ -24,6 +25,7 @@ use crate::policy::resolve::{self, Governance, PolicySelector, PoolView, StatusI
 use crate::policy::settings::Effective;
 use crate::telemetry::{Telemetry, WarningLatch};
 
+pub use known::Known;
 use snapshot::IndexCache;
 use snapshot::annotation;
 pub use snapshot::{
@@ -130,6 +132,8 @@ pub struct Ctx {
     /// Why the last placeholder of a claim's rotation was not created (refused by the clamp,
     /// rejected by the API server), for its `RotationFailed` message; cleared when one is.
     pub placeholder_trouble: BTreeMap<String, String>,
+    /// The versions this process last read fresh, for the conditional writes.
+    pub known: Known,
 }
 
 /// The controller's state between passes: caches and dedup latches only, never decisions
@@ -192,6 +196,7 @@ impl Controller {
             coverage: BTreeSet::new(),
             writes: 0,
             placeholder_trouble: BTreeMap::new(),
+            known: Known::default(),
         };
         Controller {
             ctx,
@@ -522,6 +527,8 @@ impl Controller {
     /// The §5.3 start-up sweep. Run once per leadership, before the first `reconcile_pool`:
     /// cleans only markers no anchor refers to; per-item errors are logged, never fatal.
     pub fn startup_sweep(&mut self) -> SweepReport {
+        // Another process may have led meanwhile: what this one read before proves nothing.
+        self.ctx.known.clear();
         let report = self.sweep();
         tracing::info!(?report, "start-up sweep done");
         report
@@ -535,6 +542,13 @@ impl Controller {
     /// not reach.
     pub fn tick(&mut self) -> SweepReport {
         self.update_policy_status();
+        let cache = self.ctx.cluster.cache();
+        self.ctx.known.retain(|r| match r.kind {
+            ObjectKind::NodePool => cache.pools.contains_key(&r.name),
+            ObjectKind::NodeClaim => cache.claims.contains_key(&r.name),
+            ObjectKind::Node => cache.nodes.contains_key(&r.name),
+            _ => false,
+        });
         let report = self.sweep();
         if report != SweepReport::default() {
             tracing::info!(?report, "orphans repaired");
@@ -553,7 +567,8 @@ impl Controller {
     /// marker whose anchor the fresh read does not show is an orphan, however far the cache lags
     /// the pools. A pool that is gone has no anchor. If an anchor cannot be read, nothing is
     /// swept (the next tick tries again): an unknown anchor set could make a live marker look
-    /// orphaned.
+    /// orphaned. A cached pool at the version this process last read fresh, unwritten since
+    /// ([`Known`]), stands in for its fresh read: it shows every anchor this process wrote.
     fn sweep(&mut self) -> SweepReport {
         let now = self.clock.now();
         let cache = self.ctx.cluster.cache();
@@ -613,10 +628,16 @@ impl Controller {
         if pools_only && !cache.pools.values().any(|p| marked(p)) {
             return report;
         }
-        // An anchor naming another pool's claim (a copied NodePool) protects nothing: that pool
-        // clears it, and an orphan it hid would never be swept.
         let mut anchors = BTreeSet::new();
-        for name in cache.pools.keys() {
+        for (name, cached) in &cache.pools {
+            let target = ObjectRef::cluster(ObjectKind::NodePool, name.clone());
+            // The cached pool at the version this process last read fresh, unwritten since, has
+            // every anchor a fresh read would show but for what others changed unwatched (an
+            // anchor removed by hand is then swept a tick later).
+            if self.ctx.known.is_current(&target, &cached.metadata) {
+                add_anchors(&cache, cached, &mut anchors);
+                continue;
+            }
             // A transient error is retried at once (a skipped sweep waits a whole tick).
             let mut read = self.ctx.cluster.get_pool(name);
             for _ in 1..ANCHOR_READS {
@@ -633,16 +654,9 @@ impl Controller {
                     return report;
                 }
             };
+            self.ctx.known.read(target, pool.as_ref().map(|p| &p.metadata));
             let Some(pool) = pool else { continue };
-            for anchor in slots::anchors(&pool.metadata).into_values() {
-                let foreign = cache
-                    .claims
-                    .get(anchor)
-                    .is_some_and(|c| c.node_pool() != pool.metadata.name.as_deref());
-                if !foreign {
-                    anchors.insert(anchor.to_string());
-                }
-            }
+            add_anchors(&cache, &pool, &mut anchors);
         }
         let anchors = Arc::new(anchors);
         for (handler, subject, pool, slot) in subjects {
@@ -892,4 +906,18 @@ fn policy_selectors(cache: &CacheView) -> Vec<PolicySelector<'_>> {
             selector: &p.spec.node_pool_selector,
         })
         .collect()
+}
+
+/// The anchors of `pool` into `anchors`, but for one naming another pool's claim (a copied
+/// NodePool): that pool clears it, and an orphan it hid would never be swept.
+fn add_anchors(cache: &CacheView, pool: &NodePool, anchors: &mut BTreeSet<String>) {
+    for anchor in slots::anchors(&pool.metadata).into_values() {
+        let foreign = cache
+            .claims
+            .get(anchor)
+            .is_some_and(|c| c.node_pool() != pool.metadata.name.as_deref());
+        if !foreign {
+            anchors.insert(anchor.to_string());
+        }
+    }
 }

@@ -139,12 +139,33 @@ impl<'c> PassHost<'c> {
     }
 
     /// A fresh read of the pool, seen through this pass's slot.
-    fn fresh_pool(&self) -> Result<Option<NodePool>, ApiError> {
-        let mut pool = self.ctx.cluster.get_pool(self.snap.pool_name())?;
+    fn fresh_pool(&mut self) -> Result<Option<NodePool>, ApiError> {
+        let name = self.snap.pool_name().to_string();
+        let mut pool = self.ctx.cluster.get_pool(&name)?;
+        self.ctx.known.read(
+            ObjectRef::cluster(ObjectKind::NodePool, name),
+            pool.as_ref().map(|p| &p.metadata),
+        );
         if let Some(p) = pool.as_mut() {
             super::slots::swap_meta(&mut p.metadata, self.slot);
         }
         Ok(pool)
+    }
+
+    /// This pass's copy of `obj` when it is at the version this process last read fresh and
+    /// has not written since ([`Known`](super::Known)): what a fresh read would return, but for writes of
+    /// others the watch has not delivered yet. The pool is seen through this pass's slot.
+    fn known_copy(&self, obj: &ObjRef, target: &ObjectRef) -> Option<Fresh> {
+        let meta = self.meta(obj)?;
+        if !self.ctx.known.is_current(target, meta) {
+            return None;
+        }
+        Some(match obj {
+            ObjRef::Pool => Fresh::Pool(Box::new(self.snap.pool.clone()?)),
+            ObjRef::Claim(n) => Fresh::Claim(Box::new(self.snap.claim(n)?.clone())),
+            ObjRef::Node(n) => Fresh::Node(Box::new(self.snap.node(n)?.clone())),
+            ObjRef::Policy | ObjRef::Pod(..) => return None,
+        })
     }
 
     fn cluster_ref(&self, obj: &ObjRef) -> Option<ObjectRef> {
@@ -157,25 +178,42 @@ impl<'c> PassHost<'c> {
         })
     }
 
-    fn fresh(&self, obj: &ObjRef) -> Result<Option<Fresh>, ApiError> {
+    fn fresh(&mut self, obj: &ObjRef) -> Result<Option<Fresh>, ApiError> {
         let cluster = &self.ctx.cluster;
-        Ok(match obj {
-            ObjRef::Pool => self.fresh_pool()?.map(|x| Fresh::Pool(Box::new(x))),
+        let fresh = match obj {
+            ObjRef::Pool => return Ok(self.fresh_pool()?.map(|x| Fresh::Pool(Box::new(x)))),
             ObjRef::Claim(n) => cluster.get_claim(n)?.map(|x| Fresh::Claim(Box::new(x))),
             ObjRef::Node(n) => cluster.get_node(n)?.map(|x| Fresh::Node(Box::new(x))),
-            ObjRef::Policy | ObjRef::Pod(..) => None,
-        })
+            ObjRef::Policy | ObjRef::Pod(..) => return Ok(None),
+        };
+        if let Some(target) = self.cluster_ref(obj) {
+            self.ctx.known.read(target, fresh.as_ref().map(Fresh::meta));
+        }
+        Ok(fresh)
     }
 
     /// Evaluates the action's `holds=` guard with the pool read fresh: the target's fresh copy
     /// when it is the pool, else a fresh read of the pool in this attempt (a pool gone: false).
-    fn holds_fresh(&mut self, a: &Action<'_>, fresh: &Fresh) -> Result<bool, HostError> {
+    fn holds_fresh(
+        &mut self,
+        a: &Action<'_>,
+        fresh: &Fresh,
+        known: bool,
+    ) -> Result<bool, HostError> {
         if a.holds.is_none() {
             return Ok(true);
         }
         let pool = match fresh {
             Fresh::Pool(p) => Some(p.as_ref().clone()),
-            Fresh::Claim(_) | Fresh::Node(_) => self.fresh_pool().map_err(|e| fail(a.verb, e))?,
+            Fresh::Claim(_) | Fresh::Node(_) => {
+                let pool_ref = self.cluster_ref(&ObjRef::Pool);
+                match pool_ref
+                    .and_then(|r| known.then(|| self.known_copy(&ObjRef::Pool, &r)).flatten())
+                {
+                    Some(Fresh::Pool(p)) => Some(*p),
+                    _ => self.fresh_pool().map_err(|e| fail(a.verb, e))?,
+                }
+            }
         };
         let Some(pool) = pool else { return Ok(false) };
         let cached = self.snap.pool.replace(pool);
@@ -234,6 +272,9 @@ impl<'c> PassHost<'c> {
         write: (Patch, Option<String>),
     ) -> Result<(), ApiError> {
         let (patch, rv) = write;
+        // Whatever the answer, the write may have landed: this process no longer knows the
+        // object's version.
+        self.ctx.known.forget(target);
         if matches!(obj, ObjRef::Pool) && self.slot != 0 {
             let sent = super::slots::swap_patch(&patch, self.slot);
             self.ctx.cluster.patch(target, &sent, rv.as_deref())?;
@@ -246,6 +287,23 @@ impl<'c> PassHost<'c> {
 
     /// Read fresh, decide, write with the read's resourceVersion; on 409 start over. With
     /// `recheck`, its `holds=` guard must also be true on this attempt's fresh read.
+    ///
+    /// The first attempt decides on this pass's copy instead when it is at the version this
+    /// process last read fresh and has not written since ([`Known`](super::Known)): a write then carries
+    /// that version (a 409 reads fresh and decides again), and "nothing to write" costs no
+    /// request (docs/decisions/footprint.md).
+    /// Deletes `target` (with the preconditions given); this process no longer knows its
+    /// version, whatever the answer.
+    fn send_delete(
+        &mut self,
+        target: &ObjectRef,
+        uid: Option<&str>,
+        rv: Option<&str>,
+    ) -> Result<(), ApiError> {
+        self.ctx.known.forget(target);
+        self.ctx.cluster.delete(target, uid, rv)
+    }
+
     fn conditional(
         &mut self,
         verb: Verb,
@@ -254,14 +312,20 @@ impl<'c> PassHost<'c> {
         mut decide: impl FnMut(&Fresh) -> Decide,
     ) -> Result<Outcome, HostError> {
         let Some(target) = self.cluster_ref(obj) else { return Ok(Outcome::Gone) };
+        let mut first = true;
         self.write_loop(
             verb,
             |host| {
-                let Some(fresh) = host.fresh(obj).map_err(|e| fail(verb, e))? else {
-                    return Ok(Decide::Skip(Outcome::Gone));
+                let known = std::mem::take(&mut first);
+                let fresh = match known.then(|| host.known_copy(obj, &target)).flatten() {
+                    Some(copy) => copy,
+                    None => match host.fresh(obj).map_err(|e| fail(verb, e))? {
+                        Some(fresh) => fresh,
+                        None => return Ok(Decide::Skip(Outcome::Gone)),
+                    },
                 };
                 if let Some(a) = recheck
-                    && !host.holds_fresh(a, &fresh)?
+                    && !host.holds_fresh(a, &fresh, known)?
                 {
                     return Ok(Decide::Skip(Outcome::Raced));
                 }
@@ -1155,7 +1219,7 @@ impl<'c> PassHost<'c> {
         self.write_loop(
             verb,
             |_| Ok(Decide::Write((), Outcome::Won)),
-            |host, ()| host.ctx.cluster.delete(&target, uid.as_deref(), None),
+            |host, ()| host.send_delete(&target, uid.as_deref(), None),
             |host| {
                 let Some(uid) = uid.as_deref() else { return Ok(Some(Outcome::Gone)) };
                 let cluster = &host.ctx.cluster;
@@ -1196,7 +1260,7 @@ impl<'c> PassHost<'c> {
                 }
                 Ok(Decide::Write((meta.uid, meta.resource_version), Outcome::Won))
             },
-            |host, (uid, rv)| host.ctx.cluster.delete(&target, uid.as_deref(), rv.as_deref()),
+            |host, (uid, rv)| host.send_delete(&target, uid.as_deref(), rv.as_deref()),
             |_| Ok(None),
             || format!("{target} kept changing under {ATTEMPTS} conditional deletes"),
         )
@@ -1372,7 +1436,7 @@ impl<'c> PassHost<'c> {
                 let meta = fresh.metadata;
                 Ok(Decide::Write((meta.uid, meta.resource_version), Outcome::Won))
             },
-            |host, (uid, rv)| host.ctx.cluster.delete(&target, uid.as_deref(), rv.as_deref()),
+            |host, (uid, rv)| host.send_delete(&target, uid.as_deref(), rv.as_deref()),
             |_| Ok(None),
             || format!("{target} kept changing under {ATTEMPTS} conditional deletes"),
         )
