@@ -208,6 +208,26 @@ fn the_minimal_fixture_is_valid() {
     fixture_with(("spec-table.ron", "picked", "picked")).expect("fixture checks clean");
 }
 
+/// An Event message names only declared slots and annotation keys; a slot no message uses is
+/// an error too.
+#[test]
+fn event_messages_are_checked_templates() {
+    let cases = [
+        ("{claim} is dnoe {when}", 16, "unknown placeholder `{when}`"),
+        ("{claim} is done {key:sinse}", 16, "`{key:sinse}` names no key"),
+        ("{claim} is done {", 16, "bad message template"),
+        ("it is done", 17, "slot `claim` is used by no reason's message"),
+    ];
+    for (to, line, want) in cases {
+        let err = fixture_with(("vocabulary.ron", "{claim} is done", to)).expect_err(to);
+        let at = format!("fixture/vocabulary.ron:{line}:");
+        assert!(err.starts_with(&at), "{to}: not at {at} {err}");
+        assert!(err.contains(want), "{to}: want {want:?} in {err}");
+    }
+    fixture_with(("vocabulary.ron", "{claim} is done", "{claim} is done {key:since} {{}}"))
+        .expect("a key and literal braces are fine");
+}
+
 #[test]
 fn bad_rules_are_reported_with_file_line_and_column() {
     let cases: [(&str, (&str, &str, &str)); 14] = [

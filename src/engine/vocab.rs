@@ -8,3 +8,37 @@
 pub type KeyType = crate::rulebook::model::ValueType<&'static [&'static str]>;
 
 include!(concat!(env!("OUT_DIR"), "/vocab.rs"));
+
+/// A piece of an Event message (`rules/vocabulary.ron`): text, or a slot to fill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece {
+    Text(&'static str),
+    Slot(Slot),
+}
+
+/// An Event message as its pieces, in order; annotation keys are already written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Template(pub &'static [Piece]);
+
+impl Template {
+    /// The slots the message reads, in order (a slot may come twice).
+    pub fn slots(self) -> impl Iterator<Item = Slot> {
+        self.0.iter().filter_map(|p| match p {
+            Piece::Slot(s) => Some(*s),
+            Piece::Text(_) => None,
+        })
+    }
+
+    /// The message with each slot filled by `fill`, which is asked only for the slots this
+    /// message has.
+    pub fn render(self, mut fill: impl FnMut(Slot) -> String) -> String {
+        let mut out = String::new();
+        for piece in self.0 {
+            match piece {
+                Piece::Text(t) => out.push_str(t),
+                Piece::Slot(s) => out.push_str(&fill(*s)),
+            }
+        }
+        out
+    }
+}

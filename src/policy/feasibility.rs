@@ -37,118 +37,11 @@ pub enum Layer {
     Claim,
 }
 
-/// Finding reasons. Warnings use the Event reasons of §4.3 verbatim; fatal findings
-/// are announced with the `Infeasible` Event and carry their cause here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Reason {
-    // Layer 1, fatal.
-    /// No maintenance windows: `P` is undefined.
-    NoWindows,
-    /// `minRotationChances < 1`.
-    KBelowOne,
-    /// Auto `A <= 0`: `E <= K*P + t_rot`.
-    AgeThresholdNotPositive,
-    /// An override that guarantees fewer than one chance (`G < 1`).
-    OverrideBelowOneChance,
-    /// `ageThreshold: windows`: a node's expireAfter can hold fewer than K chances.
-    WindowChancesBelowK,
-    // Layer 1, warnings.
-    /// `K = 1`: no retry if a window is missed.
-    KBelowTwo,
-    /// `0 < A < P`: very aggressive.
-    AVeryAggressive,
-    /// Override guaranteeing `1 <= G < K`.
-    OverrideGBelowK,
-    /// `E + tGP > 21d` (EKS Auto Mode cap).
-    HardCapExceeded,
-    /// tGP unset: the drain is unbounded.
-    #[serde(rename = "TGPUnset")]
-    TgpUnset,
-    /// `retryBackoff < readyTimeout`.
-    RetryBackoffShort,
-    /// An explicit `drainEstimate` above the pool's tGP.
-    #[serde(rename = "DrainEstimateAboveTGP")]
-    DrainEstimateAboveTgp,
-    /// A resource in `spec.limits` is already used up: no room for a surge node.
-    NoLimitsHeadroom,
-    /// `spec.replicas` set: surge can never complete (§3.3).
-    StaticNodePool,
-    /// `matchNodeRequirements.required` lacks the zone key (§3.7).
-    ZoneNotRequired,
-    // Layer 2.
-    /// `C * A < N * P`: arrivals exceed capacity.
-    ThroughputBelowArrival,
-    /// A batch of N claims sharing one deadline needs `K * C >= N`.
-    ThroughputBurstShortfall,
-    /// `t_rot_est + cooldownAfter` longer than the gap between occurrences.
-    RotationSpansNextWindow,
-    // Layer 3.
-    /// One claim's own `E <= K*P + t_rot`.
-    ShortLead,
-}
+// `Cause`: what a finding is about, generated from `findings` in rules/vocabulary.ron with
+// its name, severity and layer.
+include!(concat!(env!("OUT_DIR"), "/causes.rs"));
 
-impl Reason {
-    /// The reason as written in Events, metrics and `plan` output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::NoWindows => "NoWindows",
-            Reason::KBelowOne => "KBelowOne",
-            Reason::AgeThresholdNotPositive => "AgeThresholdNotPositive",
-            Reason::OverrideBelowOneChance => "OverrideBelowOneChance",
-            Reason::WindowChancesBelowK => "WindowChancesBelowK",
-            Reason::KBelowTwo => "KBelowTwo",
-            Reason::AVeryAggressive => "AVeryAggressive",
-            Reason::OverrideGBelowK => "OverrideGBelowK",
-            Reason::HardCapExceeded => "HardCapExceeded",
-            Reason::TgpUnset => "TGPUnset",
-            Reason::RetryBackoffShort => "RetryBackoffShort",
-            Reason::DrainEstimateAboveTgp => "DrainEstimateAboveTGP",
-            Reason::NoLimitsHeadroom => "NoLimitsHeadroom",
-            Reason::StaticNodePool => "StaticNodePool",
-            Reason::ZoneNotRequired => "ZoneNotRequired",
-            Reason::ThroughputBelowArrival => "ThroughputBelowArrival",
-            Reason::ThroughputBurstShortfall => "ThroughputBurstShortfall",
-            Reason::RotationSpansNextWindow => "RotationSpansNextWindow",
-            Reason::ShortLead => "ShortLead",
-        }
-    }
-
-    /// Fatal or warning; fixed per reason.
-    pub fn severity(self) -> Severity {
-        match self {
-            Reason::NoWindows
-            | Reason::KBelowOne
-            | Reason::AgeThresholdNotPositive
-            | Reason::OverrideBelowOneChance
-            | Reason::WindowChancesBelowK => Severity::Fatal,
-            Reason::KBelowTwo
-            | Reason::AVeryAggressive
-            | Reason::OverrideGBelowK
-            | Reason::HardCapExceeded
-            | Reason::TgpUnset
-            | Reason::RetryBackoffShort
-            | Reason::DrainEstimateAboveTgp
-            | Reason::NoLimitsHeadroom
-            | Reason::StaticNodePool
-            | Reason::ZoneNotRequired
-            | Reason::ThroughputBelowArrival
-            | Reason::ThroughputBurstShortfall
-            | Reason::RotationSpansNextWindow
-            | Reason::ShortLead => Severity::Warning,
-        }
-    }
-
-    /// The layer the reason belongs to.
-    pub fn layer(self) -> Layer {
-        match self {
-            Reason::ThroughputBelowArrival
-            | Reason::ThroughputBurstShortfall
-            | Reason::RotationSpansNextWindow => Layer::Throughput,
-            Reason::ShortLead => Layer::Claim,
-            _ => Layer::Policy,
-        }
-    }
-
+impl Cause {
     /// The Event reason (§4.3): `Infeasible` for every fatal finding, else the reason itself.
     pub fn event_reason(self) -> &'static str {
         match self.severity() {
@@ -158,7 +51,7 @@ impl Reason {
     }
 }
 
-impl fmt::Display for Reason {
+impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -167,7 +60,7 @@ impl fmt::Display for Reason {
 /// One feasibility finding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
-    pub reason: Reason,
+    pub reason: Cause,
     pub severity: Severity,
     /// What is wrong, with the numbers.
     pub message: String,
@@ -176,7 +69,7 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn new(reason: Reason, message: String, fix: impl Into<String>) -> Finding {
+    fn new(reason: Cause, message: String, fix: impl Into<String>) -> Finding {
         Finding { reason, severity: reason.severity(), message, fix: fix.into() }
     }
 }
@@ -272,20 +165,20 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
 
     if profile.is_none() {
         findings.push(Finding::new(
-            Reason::NoWindows,
+            Cause::NoWindows,
             "spec.maintenanceWindows is empty: there is no window to rotate in".into(),
             "add at least one maintenance window",
         ));
     }
     if k < 1 {
         findings.push(Finding::new(
-            Reason::KBelowOne,
+            Cause::KBelowOne,
             "minRotationChances is below 1".into(),
             "set minRotationChances to 1 or more (2 leaves one retry)",
         ));
     } else if k == 1 {
         findings.push(Finding::new(
-            Reason::KBelowTwo,
+            Cause::KBelowTwo,
             "minRotationChances is 1: a node whose one window is missed or fails reaches forced \
              expiry"
                 .into(),
@@ -327,7 +220,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
             lead_time = Some(lead);
             if a <= Duration::zero() {
                 findings.push(Finding::new(
-                    Reason::AgeThresholdNotPositive,
+                    Cause::AgeThresholdNotPositive,
                     format!(
                         "auto ageThreshold A = E - (K*P + t_rot) = {} - ({k}*{} + {}) = {} is not \
                          positive: nodes cannot get {k} window chances before their forced expiry",
@@ -356,7 +249,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
             chances = Some(g);
             if g < 1 {
                 findings.push(Finding::new(
-                    Reason::OverrideBelowOneChance,
+                    Cause::OverrideBelowOneChance,
                     format!(
                         "ageThreshold {} guarantees G = floor((E - A - t_rot) / P) = floor(({} - \
                          {} - {}) / {}) = {g} window chances before forced expiry",
@@ -373,7 +266,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
                 ));
             } else if g < i64::from(k) {
                 findings.push(Finding::new(
-                    Reason::OverrideGBelowK,
+                    Cause::OverrideGBelowK,
                     format!(
                         "ageThreshold {} guarantees only {g} window chance(s), fewer than \
                          minRotationChances {k}",
@@ -403,7 +296,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
     };
     if hard_cap_exceeded {
         findings.push(Finding::new(
-            Reason::HardCapExceeded,
+            Cause::HardCapExceeded,
             format!(
                 "expireAfter {} + terminationGracePeriod {} exceeds 21d, the maximum node \
                  lifetime EKS Auto Mode enforces",
@@ -415,7 +308,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
     }
     if tgp.is_none() {
         findings.push(Finding::new(
-            Reason::TgpUnset,
+            Cause::TGPUnset,
             "the NodePool has no terminationGracePeriod: a drain blocked by a PodDisruptionBudget \
              never ends, and t_rot assumes 1h"
                 .into(),
@@ -424,7 +317,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
     }
     if settings.retry_backoff < settings.ready_timeout {
         findings.push(Finding::new(
-            Reason::RetryBackoffShort,
+            Cause::RetryBackoffShort,
             format!(
                 "retryBackoff {} is shorter than readyTimeout {}: a systematic failure is retried \
                  before the previous attempt could have succeeded",
@@ -438,7 +331,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
         && d > t
     {
         findings.push(Finding::new(
-            Reason::DrainEstimateAboveTgp,
+            Cause::DrainEstimateAboveTGP,
             format!(
                 "drainEstimate {} exceeds the terminationGracePeriod {}, which cuts every \
                  drain off",
@@ -450,7 +343,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
     }
     if !pool.exhausted_limits.is_empty() {
         findings.push(Finding::new(
-            Reason::NoLimitsHeadroom,
+            Cause::NoLimitsHeadroom,
             format!(
                 "spec.limits leaves less than one node's worth of {}: Karpenter cannot launch a \
                  surge node",
@@ -461,7 +354,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
     }
     if pool.static_pool {
         findings.push(Finding::new(
-            Reason::StaticNodePool,
+            Cause::StaticNodePool,
             "the NodePool is static (spec.replicas): a surge can never complete there, so its \
              nodes are not rotated"
                 .into(),
@@ -470,7 +363,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
     }
     if !settings.match_node_requirements.required.iter().any(|k| k == ZONE_KEY) {
         findings.push(Finding::new(
-            Reason::ZoneNotRequired,
+            Cause::ZoneNotRequired,
             format!(
                 "surge.matchNodeRequirements.required lacks {ZONE_KEY}: a replacement may come up \
                  in another zone than the node it replaces"
@@ -517,7 +410,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
             && check.short(lanes)
         {
             findings.push(Finding::new(
-                Reason::ThroughputBelowArrival,
+                Cause::ThroughputBelowArrival,
                 match starts_per_occurrence {
                     Some(c) => format!(
                         "{n} nodes arrive every A = {} but the windows start at most C = {c} \
@@ -555,7 +448,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
             && check.short(lanes)
         {
             findings.push(Finding::new(
-                Reason::ThroughputBurstShortfall,
+                Cause::ThroughputBurstShortfall,
                 format!(
                     "if the pool's {n} nodes were created together (one scale-up), they would \
                      share one deadline, but its {g} chance(s) allow only {} rotation(s) before \
@@ -580,7 +473,7 @@ pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Ass
         && slot > gap
     {
         findings.push(Finding::new(
-            Reason::RotationSpansNextWindow,
+            Cause::RotationSpansNextWindow,
             format!(
                 "one rotation (t_rot_est + cooldownAfter = {}) outlasts the shortest gap \
                  between occurrences ({}): a rotation spills into the next occurrence; no \
@@ -799,7 +692,7 @@ fn to_u64(n: usize) -> u64 {
 /// shorter than `P`.
 fn aggressive(subject: String, p: Duration) -> Finding {
     Finding::new(
-        Reason::AVeryAggressive,
+        Cause::AVeryAggressive,
         format!(
             "{subject} shorter than the window period P = {}: nodes are replaced soon after they \
              arrive",
@@ -829,7 +722,7 @@ fn windows_below_k(pc: &chances::PoolChances, e: Duration, k: u32, t_rot: Durati
         "lower minRotationChances".to_string()
     };
     Finding::new(
-        Reason::WindowChancesBelowK,
+        Cause::WindowChancesBelowK,
         format!(
             "ageThreshold windows: with expireAfter {}, a node created as a window closes gets \
              only {fewest} window occurrence(s) in which a rotation can start and finish (t_rot \
@@ -885,7 +778,7 @@ pub fn short_lead(
             chances::last_chances(&settings.schedule, listed, created, deadline, t_rot, k).count;
         return (got < k.max(1)).then(|| {
             Finding::new(
-                Reason::ShortLead,
+                Cause::ShortLead,
                 format!(
                     "expireAfter {} leaves this node {got} window occurrence(s) in which a \
                      rotation can start and finish (t_rot = {}) before its forced expiry: it \
@@ -900,7 +793,7 @@ pub fn short_lead(
     let lead = derive::lead_time(k, period, settings.t_rot(termination_grace_period));
     (e <= lead).then(|| {
         Finding::new(
-            Reason::ShortLead,
+            Cause::ShortLead,
             format!(
                 "expireAfter {} is not longer than K*P + t_rot = {}: this node cannot get {k} \
                  window chances",
@@ -937,7 +830,7 @@ mod tests {
         }
     }
 
-    fn reasons(a: &Assessment) -> Vec<Reason> {
+    fn reasons(a: &Assessment) -> Vec<Cause> {
         a.findings.iter().map(|f| f.reason).collect()
     }
 
@@ -961,7 +854,7 @@ mod tests {
         assert_eq!(d.starts_per_occurrence, Some(10));
         assert_eq!(d.chances, Some(2));
         assert!(!a.has_fatal(), "{:?}", a.findings);
-        assert_eq!(reasons(&a), Vec::<Reason>::new());
+        assert_eq!(reasons(&a), Vec::<Cause>::new());
     }
 
     #[test]
@@ -969,7 +862,7 @@ mod tests {
         let s = settings(&[("Asia/Tokyo", &["Sat"], "02:00", "06:00")]);
         let a = assess(&s, &pool(14, Some(Duration::hours(1)), 20), now());
         assert!(a.has_fatal());
-        assert_eq!(reasons(&a), [Reason::AgeThresholdNotPositive]);
+        assert_eq!(reasons(&a), [Cause::AgeThresholdNotPositive]);
         let f = &a.findings[0];
         assert_eq!(f.severity, Severity::Fatal);
         assert_eq!(f.reason.event_reason(), "Infeasible");
@@ -982,7 +875,7 @@ mod tests {
         spec.min_rotation_chances = 0;
         let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
         let a = assess(&s, &pool(14, Some(Duration::hours(1)), 20), now());
-        assert_eq!(reasons(&a), [Reason::NoWindows, Reason::KBelowOne]);
+        assert_eq!(reasons(&a), [Cause::NoWindows, Cause::KBelowOne]);
         assert_eq!(a.derived.period, None);
     }
 
@@ -1001,13 +894,13 @@ mod tests {
         assert_eq!(
             reasons(&a),
             [
-                Reason::KBelowTwo,
-                Reason::HardCapExceeded,
-                Reason::RetryBackoffShort,
-                Reason::DrainEstimateAboveTgp,
-                Reason::NoLimitsHeadroom,
-                Reason::StaticNodePool,
-                Reason::ZoneNotRequired,
+                Cause::KBelowTwo,
+                Cause::HardCapExceeded,
+                Cause::RetryBackoffShort,
+                Cause::DrainEstimateAboveTGP,
+                Cause::NoLimitsHeadroom,
+                Cause::StaticNodePool,
+                Cause::ZoneNotRequired,
             ]
         );
         let p = pool(14, None, 0);
@@ -1016,7 +909,7 @@ mod tests {
             &PoolFacts { expire_after: ExpireAfter::Never, ..p },
             now(),
         );
-        assert_eq!(reasons(&a), [Reason::HardCapExceeded, Reason::TgpUnset]);
+        assert_eq!(reasons(&a), [Cause::HardCapExceeded, Cause::TGPUnset]);
         assert_eq!(a.derived.age_threshold, None);
     }
 
@@ -1026,7 +919,7 @@ mod tests {
         let all: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
         let s = settings(&[("UTC", all, "02:00", "03:00")]);
         let a = assess(&s, &pool(3, Some(Duration::hours(1)), 1), now());
-        assert_eq!(reasons(&a), [Reason::AVeryAggressive]);
+        assert_eq!(reasons(&a), [Cause::AVeryAggressive]);
     }
 
     #[test]
@@ -1040,18 +933,18 @@ mod tests {
         assert!(a.findings.is_empty(), "{:?}", a.findings);
         spec.age_threshold = "168h".into(); // G = floor((7d - 1h17m) / 4d) = 1
         let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(reasons(&assess(&s, &pool(14, t, 2), now())), [Reason::OverrideGBelowK]);
+        assert_eq!(reasons(&assess(&s, &pool(14, t, 2), now())), [Cause::OverrideGBelowK]);
         spec.age_threshold = "264h".into(); // G = floor((3d - 1h17m) / 4d) = 0
         let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
         let a = assess(&s, &pool(14, t, 2), now());
-        assert_eq!(reasons(&a), [Reason::OverrideBelowOneChance]);
+        assert_eq!(reasons(&a), [Cause::OverrideBelowOneChance]);
         assert!(a.has_fatal());
         assert!(a.findings[0].fix.contains("at most 5d22h43m"), "{}", a.findings[0].fix);
         // E = 8d < K*P + t_rot: no ageThreshold gives K chances; never advise a negative one.
         spec.age_threshold = "24h".into();
         let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
         let a = assess(&s, &pool(8, t, 2), now());
-        let f = a.findings.iter().find(|f| f.reason == Reason::OverrideGBelowK);
+        let f = a.findings.iter().find(|f| f.reason == Cause::OverrideGBelowK);
         let fix = &f.unwrap_or_else(|| panic!("{:?}", a.findings)).fix;
         assert!(fix.contains("raise the NodePool's expireAfter") && !fix.contains('-'), "{fix}");
     }
@@ -1061,7 +954,7 @@ mod tests {
         // Worked example with 200 nodes: C*A = 10 * 5.9d < 200 * 4d; K*C = 20 < 200.
         let s = settings(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
         let a = assess(&s, &pool(14, Some(Duration::hours(1)), 200), now());
-        assert_eq!(reasons(&a), [Reason::ThroughputBelowArrival, Reason::ThroughputBurstShortfall]);
+        assert_eq!(reasons(&a), [Cause::ThroughputBelowArrival, Cause::ThroughputBurstShortfall]);
         // 14 nodes: arrivals fine (10 * 5d22h43m >= 14 * 4d), burst 20 >= 14.
         let a = assess(&s, &pool(14, Some(Duration::hours(1)), 14), now());
         assert!(a.findings.is_empty(), "{:?}", a.findings);
@@ -1071,7 +964,7 @@ mod tests {
         spec.surge.cooldown_after = "30m".into();
         let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
         let a = assess(&s, &pool(20, Some(Duration::hours(1)), 1), now());
-        assert!(reasons(&a).contains(&Reason::RotationSpansNextWindow), "{:?}", a.findings);
+        assert!(reasons(&a).contains(&Cause::RotationSpansNextWindow), "{:?}", a.findings);
         let gap = a.derived.shortest_gap;
         assert_eq!(gap, Some(Duration::minutes(30)));
     }
@@ -1085,7 +978,7 @@ mod tests {
         assert_eq!(a.derived.period, Some(Duration::minutes(1)));
         assert_eq!(a.derived.starts_per_occurrence, None);
         // Lead time is K*1m + t_rot: a batch of 3 sharing a deadline cannot all finish.
-        assert_eq!(reasons(&a), [Reason::ThroughputBurstShortfall]);
+        assert_eq!(reasons(&a), [Cause::ThroughputBurstShortfall]);
         let a = assess(&s, &pool(14, Some(Duration::hours(1)), 1), now());
         assert!(a.findings.is_empty(), "{:?}", a.findings);
     }
@@ -1098,7 +991,7 @@ mod tests {
         let short = |e| short_lead(&s, e, tgp, p, None, &[]);
         assert_eq!(short(ExpireAfter::After(Duration::days(14))), None);
         let f = short(ExpireAfter::After(Duration::days(8) + Duration::minutes(77)));
-        assert_eq!(f.map(|f| f.reason), Some(Reason::ShortLead));
+        assert_eq!(f.map(|f| f.reason), Some(Cause::ShortLead));
         assert_eq!(short(ExpireAfter::Never), None);
     }
 
@@ -1126,13 +1019,13 @@ mod tests {
         // E = 7d: infeasible for auto (8d1h17m of lead), feasible here, but a node created in
         // a window that is already one of its last two is due at once.
         let a = assess(&s, &pool(7, t, 1), now());
-        assert_eq!(reasons(&a), [Reason::AVeryAggressive]);
+        assert_eq!(reasons(&a), [Cause::AVeryAggressive]);
         assert_eq!(a.derived.age_threshold, Some(Duration::zero()));
         assert!(a.findings[0].message.starts_with("a node can fall due at age 0s"));
         let auto = settings(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
         assert_eq!(
             reasons(&assess(&auto, &pool(7, t, 1), now())),
-            [Reason::AgeThresholdNotPositive]
+            [Cause::AgeThresholdNotPositive]
         );
     }
 
@@ -1142,7 +1035,7 @@ mod tests {
         // deadline (the Wednesday after is 6d20h away). Every node needs 6d20h + t_rot.
         let s = windows_mode(&[("Asia/Tokyo", &["Wed", "Sat"], "02:00", "06:00")]);
         let a = assess(&s, &pool(6, Some(Duration::hours(1)), 1), now());
-        assert_eq!(reasons(&a), [Reason::WindowChancesBelowK]);
+        assert_eq!(reasons(&a), [Cause::WindowChancesBelowK]);
         assert!(a.has_fatal());
         assert_eq!(a.derived.chances, Some(1));
         let f = &a.findings[0];
@@ -1158,7 +1051,7 @@ mod tests {
         // A weekly window cannot give every node two chances in 8 days.
         let monthly = windows_mode(&[("UTC", &["Sat"], "02:00", "06:00")]);
         let a = assess(&monthly, &pool(8, Some(Duration::hours(1)), 1), now());
-        assert_eq!(reasons(&a), [Reason::WindowChancesBelowK]);
+        assert_eq!(reasons(&a), [Cause::WindowChancesBelowK]);
         assert_eq!(a.derived.chances, Some(1));
     }
 
@@ -1181,7 +1074,7 @@ mod tests {
         let at = |h| Utc.with_ymd_and_hms(2026, 6, 3, h, 0, 0).single();
         assert_eq!(short_lead(&s, e, tgp, p, at(5), &[]), None);
         let f = short_lead(&s, e, tgp, p, at(7), &[]).unwrap_or_else(|| panic!("short"));
-        assert_eq!(f.reason, Reason::ShortLead);
+        assert_eq!(f.reason, Cause::ShortLead);
         assert!(f.message.contains("leaves this node 1 window occurrence(s)"), "{}", f.message);
         assert_eq!(short_lead(&s, ExpireAfter::Never, tgp, p, at(7), &[]), None);
         // Auto judges E alone: 4d <= 2*4d + 1h17m.
@@ -1191,7 +1084,7 @@ mod tests {
 
     #[test]
     fn reason_names_round_trip() {
-        for r in [Reason::TgpUnset, Reason::DrainEstimateAboveTgp, Reason::ShortLead] {
+        for r in [Cause::TGPUnset, Cause::DrainEstimateAboveTGP, Cause::ShortLead] {
             let json = serde_json::to_string(&r).unwrap_or_default();
             assert_eq!(json, format!("\"{}\"", r.as_str()));
         }
@@ -1203,7 +1096,7 @@ mod tests {
         Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn message(a: &Assessment, reason: Reason) -> String {
+    fn message(a: &Assessment, reason: Cause) -> String {
         let f = a.findings.iter().find(|f| f.reason == reason);
         f.map(|f| f.message.clone()).unwrap_or_else(|| panic!("no {reason}: {:?}", a.findings))
     }
@@ -1221,18 +1114,18 @@ mod tests {
         assert_eq!(one.derived.lanes, 1);
         assert_eq!(one.derived.lanes_needed, Some(14));
         assert_eq!(one.derived.starts_per_occurrence, Some(10));
-        let arrival = message(&one, Reason::ThroughputBelowArrival);
+        let arrival = message(&one, Cause::ThroughputBelowArrival);
         assert!(arrival.ends_with("surge.maxUnavailable 14 or more would fix it"), "{arrival}");
-        let burst = message(&one, Reason::ThroughputBurstShortfall);
+        let burst = message(&one, Cause::ThroughputBurstShortfall);
         assert!(burst.ends_with("surge.maxUnavailable 10 or more would fix it"), "{burst}");
         // The smallest lane count that fixes each is exactly the one it names.
         let reasons_with = |m: i32| reasons(&assess_with(IntOrString::Int(m)));
         assert_eq!(
             reasons_with(9),
-            [Reason::ThroughputBelowArrival, Reason::ThroughputBurstShortfall]
+            [Cause::ThroughputBelowArrival, Cause::ThroughputBurstShortfall]
         );
-        assert_eq!(reasons_with(10), [Reason::ThroughputBelowArrival]);
-        assert_eq!(reasons_with(13), [Reason::ThroughputBelowArrival]);
+        assert_eq!(reasons_with(10), [Cause::ThroughputBelowArrival]);
+        assert_eq!(reasons_with(13), [Cause::ThroughputBelowArrival]);
         assert_eq!(reasons_with(14), []);
         let fourteen = assess_with(IntOrString::Int(14));
         assert_eq!(fourteen.derived.starts_per_occurrence, Some(140), "C = m * 10");
@@ -1241,8 +1134,8 @@ mod tests {
         // 7% (14) is the smallest that fixes the arrivals.
         let five = assess_with(IntOrString::String("5%".into()));
         assert_eq!(five.derived.lanes, 10);
-        assert_eq!(reasons(&five), [Reason::ThroughputBelowArrival]);
-        let arrival = message(&five, Reason::ThroughputBelowArrival);
+        assert_eq!(reasons(&five), [Cause::ThroughputBelowArrival]);
+        let arrival = message(&five, Cause::ThroughputBelowArrival);
         assert!(
             arrival.ends_with(
                 "surge.maxUnavailable \"7%\" (14 of 200 nodes at once) or more would fix it"
@@ -1290,12 +1183,12 @@ mod tests {
         let (capped, why) = auto(Some(IntOrString::Int(10)), 200);
         assert_eq!(capped.derived.lanes, 10);
         assert_eq!(why, "auto: 14 needed for 200 nodes, capped at maxUnavailableLimit 10 (10)");
-        let arrival = message(&capped, Reason::ThroughputBelowArrival);
+        let arrival = message(&capped, Cause::ThroughputBelowArrival);
         assert!(
             arrival.ends_with("surge.maxUnavailableLimit 14 or more would fix it"),
             "{arrival}"
         );
-        let finding = capped.findings.iter().find(|f| f.reason == Reason::ThroughputBelowArrival);
+        let finding = capped.findings.iter().find(|f| f.reason == Cause::ThroughputBelowArrival);
         assert!(
             finding.is_some_and(|f| f.fix.starts_with("raise surge.maxUnavailableLimit,")),
             "{finding:?}"
@@ -1303,7 +1196,7 @@ mod tests {
         // A percentage limit is advised as one: 7% of 200 is the smallest that holds 14.
         let (five, _) = auto(Some(IntOrString::String("5%".into())), 200);
         assert_eq!(five.derived.lanes, 10);
-        let arrival = message(&five, Reason::ThroughputBelowArrival);
+        let arrival = message(&five, Cause::ThroughputBelowArrival);
         assert!(
             arrival.ends_with(
                 "surge.maxUnavailableLimit \"7%\" (14 of 200 nodes at once) or more would fix it"
@@ -1322,7 +1215,7 @@ mod tests {
                 "auto: {needed} needed for 2000 nodes, capped at maxUnavailableLimit 100% (100)"
             )
         );
-        let arrival = message(&huge, Reason::ThroughputBelowArrival);
+        let arrival = message(&huge, Cause::ThroughputBelowArrival);
         assert!(
             arrival.ends_with(&format!(
                 "it needs {needed} rotations at once, more than surge.maxUnavailable allows \
@@ -1330,7 +1223,7 @@ mod tests {
             )),
             "{arrival}"
         );
-        let finding = huge.findings.iter().find(|f| f.reason == Reason::ThroughputBelowArrival);
+        let finding = huge.findings.iter().find(|f| f.reason == Cause::ThroughputBelowArrival);
         assert!(
             finding.is_some_and(|f| f.fix.starts_with("lengthen or add maintenance windows,")),
             "no limit to raise: {finding:?}"
@@ -1359,10 +1252,10 @@ mod tests {
             let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
             reasons(&assess(&s, &pool(14, t, 200), now()))
         };
-        let both = [Reason::ThroughputBelowArrival, Reason::ThroughputBurstShortfall];
+        let both = [Cause::ThroughputBelowArrival, Cause::ThroughputBurstShortfall];
         assert_eq!(reasons_with(9), both);
-        assert_eq!(reasons_with(10), [Reason::ThroughputBelowArrival]);
-        assert_eq!(reasons_with(11), [Reason::ThroughputBelowArrival]);
+        assert_eq!(reasons_with(10), [Cause::ThroughputBelowArrival]);
+        assert_eq!(reasons_with(11), [Cause::ThroughputBelowArrival]);
         assert_eq!(reasons_with(12), []);
     }
 
@@ -1374,10 +1267,10 @@ mod tests {
             &[("UTC", &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"], "00:00", "00:00")];
         let t = Some(Duration::hours(1));
         let one = assess(&with_max_unavailable(ALL, IntOrString::Int(1)), &pool(14, t, 3), now());
-        let burst = message(&one, Reason::ThroughputBurstShortfall);
+        let burst = message(&one, Cause::ThroughputBurstShortfall);
         assert!(burst.ends_with("surge.maxUnavailable 3 or more would fix it"), "{burst}");
         let two = assess(&with_max_unavailable(ALL, IntOrString::Int(2)), &pool(14, t, 3), now());
-        let burst = message(&two, Reason::ThroughputBurstShortfall);
+        let burst = message(&two, Cause::ThroughputBurstShortfall);
         assert!(burst.contains("allow only 2 rotation(s) before it (2 at once)"), "{burst}");
         let three = assess(&with_max_unavailable(ALL, IntOrString::Int(3)), &pool(14, t, 3), now());
         assert!(three.findings.is_empty(), "{:?}", three.findings);
@@ -1394,7 +1287,7 @@ mod tests {
         spec.surge.max_unavailable = IntOrString::Int(4);
         let s = Effective::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
         let a = assess(&s, &pool(20, Some(Duration::hours(1)), 1), now());
-        let spans = message(&a, Reason::RotationSpansNextWindow);
+        let spans = message(&a, Cause::RotationSpansNextWindow);
         assert!(spans.contains("no surge.maxUnavailable changes that"), "{spans}");
     }
 

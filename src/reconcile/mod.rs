@@ -737,15 +737,12 @@ impl Controller {
                     feasibility::short_lead(&p.settings, expire, tgp, period, d.created(), listed);
                 let Some(f) = short else { continue };
                 let Some(name) = c.metadata.name.clone() else { continue };
-                let key = (format!("{pool}|claim/{name}"), "ShortLead".to_string());
+                let reason = f.reason.event_reason().to_string();
+                let key = (format!("{pool}|claim/{name}"), reason.clone());
                 raised.insert(key.clone());
                 if self.ctx.latch.should_fire(key, &f.fix) {
                     let object = ObjectRef::cluster(ObjectKind::NodeClaim, name);
-                    events.push((
-                        object,
-                        "ShortLead".to_string(),
-                        format!("{} Fix: {}", f.message, f.fix),
-                    ));
+                    events.push((object, reason, format!("{} Fix: {}", f.message, f.fix)));
                 }
             }
         }

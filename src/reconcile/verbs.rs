@@ -12,8 +12,8 @@ use super::snapshot::{Snapshot, annotation};
 use super::{Announcement, Ctx};
 use crate::cluster::{ApiError, EventRecord, ObjectKind, ObjectRef, Patch};
 use crate::engine::{
-    ANCHOR_CLEAR_SET, Action, ClaimState, Facts, Field, Host, HostError, Key, ObjRef, Outcome,
-    Pred, Reason, Root, Row, Signal, Value, Verb, Verdict,
+    ANCHOR_CLEAR_SET, Action, ClaimState, Facts, Field, Host, HostError, Key, Message, ObjRef,
+    Outcome, Pred, Reason, Root, Row, Signal, Slot, Value, Verb, Verdict,
 };
 use crate::karpenter::{NodeClaim, NodePool, node_ready};
 use crate::placeholder;
@@ -23,6 +23,12 @@ use crate::placeholder;
 fn frozen_for_another(meta: &ObjectMeta, owner: &str, in_flight: &BTreeSet<String>) -> bool {
     annotation(meta, Key::SurgeFor).is_some_and(|other| other != owner && in_flight.contains(other))
 }
+
+/// The gate stamps `InvalidGateStamp` is about, in the order they are checked.
+const GATE_STAMPS: [Key; 2] = [Key::LastRotationAt, Key::LastFailureAt];
+
+/// The claim's stamps `InvalidStamp` is about, in the order they are checked.
+const CLAIM_STAMPS: [Key; 2] = [Key::StartedAt, Key::FailedAt];
 
 /// Attempts of one conditional write before the pass gives up (and is retried later).
 const ATTEMPTS: usize = 5;
@@ -419,44 +425,62 @@ impl<'c> PassHost<'c> {
         }
     }
 
+    /// The Event message of `reason` as the rules raise it: which of its messages this Event
+    /// is, filled with its details.
     fn message(&self, reason: Reason, a: &Action<'_>) -> String {
         let claim = self.subject_claim(a).unwrap_or_default();
-        let pool = self.snap.pool_name();
-        match reason {
-            Reason::RotationStarted => {
-                format!("rotation of NodeClaim {claim} started in NodePool {pool}")
+        let pool_meta = self.snap.pool.as_ref().map(|p| &p.metadata);
+        let claim_meta = self.snap.claim(&claim).map(|c| &c.metadata);
+        let message = match reason {
+            Reason::InsufficientHeadroom if self.shortfall().is_none() => {
+                Message::InsufficientHeadroomUnmeasured
             }
-            Reason::RotationCompleted => format!("NodeClaim {claim} was replaced"),
-            Reason::ForcefulFallback => format!(
-                "NodeClaim {claim} is deleted without surge: its forced expiry is closer than t_rot"
-            ),
-            Reason::NothingToReserve => format!(
-                "NodeClaim {claim} is deleted without surge: the pods to reschedule from its node request no resources (BestEffort, or none), so there is no capacity to reserve first"
-            ),
-            Reason::WindowMissed => format!(
-                "the maintenance window closed with {} candidate(s) left in NodePool {pool}",
-                self.snap.census
-            ),
-            Reason::DrainStuck => format!("NodeClaim {claim} has drained longer than tGP + buffer"),
-            Reason::StaticNodePool => format!(
-                "NodePool {pool} sets spec.replicas: surge cannot complete there, no rotation starts"
-            ),
-            Reason::InsufficientHeadroom => self.headroom_detail(),
-            Reason::PolicyConflict => match &self.snap.governance {
+            Reason::InvalidGateStamp
+                if self.invalid_stamp(pool_meta, &GATE_STAMPS).map(|(k, _)| k)
+                    == Some(Key::LastFailureAt) =>
+            {
+                Message::InvalidGateStampLastFailure
+            }
+            Reason::InvalidStamp
+                if self.invalid_stamp(claim_meta, &CLAIM_STAMPS).map(|(k, _)| k)
+                    == Some(Key::FailedAt) =>
+            {
+                Message::InvalidStampFailedAt
+            }
+            Reason::RotationFailed if a.row.starts_with("sweep_") => {
+                Message::RotationFailedOrphaned
+            }
+            Reason::RotationFailed if self.surge_trouble(&claim).is_some() => {
+                Message::RotationFailedSurgeFailed
+            }
+            reason => reason.message(),
+        };
+        self.render(message, &claim, &[])
+    }
+
+    /// `message` filled with its details; `clamped` is what the placeholder's clamp lowered.
+    fn render(&self, message: Message, claim: &str, clamped: &[String]) -> String {
+        message.template().render(|slot| self.detail(slot, message, claim, clamped))
+    }
+
+    /// One detail of an Event message about `claim` (see `slots` in rules/vocabulary.ron).
+    fn detail(&self, slot: Slot, message: Message, claim: &str, clamped: &[String]) -> String {
+        match slot {
+            Slot::Claim => claim.to_string(),
+            Slot::Pool => self.snap.pool_name().to_string(),
+            Slot::Census => self.snap.census.to_string(),
+            Slot::Shortfall => self.shortfall().unwrap_or_default(),
+            Slot::Policies => match &self.snap.governance {
                 super::snapshot::GovernanceView::Conflict(p) => {
-                    let names = crate::policy::resolve::capped_list(
+                    crate::policy::resolve::capped_list(
                         p.iter().map(String::as_str),
                         p.len(),
                         crate::policy::resolve::LISTED_POLICIES + 1,
-                    );
-                    format!("policies {names} tie for NodePool {pool}: no rotation")
+                    )
                 }
-                _ => "policy conflict".into(),
+                _ => String::new(),
             },
-            Reason::GovernanceLost => format!(
-                "NodePool {pool} lost its governing policy during the rotation of {claim}: rolled back"
-            ),
-            Reason::Infeasible => {
+            Slot::Fatal => {
                 let fatal: Vec<String> = self
                     .snap
                     .assessment
@@ -465,136 +489,73 @@ impl<'c> PassHost<'c> {
                     .filter(|f| f.severity == crate::policy::feasibility::Severity::Fatal)
                     .map(|f| format!("{}: {} Fix: {}", f.reason, f.message, f.fix))
                     .collect();
-                format!("no rotation starts in NodePool {pool}: {}", fatal.join("; "))
+                fatal.join("; ")
             }
-            Reason::EmptyAnchor => format!(
-                "{} on NodePool {pool} was set to an empty value (by hand?): it names no rotation, so it was removed with the rest of its slot's keys; the slot is free",
-                Key::ActiveRotation.full()
-            ),
-            Reason::ForeignAnchor => {
-                let owner = self
-                    .snap
-                    .claim(&claim)
-                    .and_then(|c| c.node_pool())
-                    .map(|p| format!("NodePool {p}"))
-                    .unwrap_or_else(|| "no NodePool".into());
-                format!(
-                    "noderotation.io/active-rotation of NodePool {pool} named NodeClaim {claim}, which belongs to {owner}: cleared without touching that rotation (was the NodePool copied with its annotations?)"
-                )
-            }
-            Reason::InvalidGateStamp => {
-                let meta = self.snap.pool.as_ref().map(|p| &p.metadata);
-                let gates = [
-                    (Key::LastRotationAt, "gate A holds for one cooldownAfter"),
-                    (Key::LastFailureAt, "gate B holds for one failurePause"),
-                ];
-                match self.invalid_stamp(meta, &gates) {
-                    Some((k, fault, effect)) => format!(
-                        "{} on NodePool {pool} is {fault}: re-stamped with now, so {effect} and then opens",
-                        k.full()
-                    ),
-                    None => format!(
-                        "a gate stamp on NodePool {pool} was not an RFC3339 time in the past"
-                    ),
-                }
-            }
-            Reason::InvalidFreeze => {
-                "noderotation.io/freeze is not an RFC3339 time: treated as frozen".into()
-            }
-            Reason::RotationFailed if a.row.starts_with("sweep_") => format!(
-                "NodeClaim {claim} was in flight without an anchor (removed by hand, its NodePool deleted, or a crash of an older version): marked failed, it is retried after retryBackoff"
-            ),
-            Reason::RotationFailed => {
-                let count = self
-                    .snap
-                    .claim(&claim)
-                    .and_then(|c| annotation(&c.metadata, Key::RetryCount))
-                    .unwrap_or("?")
-                    .to_string();
-                let next = self
-                    .next_attempt(&claim)
-                    .map(|t| t.to_rfc3339())
-                    .unwrap_or_else(|| "the next window".into());
-                // A placeholder that exists after all (created by a later attempt of the
-                // write) makes an earlier refusal stale.
-                let live = self
-                    .snap
-                    .placeholder_for(&claim)
-                    .is_some_and(|p| p.metadata.deletion_timestamp.is_none());
-                let trouble = if live { None } else { self.ctx.placeholder_trouble.get(&claim) };
-                match trouble {
-                    Some(what) => format!(
-                        "the surge for NodeClaim {claim} failed: {what} (retry {count}); next attempt {next}"
-                    ),
-                    None => format!(
-                        "surge for NodeClaim {claim} was not ready within readyTimeout (retry {count}); next attempt {next}"
-                    ),
-                }
-            }
-            Reason::RotationExpired => format!(
-                "NodeClaim {claim} was force-expired by Karpenter before the rotation finished"
-            ),
-            Reason::SurgeUnschedulable => {
-                let why = self
-                    .snap
-                    .placeholder_for(&claim)
-                    .and_then(placeholder::unschedulable_reason)
-                    .unwrap_or_default();
-                format!("the placeholder for {claim} cannot be scheduled: {why}")
-            }
-            Reason::SurgeClamped => {
-                format!("placeholder requests for {claim} were clamped to the node's allocatable")
-            }
-            Reason::PlaceholderClassUnsafe => {
-                let problems = self
-                    .snap
-                    .cache
-                    .placeholder_class
-                    .as_deref()
-                    .map(placeholder::class_problems)
-                    .unwrap_or_default()
-                    .join("; ");
-                format!(
-                    "no placeholder is created for {claim}: the PriorityClass {:?} is not safe ({problems}); the rotation rolls back at readyTimeout unless the class is recreated with a negative value and preemptionPolicy Never",
-                    self.ctx.config.priority_class
-                )
-            }
-            Reason::SurgeClampRefused => format!(
-                "placeholder for {claim} would request nothing after the clamp: not created"
-            ),
-            Reason::ShortLead => {
-                format!("NodeClaim {claim} cannot get K window chances before its expiry")
-            }
-            Reason::InvalidStamp => {
-                let meta = self.snap.claim(&claim).map(|c| &c.metadata);
-                let stamps = [
-                    (Key::StartedAt, "re-stamped with now: readyTimeout counts from this pass"),
-                    (Key::FailedAt, "not obeyed: the claim is retried without a backoff"),
-                ];
-                match self.invalid_stamp(meta, &stamps) {
-                    Some((k, fault, effect)) => {
-                        format!("{} on NodeClaim {claim} is {fault}: {effect}", k.full())
+            Slot::Owner => self
+                .snap
+                .claim(claim)
+                .and_then(|c| c.node_pool())
+                .map(|p| format!("NodePool {p}"))
+                .unwrap_or_else(|| "no NodePool".into()),
+            Slot::Fault => {
+                // The stamp the message names: a gate stamp of the pool, or one of the claim's.
+                let (meta, keys) = match message.reason() {
+                    Reason::InvalidGateStamp => {
+                        (self.snap.pool.as_ref().map(|p| &p.metadata), &GATE_STAMPS)
                     }
-                    None => format!("a stamp on NodeClaim {claim} was not a valid past time"),
-                }
+                    _ => (self.snap.claim(claim).map(|c| &c.metadata), &CLAIM_STAMPS),
+                };
+                self.invalid_stamp(meta, keys).map(|(_, fault)| fault).unwrap_or_default()
             }
+            Slot::Retry => self
+                .snap
+                .claim(claim)
+                .and_then(|c| annotation(&c.metadata, Key::RetryCount))
+                .unwrap_or("?")
+                .to_string(),
+            Slot::Next => self
+                .next_attempt(claim)
+                .map(|t| t.to_rfc3339())
+                .unwrap_or_else(|| "the next window".into()),
+            Slot::Trouble => self.surge_trouble(claim).cloned().unwrap_or_default(),
+            Slot::Unschedulable => self
+                .snap
+                .placeholder_for(claim)
+                .and_then(placeholder::unschedulable_reason)
+                .unwrap_or_default(),
+            Slot::Clamped => clamped.join(", "),
+            Slot::Class => format!("{:?}", self.ctx.config.priority_class),
+            Slot::Problems => self
+                .snap
+                .cache
+                .placeholder_class
+                .as_deref()
+                .map(placeholder::class_problems)
+                .unwrap_or_default()
+                .join("; "),
         }
     }
 
     /// The first of `keys` whose stamp on `meta` the rules read as nil (unreadable, or in the
-    /// future), with what is wrong with it (the value quoted) and what follows from it.
-    fn invalid_stamp(
-        &self,
-        meta: Option<&ObjectMeta>,
-        keys: &[(Key, &'static str)],
-    ) -> Option<(Key, String, &'static str)> {
+    /// future), with what is wrong with it (the value quoted).
+    fn invalid_stamp(&self, meta: Option<&ObjectMeta>, keys: &[Key]) -> Option<(Key, String)> {
         let now = self.snap.now;
-        keys.iter().find_map(|(k, effect)| {
+        keys.iter().find_map(|k| {
             let raw = annotation(meta?, *k)?;
             crate::engine::value_of_annotation(*k, raw, Some(now))
                 .is_nil()
-                .then(|| (*k, format!("{} ({raw:?})", stamp_fault(raw, now)), *effect))
+                .then(|| (*k, format!("{} ({raw:?})", stamp_fault(raw, now))))
         })
+    }
+
+    /// Why no placeholder ran for the claim's attempt, while none runs: one that exists after
+    /// all (created by a later attempt of the write) makes an earlier refusal stale.
+    fn surge_trouble(&self, claim: &str) -> Option<&String> {
+        let live = self
+            .snap
+            .placeholder_for(claim)
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none());
+        if live { None } else { self.ctx.placeholder_trouble.get(claim) }
     }
 
     fn next_attempt(&self, claim: &str) -> Option<DateTime<Utc>> {
@@ -613,16 +574,15 @@ impl<'c> PassHost<'c> {
         )
     }
 
-    fn headroom_detail(&self) -> String {
-        let (Some(pool), Some(pick)) =
-            (&self.snap.pool, self.snap.pick.as_ref().and_then(|n| self.snap.claim(n)))
-        else {
-            return "insufficient headroom".into();
-        };
-        match placeholder::surge_headroom(pool, &placeholder::footprint(pick)) {
-            Err(s) => format!("insufficient spec.limits headroom for the surge: {s}"),
-            Ok(()) => "insufficient headroom".into(),
-        }
+    /// The `spec.limits` resource the picked claim's own surge would exceed; `None` when that
+    /// alone fits (the surges already waiting in the pool's other slots take the rest) or no
+    /// claim is picked.
+    fn shortfall(&self) -> Option<String> {
+        let pool = self.snap.pool.as_ref()?;
+        let pick = self.snap.pick.as_ref().and_then(|n| self.snap.claim(n))?;
+        placeholder::surge_headroom(pool, &placeholder::footprint(pick))
+            .err()
+            .map(|s| s.to_string())
     }
 
     // ---- the verbs ------------------------------------------------------------------------
@@ -1096,11 +1056,8 @@ impl<'c> PassHost<'c> {
         if !built.clamped.is_empty() {
             let key = (format!("NodeClaim {name}"), Reason::SurgeClamped.name().to_string());
             if self.ctx.latch.should_fire(key, &built.clamped.join(",")) {
-                let msg = format!(
-                    "{} (clamped: {})",
-                    self.message(Reason::SurgeClamped, a),
-                    built.clamped.join(", ")
-                );
+                let claim = self.subject_claim(a).unwrap_or_default();
+                let msg = self.render(Message::SurgeClamped, &claim, &built.clamped);
                 self.event(&ObjRef::Claim(name.clone()), Reason::SurgeClamped, msg);
             }
         }

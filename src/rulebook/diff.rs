@@ -448,7 +448,19 @@ pub fn diff(old: &Rulebook, new: &Rulebook) -> RulesDiff {
             }
         }
         for r in &v.reasons {
-            m.insert(format!("reason {}", r.name), format!("{:?}", r.severity));
+            m.insert(
+                format!("reason {}", r.name),
+                format!("{:?} on {}: {:?}", r.severity, r.kind.name(), r.message),
+            );
+            for c in &r.cases {
+                m.insert(format!("reason {} case {}", r.name, c.name), format!("{:?}", c.message));
+            }
+        }
+        for s in &v.slots {
+            m.insert(format!("slot {}", s.name), String::new());
+        }
+        for f in &v.findings {
+            m.insert(format!("finding {}", f.name), format!("{:?} {:?}", f.severity, f.layer));
         }
         for s in &v.signals {
             m.insert(format!("signal {}", s.name), String::new());

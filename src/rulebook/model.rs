@@ -125,8 +125,24 @@ pub struct Vocabulary {
     pub contexts: Vec<ContextDecl>,
     pub predicates: Vec<PredicateDecl>,
     pub reasons: Vec<ReasonDecl>,
+    pub slots: Vec<SlotDecl>,
+    pub findings: Vec<FindingDecl>,
     pub signals: Vec<SignalDecl>,
     pub verbs: Vec<VerbDecl>,
+}
+
+impl Vocabulary {
+    /// Every Event reason the controller records: the rules' reasons, then the feasibility
+    /// warnings that are reasons of their own (a warning the rules also raise is theirs).
+    pub fn event_reasons(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.reasons.iter().map(|r| r.name.as_str()).collect();
+        for f in &self.findings {
+            if f.severity == FindingSeverity::Warning && !names.contains(&f.name.as_str()) {
+                names.push(&f.name);
+            }
+        }
+        names
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -187,11 +203,142 @@ pub struct PredicateDecl {
     pub doc: String,
 }
 
+/// An Event reason the rules raise (`event`, `warn_once`) or a verb records.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ReasonDecl {
     pub name: String,
+    /// The object the Event is recorded on.
+    pub kind: ObjectKind,
     pub severity: Severity,
+    /// The message, a [`parse_template`] template.
+    pub message: String,
+    /// Further messages of the reason, by case name; the recording code picks one.
+    #[serde(default)]
+    pub cases: Vec<CaseDecl>,
+}
+
+impl ReasonDecl {
+    /// Every message of the reason, as `(case, template)`: its own first (no case), then its
+    /// cases.
+    pub fn messages(&self) -> Vec<(Option<&str>, &str)> {
+        let own = std::iter::once((None, self.message.as_str()));
+        own.chain(self.cases.iter().map(|c| (Some(c.name.as_str()), c.message.as_str()))).collect()
+    }
+}
+
+/// One more message of a reason.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CaseDecl {
+    pub name: String,
+    pub message: String,
+    /// When the recording code picks it.
+    pub doc: String,
+}
+
+/// A `{name}` of Event messages: a detail the recording code computes.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SlotDecl {
+    pub name: String,
+    pub doc: String,
+}
+
+/// A piece of a message template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Text(String),
+    /// `{name}`: a slot, filled when the Event is recorded.
+    Slot(String),
+    /// `{key:name}`: the full annotation key `name`, written in at build time.
+    Key(String),
+}
+
+/// Splits a message template into text and placeholders: `{slot}` and `{key:annotation}`.
+/// `{{` and `}}` are literal braces. Only the syntax is checked here; the checker knows the
+/// names.
+pub fn parse_template(text: &str) -> Result<Vec<Piece>, String> {
+    let mut pieces = Vec::new();
+    let mut lit = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                lit.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                lit.push('}');
+            }
+            '}' => return Err("a `}` without its `{` (write `}}` for a brace)".into()),
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some('{') | None => {
+                            return Err(format!(
+                                "`{{{name}` is not closed (write `{{{{` for a brace)"
+                            ));
+                        }
+                        Some(c) => name.push(c),
+                    }
+                }
+                if !lit.is_empty() {
+                    pieces.push(Piece::Text(std::mem::take(&mut lit)));
+                }
+                pieces.push(match name.strip_prefix("key:") {
+                    Some(key) => Piece::Key(key.to_string()),
+                    None => Piece::Slot(name),
+                });
+            }
+            c => lit.push(c),
+        }
+    }
+    if !lit.is_empty() {
+        pieces.push(Piece::Text(lit));
+    }
+    Ok(pieces)
+}
+
+/// The cause of a feasibility finding (§3.2).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FindingDecl {
+    pub name: String,
+    pub severity: FindingSeverity,
+    pub layer: Layer,
+    pub doc: String,
+}
+
+/// A fatal finding blocks new starts in the pool; a warning is an Event reason of its own.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+pub enum FindingSeverity {
+    Fatal,
+    Warning,
+}
+
+/// Where a feasibility finding comes from (§3.2).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+pub enum Layer {
+    /// Layer 1: the policy against the pool template.
+    Policy,
+    /// Layer 2: throughput.
+    Throughput,
+    /// Layer 3: one claim at runtime.
+    Claim,
+}
+
+impl Layer {
+    /// The object a warning of this layer is recorded on.
+    pub fn kind(self) -> ObjectKind {
+        match self {
+            Layer::Policy | Layer::Throughput => ObjectKind::NodePool,
+            Layer::Claim => ObjectKind::NodeClaim,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 use std::fmt::Write as _;
 
 use super::check::{CheckedRow, Rulebook};
-use super::model::{Then, ValueType};
+use super::model::{FindingSeverity, Piece, Severity, Then, ValueType, parse_template};
 
 /// File names under `docs/`, with their rendered content.
 pub fn all(book: &Rulebook) -> Vec<(&'static str, String)> {
@@ -11,6 +11,7 @@ pub fn all(book: &Rulebook) -> Vec<(&'static str, String)> {
         ("transitions.md", transitions(book)),
         ("state-diagram.md", state_diagram(book)),
         ("decision-flow.md", decision_flow(book)),
+        ("events.md", events(book)),
     ]
 }
 
@@ -333,6 +334,96 @@ pub fn decision_flow(book: &Rulebook) -> String {
         );
     }
     out.push_str("\nOutcomes in bold claim the transition (a row may announce after them).\n");
+    out
+}
+
+/// A message template as the reader sees it: annotation keys written in, slots as `{name}`.
+fn template_text(book: &Rulebook, text: &str) -> String {
+    let Ok(pieces) = parse_template(text) else { return text.to_string() };
+    let mut out = String::new();
+    for p in pieces {
+        match p {
+            Piece::Text(t) => out.push_str(&t.replace('{', "{{").replace('}', "}}")),
+            Piece::Slot(s) => {
+                let _ = write!(out, "{{{s}}}");
+            }
+            Piece::Key(k) => match book.annotation(&k) {
+                Some(d) => out.push_str(
+                    &d.full_key
+                        .clone()
+                        .unwrap_or_else(|| format!("{}{k}", book.annotations.prefix)),
+                ),
+                None => out.push_str(&k),
+            },
+        }
+    }
+    out
+}
+
+pub fn events(book: &Rulebook) -> String {
+    let voc = &book.vocabulary;
+    let mut out = preamble("Events (§4.3)");
+    out.push_str(&link_citations(
+        "Every Event reason the controller records, the object it is recorded on, its type and its \
+         message (`reasons` and `findings` in `rules/vocabulary.ron`). Reason names are \
+         normative (§4.3). Warnings are level-triggered: recorded when the condition is entered, \
+         again only after it cleared or when its detail changed.\n\n\
+         ## Reasons the rules raise\n\n\
+         A `{name}` in a message is filled when the Event is recorded (see *Slots* below). A \
+         reason with more than one message has one row per case; the recording code picks the case.\n\n",
+    ));
+    out.push_str("| Reason | On | Type | Message |\n|---|---|---|---|\n");
+    let severity = |s: Severity| match s {
+        Severity::Normal => "Normal",
+        Severity::Warning => "Warning",
+    };
+    for r in &voc.reasons {
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} |",
+            r.name,
+            r.kind.name(),
+            severity(r.severity),
+            code(&template_text(book, &r.message))
+        );
+        for c in &r.cases {
+            let _ = writeln!(
+                out,
+                "| `{}` ({}) | {} | {} | {}<br>*when* {} |",
+                r.name,
+                c.name,
+                r.kind.name(),
+                severity(r.severity),
+                code(&template_text(book, &c.message)),
+                cell(&c.doc)
+            );
+        }
+    }
+    out.push_str(&link_citations(
+        "\n## Feasibility warnings\n\nEach warning of the feasibility check (§3.2) is an Event \
+         reason of its own, of type Warning, recorded on the NodePool (layers 1 and 2) or on the \
+         NodeClaim (layer 3). Its message is the finding's, with the numbers, followed by `Fix:` \
+         and what to change. A warning the rules raise themselves is recorded by the rules only \
+         (its message is above).\n\n",
+    ));
+    out.push_str("| Reason | On | Finding |\n|---|---|---|\n");
+    for f in voc.findings.iter().filter(|f| f.severity == FindingSeverity::Warning) {
+        let by_rules = voc.reasons.iter().any(|r| r.name == f.name);
+        let note = if by_rules { " (raised by the rules)" } else { "" };
+        let doc = link_citations(&cell(&f.doc));
+        let _ = writeln!(out, "| `{}` | {} | {doc}{note} |", f.name, f.layer.kind().name());
+    }
+    out.push_str(&link_citations(
+        "\nFatal findings block new rotations in the pool; they are not reasons of their own but \
+         travel in the `Infeasible` Event, each as `Cause: message Fix: remedy`:\n\n",
+    ));
+    for f in voc.findings.iter().filter(|f| f.severity == FindingSeverity::Fatal) {
+        let _ = writeln!(out, "- `{}`: {}", f.name, link_citations(&f.doc));
+    }
+    out.push_str("\n## Slots\n\n| Slot | Filled with |\n|---|---|\n");
+    for s in &voc.slots {
+        let _ = writeln!(out, "| `{{{}}}` | {} |", s.name, link_citations(&cell(&s.doc)));
+    }
     out
 }
 

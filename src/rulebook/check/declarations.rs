@@ -46,11 +46,13 @@ impl<'a> Checker<'a> {
 
     pub(super) fn check_vocabulary(&mut self) {
         let voc = self.voc;
-        let lists: [(&str, Vec<&str>); 6] = [
+        let lists: [(&str, Vec<&str>); 8] = [
             ("enum", voc.enums.iter().map(|e| e.name.as_str()).collect()),
             ("kind", voc.kinds.iter().map(|e| e.name.as_str()).collect()),
             ("predicate", voc.predicates.iter().map(|e| e.name.as_str()).collect()),
             ("reason", voc.reasons.iter().map(|e| e.name.as_str()).collect()),
+            ("slot", voc.slots.iter().map(|e| e.name.as_str()).collect()),
+            ("finding", voc.findings.iter().map(|e| e.name.as_str()).collect()),
             ("signal", voc.signals.iter().map(|e| e.name.as_str()).collect()),
             ("verb", voc.verbs.iter().map(|e| e.name.as_str()).collect()),
         ];
@@ -109,6 +111,87 @@ impl<'a> Checker<'a> {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Reasons: recorded on a NodePool or a NodeClaim; every message a valid template whose
+    /// slots are declared and whose keys are annotations; every slot used by some message.
+    pub(super) fn check_events(&mut self) {
+        let voc = self.voc;
+        let mut used: BTreeSet<&str> = BTreeSet::new();
+        for r in &voc.reasons {
+            let at = self.voc_src.decl("name", &r.name);
+            if !matches!(r.kind, ObjectKind::NodePool | ObjectKind::NodeClaim) {
+                self.err_voc(
+                    at,
+                    format!(
+                        "reason `{}`: Events are recorded on a NodePool or a NodeClaim",
+                        r.name
+                    ),
+                );
+            }
+            for dup in dup_names(r.cases.iter().map(|c| c.name.as_str())) {
+                self.err_voc(at, format!("reason `{}`: case `{dup}` is declared twice", r.name));
+            }
+            for c in &r.cases {
+                if !is_snake(&c.name) {
+                    self.err_voc(
+                        at,
+                        format!("reason `{}`: case `{}` is not snake_case", r.name, c.name),
+                    );
+                }
+            }
+            for (case, text) in r.messages() {
+                let at = self.voc_src.string_after(at, text).unwrap_or(at);
+                let what = match case {
+                    None => format!("reason `{}`", r.name),
+                    Some(c) => format!("reason `{}` case `{c}`", r.name),
+                };
+                let pieces = match parse_template(text) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.err_voc(at, format!("{what}: bad message template: {e}"));
+                        continue;
+                    }
+                };
+                for piece in &pieces {
+                    match piece {
+                        Piece::Text(_) => {}
+                        Piece::Slot(name) => match voc.slots.iter().find(|s| &s.name == name) {
+                            Some(s) => {
+                                used.insert(&s.name);
+                            }
+                            None => {
+                                let known: Vec<&str> =
+                                    voc.slots.iter().map(|s| s.name.as_str()).collect();
+                                self.err_voc(
+                                    at,
+                                    format!(
+                                        "{what}: unknown placeholder `{{{name}}}` in its message (slots: {}; an annotation key is `{{key:name}}`)",
+                                        known.join(", ")
+                                    ),
+                                );
+                            }
+                        },
+                        Piece::Key(key) => {
+                            if !self.ann.keys.iter().any(|k| &k.key == key) {
+                                self.err_voc(
+                                    at,
+                                    format!(
+                                        "{what}: `{{key:{key}}}` names no key of annotations.ron"
+                                    ),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for s in &voc.slots {
+            if !used.contains(s.name.as_str()) {
+                let at = self.voc_src.decl("name", &s.name);
+                self.err_voc(at, format!("slot `{}` is used by no reason's message", s.name));
             }
         }
     }
