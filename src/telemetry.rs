@@ -23,142 +23,34 @@ pub const DURATION_BUCKETS: [f64; 17] = [
     10800.0, 14400.0, 21600.0, 43200.0, 86400.0,
 ];
 
-pub const COMPLETED_TOTAL: &str = "noderotation_completed_total";
-pub const FORCEFUL_FALLBACK_TOTAL: &str = "noderotation_forceful_fallback_total";
-pub const WINDOW_MISSED_TOTAL: &str = "noderotation_window_missed_total";
-pub const NOTHING_TO_RESERVE_TOTAL: &str = "noderotation_nothing_to_reserve_total";
-pub const DURATION_SECONDS: &str = "noderotation_duration_seconds";
-pub const BUILD_INFO: &str = "noderotation_build_info";
-
 const POOL: &str = "nodepool";
 
-/// The per-pool gauges of §4.2.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum PoolGauge {
-    Candidates,
-    InProgress,
-    WindowActive,
-    WindowPeriodSeconds,
-    PolicyConflict,
-    FreezeUntilTimestamp,
-    AgeThresholdSeconds,
-    RotationChances,
-    ThroughputCapacity,
-    TRotEstimateSeconds,
-    TRotBoundSeconds,
-    ShortLeadNodes,
-    DrainStuck,
-    RetryCount,
-    Infeasible,
-    MaxUnavailable,
-    NextWindowTimestamp,
-    NearestDeadlineTimestamp,
+/// What a metric is (`type` in rules/vocabulary.ron).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricType {
+    Gauge,
+    Counter,
+    Histogram,
 }
 
-impl PoolGauge {
-    pub const ALL: [PoolGauge; 18] = [
-        PoolGauge::Candidates,
-        PoolGauge::InProgress,
-        PoolGauge::WindowActive,
-        PoolGauge::WindowPeriodSeconds,
-        PoolGauge::PolicyConflict,
-        PoolGauge::FreezeUntilTimestamp,
-        PoolGauge::AgeThresholdSeconds,
-        PoolGauge::RotationChances,
-        PoolGauge::ThroughputCapacity,
-        PoolGauge::TRotEstimateSeconds,
-        PoolGauge::TRotBoundSeconds,
-        PoolGauge::ShortLeadNodes,
-        PoolGauge::DrainStuck,
-        PoolGauge::RetryCount,
-        PoolGauge::Infeasible,
-        PoolGauge::MaxUnavailable,
-        PoolGauge::NextWindowTimestamp,
-        PoolGauge::NearestDeadlineTimestamp,
-    ];
+// `Metric` (every metric of §4.2 with its name, help and labels) and `PoolGauge` (the gauges
+// labelled by `nodepool` alone), generated from `metrics` in rules/vocabulary.ron.
+include!(concat!(env!("OUT_DIR"), "/metrics.rs"));
 
+impl PoolGauge {
     /// The metric name (normative).
-    pub fn name(self) -> &'static str {
-        match self {
-            PoolGauge::Candidates => "noderotation_candidates",
-            PoolGauge::InProgress => "noderotation_in_progress",
-            PoolGauge::WindowActive => "noderotation_window_active",
-            PoolGauge::WindowPeriodSeconds => "noderotation_window_period_seconds",
-            PoolGauge::PolicyConflict => "noderotation_policy_conflict",
-            PoolGauge::FreezeUntilTimestamp => "noderotation_freeze_until_timestamp",
-            PoolGauge::AgeThresholdSeconds => "noderotation_age_threshold_seconds",
-            PoolGauge::RotationChances => "noderotation_rotation_chances",
-            PoolGauge::ThroughputCapacity => "noderotation_throughput_capacity",
-            PoolGauge::TRotEstimateSeconds => "noderotation_t_rot_estimate_seconds",
-            PoolGauge::TRotBoundSeconds => "noderotation_t_rot_bound_seconds",
-            PoolGauge::ShortLeadNodes => "noderotation_short_lead_nodes",
-            PoolGauge::DrainStuck => "noderotation_drain_stuck",
-            PoolGauge::RetryCount => "noderotation_retry_count",
-            PoolGauge::Infeasible => "noderotation_infeasible",
-            PoolGauge::MaxUnavailable => "noderotation_max_unavailable",
-            PoolGauge::NextWindowTimestamp => "noderotation_next_window_timestamp",
-            PoolGauge::NearestDeadlineTimestamp => "noderotation_nearest_deadline_timestamp",
-        }
+    pub const fn name(self) -> &'static str {
+        self.metric().name()
     }
 
-    pub fn help(self) -> &'static str {
-        match self {
-            PoolGauge::Candidates => {
-                "NodeClaims of the pool that are due for rotation now (§3.2 census)."
-            }
-            PoolGauge::InProgress => "Rotations of the pool currently pending or draining.",
-            PoolGauge::WindowActive => "1 while a maintenance window of the pool is open, else 0.",
-            PoolGauge::WindowPeriodSeconds => {
-                "Worst-case gap P between window starts, in seconds; absent without windows."
-            }
-            PoolGauge::PolicyConflict => {
-                "1 when several RotationPolicies tie for the pool (it is not rotated), else 0."
-            }
-            PoolGauge::FreezeUntilTimestamp => {
-                "Unix time until which the pool is frozen (noderotation.io/freeze); 0 when not \
-                 frozen."
-            }
-            PoolGauge::AgeThresholdSeconds => {
-                "Age threshold A in seconds (derived or overridden; with ageThreshold windows, \
-                 the earliest age at which a node falls due); negative when infeasible."
-            }
-            PoolGauge::RotationChances => {
-                "Window occurrences guaranteed before a claim's deadline (K, or G with an \
-                 ageThreshold override, or the fewest a node gets when ageThreshold windows is \
-                 infeasible)."
-            }
-            PoolGauge::ThroughputCapacity => {
-                "Rotation starts that fit in one window occurrence (C)."
-            }
-            PoolGauge::TRotEstimateSeconds => {
-                "Expected service time of one rotation, t_rot_est = provisioningEstimate + \
-                 drainEstimate, in seconds."
-            }
-            PoolGauge::TRotBoundSeconds => {
-                "Deadline-side bound of one rotation, t_rot = readyTimeout + tGP + buffer, in \
-                 seconds."
-            }
-            PoolGauge::ShortLeadNodes => {
-                "Claims whose own expireAfter cannot give K chances (rotated at the first one)."
-            }
-            PoolGauge::DrainStuck => "Rotations whose drain has outlasted tGP + buffer.",
-            PoolGauge::RetryCount => "Failed rotation attempts recorded on the pool's claims.",
-            PoolGauge::Infeasible => {
-                "1 while a fatal feasibility finding blocks new rotations in the pool, else 0."
-            }
-            PoolGauge::MaxUnavailable => {
-                "Rotations of the pool allowed in flight at once now: surge.maxUnavailable \
-                 resolved against its nodes (with auto, the number the controller chose)."
-            }
-            PoolGauge::NextWindowTimestamp => {
-                "Unix time the maintenance window open now, or the next one, started or starts; \
-                 absent without windows or when they are open around the clock."
-            }
-            PoolGauge::NearestDeadlineTimestamp => {
-                "Unix time of the nearest forced-expiry deadline (creationTimestamp + \
-                 expireAfter) among the pool's NodeClaims; absent when none has one."
-            }
-        }
+    pub const fn help(self) -> &'static str {
+        self.metric().help()
+    }
+}
+
+impl Metric {
+    fn opts(self) -> Opts {
+        Opts::new(self.name(), self.help())
     }
 }
 
@@ -312,75 +204,26 @@ impl Telemetry {
         let gauges = PoolGauge::ALL
             .iter()
             .map(|g| {
-                let vec =
-                    registered(&registry, GaugeVec::new(Opts::new(g.name(), g.help()), &[POOL]));
-                (*g, vec)
+                let m = g.metric();
+                (*g, registered(&registry, GaugeVec::new(m.opts(), m.labels())))
             })
             .collect();
-        let completed = registered(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    COMPLETED_TOTAL,
-                    "Rotations finished, by outcome: success (replaced through our delete), \
-                     failure (rolled back), expired (forced expiry came first).",
-                ),
-                &[POOL, "outcome"],
-            ),
-        );
-        let forceful_fallback = registered(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    FORCEFUL_FALLBACK_TOTAL,
-                    "Surge-less rotations started because a graceful surge could no longer \
-                     finish before the forced expiry (§3.6).",
-                ),
-                &[POOL],
-            ),
-        );
-        let nothing_to_reserve = registered(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    NOTHING_TO_RESERVE_TOTAL,
-                    "Surge-less rotations whose old node's pods request no resources (BestEffort \
-                     pods, or none): no capacity to reserve first, deleted inside the window.",
-                ),
-                &[POOL],
-            ),
-        );
-        let window_missed = registered(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    WINDOW_MISSED_TOTAL,
-                    "Window occurrences that closed with candidates left unrotated.",
-                ),
-                &[POOL],
-            ),
-        );
+        let counter = |m: Metric| registered(&registry, IntCounterVec::new(m.opts(), m.labels()));
+        let completed = counter(Metric::CompletedTotal);
+        let forceful_fallback = counter(Metric::ForcefulFallbackTotal);
+        let nothing_to_reserve = counter(Metric::NothingToReserveTotal);
+        let window_missed = counter(Metric::WindowMissedTotal);
+        let m = Metric::DurationSeconds;
         let duration = registered(
             &registry,
             HistogramVec::new(
-                HistogramOpts::new(
-                    DURATION_SECONDS,
-                    "Duration of rotation phases in seconds: surge_wait (start to replacement \
-                     capacity ready) and drain (claim delete to claim gone).",
-                )
-                .buckets(DURATION_BUCKETS.to_vec()),
-                &[POOL, "phase"],
+                HistogramOpts::new(m.name(), m.help()).buckets(DURATION_BUCKETS.to_vec()),
+                m.labels(),
             ),
         );
         let build_info = registered(
             &registry,
-            GaugeVec::new(
-                Opts::new(
-                    BUILD_INFO,
-                    "Always 1; its labels say which noderotation version and git commit runs.",
-                ),
-                &["version", "commit"],
-            ),
+            GaugeVec::new(Metric::BuildInfo.opts(), Metric::BuildInfo.labels()),
         );
         build_info.with_label_values(&[crate::VERSION, crate::COMMIT]).set(1.0);
         Telemetry {
@@ -470,24 +313,24 @@ impl Telemetry {
 
     /// `noderotation_completed_total{nodepool, outcome}`; 0 when the series does not exist.
     pub fn completed_count(&self, pool: &str, outcome: Outcome) -> u64 {
-        self.counter(COMPLETED_TOTAL, &[(POOL, pool), ("outcome", outcome.as_str())])
+        self.counter(Metric::CompletedTotal.name(), &[(POOL, pool), ("outcome", outcome.as_str())])
     }
 
     pub fn forceful_fallback_count(&self, pool: &str) -> u64 {
-        self.counter(FORCEFUL_FALLBACK_TOTAL, &[(POOL, pool)])
+        self.counter(Metric::ForcefulFallbackTotal.name(), &[(POOL, pool)])
     }
 
     pub fn nothing_to_reserve_count(&self, pool: &str) -> u64 {
-        self.counter(NOTHING_TO_RESERVE_TOTAL, &[(POOL, pool)])
+        self.counter(Metric::NothingToReserveTotal.name(), &[(POOL, pool)])
     }
 
     pub fn window_missed_count(&self, pool: &str) -> u64 {
-        self.counter(WINDOW_MISSED_TOTAL, &[(POOL, pool)])
+        self.counter(Metric::WindowMissedTotal.name(), &[(POOL, pool)])
     }
 
     /// Observations of `noderotation_duration_seconds{nodepool, phase}`.
     pub fn duration_count(&self, pool: &str, phase: Phase) -> u64 {
-        self.find(DURATION_SECONDS, &[(POOL, pool), ("phase", phase.as_str())])
+        self.find(Metric::DurationSeconds.name(), &[(POOL, pool), ("phase", phase.as_str())])
             .map_or(0, |m| m.get_histogram().get_sample_count())
     }
 
@@ -627,7 +470,10 @@ mod tests {
     fn build_info_names_the_version_and_commit_with_value_one() {
         let t = Telemetry::new();
         let m = t
-            .find(BUILD_INFO, &[("version", crate::VERSION), ("commit", crate::COMMIT)])
+            .find(
+                Metric::BuildInfo.name(),
+                &[("version", crate::VERSION), ("commit", crate::COMMIT)],
+            )
             .expect("noderotation_build_info is registered");
         assert_eq!(m.get_gauge().get_value(), 1.0);
         assert_eq!(crate::VERSION, env!("CARGO_PKG_VERSION"));
@@ -719,8 +565,11 @@ mod tests {
         ];
         for name in names {
             assert!(text.contains(&format!("# HELP {name} ")), "help for {name}:\n{text}");
-            let series =
-                if name == DURATION_SECONDS { format!("{name}_count") } else { name.into() };
+            let series = if name == Metric::DurationSeconds.name() {
+                format!("{name}_count")
+            } else {
+                name.into()
+            };
             assert!(text.contains(&format!("{series}{{nodepool=\"general\"")), "{name}");
         }
         assert!(text.contains("# TYPE noderotation_duration_seconds histogram"));

@@ -465,6 +465,12 @@ pub fn diff(old: &Rulebook, new: &Rulebook) -> RulesDiff {
         for s in &v.signals {
             m.insert(format!("signal {}", s.name), String::new());
         }
+        for x in &v.metrics {
+            m.insert(
+                format!("metric {}", x.name),
+                format!("{:?} {{{}}}: {:?}", x.ty, x.labels.join(","), x.help),
+            );
+        }
         m
     };
     diff_maps(&vocab(old), &vocab(new), &mut d.vocabulary);

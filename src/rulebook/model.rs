@@ -128,6 +128,7 @@ pub struct Vocabulary {
     pub slots: Vec<SlotDecl>,
     pub findings: Vec<FindingDecl>,
     pub signals: Vec<SignalDecl>,
+    pub metrics: Vec<MetricDecl>,
     pub verbs: Vec<VerbDecl>,
 }
 
@@ -339,6 +340,31 @@ impl Layer {
             Layer::Claim => ObjectKind::NodeClaim,
         }
     }
+}
+
+/// A metric (§4.2; names normative).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricDecl {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ty: MetricType,
+    pub labels: Vec<String>,
+    pub help: String,
+}
+
+impl MetricDecl {
+    /// A gauge labelled by `nodepool` alone: one series per pool, set on every pass.
+    pub fn is_pool_gauge(&self) -> bool {
+        self.ty == MetricType::Gauge && self.labels == ["nodepool"]
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+pub enum MetricType {
+    Gauge,
+    Counter,
+    Histogram,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 use std::fmt::Write as _;
 
 use super::check::{CheckedRow, Rulebook};
-use super::model::{FindingSeverity, Piece, Severity, Then, ValueType, parse_template};
+use super::model::{FindingSeverity, MetricType, Piece, Severity, Then, ValueType, parse_template};
 
 /// File names under `docs/`, with their rendered content.
 pub fn all(book: &Rulebook) -> Vec<(&'static str, String)> {
@@ -12,6 +12,7 @@ pub fn all(book: &Rulebook) -> Vec<(&'static str, String)> {
         ("state-diagram.md", state_diagram(book)),
         ("decision-flow.md", decision_flow(book)),
         ("events.md", events(book)),
+        ("metrics.md", metrics(book)),
     ]
 }
 
@@ -423,6 +424,33 @@ pub fn events(book: &Rulebook) -> String {
     out.push_str("\n## Slots\n\n| Slot | Filled with |\n|---|---|\n");
     for s in &voc.slots {
         let _ = writeln!(out, "| `{{{}}}` | {} |", s.name, link_citations(&cell(&s.doc)));
+    }
+    out
+}
+
+pub fn metrics(book: &Rulebook) -> String {
+    let mut out = preamble("Metrics (§4.2)");
+    out.push_str(&link_citations(
+        "Every metric `/metrics` exports (`metrics` in `rules/vocabulary.ron`); names are \
+         normative (§4.2). Every series but `noderotation_build_info` carries the `nodepool` \
+         label, and a pool's series are removed when it is deleted or no longer governed. A \
+         gauge whose value is undefined is absent rather than a made-up number.\n\n",
+    ));
+    out.push_str("| Metric | Type | Labels | Help |\n|---|---|---|---|\n");
+    for m in &book.vocabulary.metrics {
+        let ty = match m.ty {
+            MetricType::Gauge => "gauge",
+            MetricType::Counter => "counter",
+            MetricType::Histogram => "histogram",
+        };
+        let labels: Vec<String> = m.labels.iter().map(|l| format!("`{l}`")).collect();
+        let _ = writeln!(
+            out,
+            "| `{}` | {ty} | {} | {} |",
+            m.name,
+            labels.join(", "),
+            link_citations(&cell(&m.help))
+        );
     }
     out
 }

@@ -46,7 +46,7 @@ impl<'a> Checker<'a> {
 
     pub(super) fn check_vocabulary(&mut self) {
         let voc = self.voc;
-        let lists: [(&str, Vec<&str>); 8] = [
+        let lists: [(&str, Vec<&str>); 9] = [
             ("enum", voc.enums.iter().map(|e| e.name.as_str()).collect()),
             ("kind", voc.kinds.iter().map(|e| e.name.as_str()).collect()),
             ("predicate", voc.predicates.iter().map(|e| e.name.as_str()).collect()),
@@ -54,6 +54,7 @@ impl<'a> Checker<'a> {
             ("slot", voc.slots.iter().map(|e| e.name.as_str()).collect()),
             ("finding", voc.findings.iter().map(|e| e.name.as_str()).collect()),
             ("signal", voc.signals.iter().map(|e| e.name.as_str()).collect()),
+            ("metric", voc.metrics.iter().map(|e| e.name.as_str()).collect()),
             ("verb", voc.verbs.iter().map(|e| e.name.as_str()).collect()),
         ];
         for (what, names) in lists {
@@ -117,7 +118,8 @@ impl<'a> Checker<'a> {
 
     /// Reasons: recorded on a NodePool or a NodeClaim; every message a valid template whose
     /// slots are declared and whose keys are annotations; every slot used by some message.
-    pub(super) fn check_events(&mut self) {
+    /// Metrics: named `noderotation_*`, with their labels.
+    pub(super) fn check_events_and_metrics(&mut self) {
         let voc = self.voc;
         let mut used: BTreeSet<&str> = BTreeSet::new();
         for r in &voc.reasons {
@@ -192,6 +194,22 @@ impl<'a> Checker<'a> {
             if !used.contains(s.name.as_str()) {
                 let at = self.voc_src.decl("name", &s.name);
                 self.err_voc(at, format!("slot `{}` is used by no reason's message", s.name));
+            }
+        }
+        for m in &voc.metrics {
+            let at = self.voc_src.decl("name", &m.name);
+            let snake = m.name.strip_prefix("noderotation_").is_some_and(is_snake);
+            if !snake {
+                self.err_voc(
+                    at,
+                    format!("metric `{}` is not named `noderotation_<snake_case>`", m.name),
+                );
+            }
+            if m.labels.is_empty() || m.labels.iter().any(|l| !is_snake(l)) {
+                self.err_voc(
+                    at,
+                    format!("metric `{}`: labels are snake_case, at least one", m.name),
+                );
             }
         }
     }

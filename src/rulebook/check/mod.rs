@@ -108,7 +108,7 @@ impl Rulebook {
         };
         checker.check_annotations();
         checker.check_vocabulary();
-        checker.check_events();
+        checker.check_events_and_metrics();
         let handlers = checker.check_transitions(&transitions);
         checker.check_spec_table(spec_src, &spec_table, &handlers);
         if checker.diags.is_empty() {
