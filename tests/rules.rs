@@ -1,8 +1,10 @@
 //! The rule tables: the spec's catalogue is present, bad rules are reported precisely, the
 //! generated docs are fresh, and `rules diff` reports exactly the semantic changes.
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use noderotation::rulebook::model::ObjectKind;
 use noderotation::rulebook::{Rulebook, render};
 
 fn repo() -> PathBuf {
@@ -801,6 +803,122 @@ fn the_design_tables_match_the_rules() {
         .map(|r| (r.n.to_string(), r.from.clone(), r.event.clone(), r.to.clone()))
         .collect();
     assert_eq!(rows, expected, "docs/design.md §5.3 transition table vs rules/spec-table.ron");
+}
+
+/// The lines of the design under the heading that starts with `heading`, up to the next heading
+/// of the same or a higher level (its subsections included).
+fn design_part(design: &str, heading: &str) -> String {
+    let level = heading.bytes().take_while(|b| *b == b'#').count();
+    let mut lines = design.lines().skip_while(|l| !l.starts_with(heading));
+    assert!(lines.next().is_some(), "docs/design.md has no heading `{heading}`");
+    lines
+        .take_while(|l| {
+            let hashes = l.bytes().take_while(|b| *b == b'#').count();
+            hashes == 0 || hashes > level || l.as_bytes().get(hashes) != Some(&b' ')
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The code spans (`...`) of a Markdown text.
+fn code_spans(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// An Event reason as the design writes one: a CamelCase word.
+fn is_reason(span: &str) -> bool {
+    span.starts_with(|c: char| c.is_ascii_uppercase())
+        && span.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+/// Names only one side has, for the messages of the two tests below.
+fn one_sided(design: &BTreeSet<String>, rules: &BTreeSet<String>) -> String {
+    let only = |a: &BTreeSet<String>, b: &BTreeSet<String>| {
+        a.difference(b).cloned().collect::<Vec<_>>().join(", ")
+    };
+    format!(
+        "named by the design only: [{}]; in rules/vocabulary.ron only: [{}]",
+        only(design, rules),
+        only(rules, design)
+    )
+}
+
+/// The metric names of §4.2 (its Extensions included) are the metrics of rules/vocabulary.ron:
+/// a metric is added with its design line, and the design names no metric that does not exist.
+#[test]
+fn the_design_names_the_metrics_of_the_rules() {
+    let design = std::fs::read_to_string(repo().join("docs/design.md")).expect("docs/design.md");
+    let section = design_part(&design, "### §4.2 ");
+    let named: BTreeSet<String> = code_spans(&section)
+        .into_iter()
+        .filter(|s| s.starts_with("noderotation_"))
+        .map(|s| s.split('{').next().unwrap_or(s).to_string())
+        .collect();
+    assert!(
+        named.len() > 20,
+        "§4.2 names only {} metrics: is the section still there?",
+        named.len()
+    );
+    let declared: BTreeSet<String> =
+        rules().vocabulary.metrics.iter().map(|m| m.name.clone()).collect();
+    assert_eq!(
+        named,
+        declared,
+        "docs/design.md §4.2 vs `metrics`: {}",
+        one_sided(&named, &declared)
+    );
+}
+
+/// The Event reasons of §4.3 (its Extensions included) are the reasons the rules record (the
+/// rules' `reasons` and the feasibility warnings of `findings`), each on the object the design's
+/// lists put it on.
+#[test]
+fn the_design_names_the_event_reasons_of_the_rules() {
+    let design = std::fs::read_to_string(repo().join("docs/design.md")).expect("docs/design.md");
+    let events = design_part(&design, "#### Events");
+    let named: BTreeSet<String> =
+        code_spans(&events).into_iter().filter(|s| is_reason(s)).map(str::to_string).collect();
+    assert!(
+        named.len() > 30,
+        "§4.3 names only {} reasons: is the section still there?",
+        named.len()
+    );
+    let book = rules();
+    let voc = &book.vocabulary;
+    let declared: BTreeSet<String> = voc.event_reasons().into_iter().map(str::to_string).collect();
+    assert_eq!(
+        named,
+        declared,
+        "docs/design.md §4.3 vs the rules: {}",
+        one_sided(&named, &declared)
+    );
+
+    // The object: the design's two lists, against `kind` (a reason) or the layer (a finding).
+    let kind_of = |name: &str| {
+        voc.reasons
+            .iter()
+            .find(|r| r.name == name)
+            .map(|r| r.kind)
+            .or_else(|| voc.findings.iter().find(|f| f.name == name).map(|f| f.layer.kind()))
+    };
+    for (bullet, kind) in [
+        ("- On the NodePool:", ObjectKind::NodePool),
+        ("- On the old NodeClaim:", ObjectKind::NodeClaim),
+    ] {
+        let start = events.find(bullet).unwrap_or_else(|| panic!("§4.3 has no `{bullet}`"));
+        let rest = &events[start + bullet.len()..];
+        let end = rest.find("\n- ").or_else(|| rest.find("\n\n")).unwrap_or(rest.len());
+        let listed: Vec<&str> =
+            code_spans(&rest[..end]).into_iter().filter(|s| is_reason(s)).collect();
+        assert!(!listed.is_empty(), "§4.3 `{bullet}` lists no reasons");
+        for name in listed {
+            assert_eq!(
+                kind_of(name),
+                Some(kind),
+                "§4.3 lists `{name}` {bullet:?}; rules/vocabulary.ron disagrees"
+            );
+        }
+    }
 }
 
 /// ARCHITECTURE.md's rules of the road, checked on the source text so that a violation fails
