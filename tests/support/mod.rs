@@ -390,6 +390,32 @@ impl Fx {
     }
 }
 
+/// An edited cached object is an older version of it, as a lagging reflector shows one: one
+/// the edit changed but left at the live resourceVersion gets another (content and version go
+/// together in the API server; the controller trusts a copy at a version it read fresh).
+fn lagging_versions(
+    live: &noderotation::cluster::CacheView,
+    edited: &mut noderotation::cluster::CacheView,
+) {
+    fn older<K: Ord, T: Clone + kube::Resource>(
+        live: &std::collections::BTreeMap<K, Arc<T>>,
+        edited: &mut std::collections::BTreeMap<K, Arc<T>>,
+    ) {
+        for (k, obj) in edited.iter_mut() {
+            let Some(was) = live.get(k) else { continue };
+            let rv = &was.meta().resource_version;
+            if !Arc::ptr_eq(was, obj) && rv.is_some() && obj.meta().resource_version == *rv {
+                let mut copy = (**obj).clone();
+                copy.meta_mut().resource_version = rv.as_ref().map(|v| format!("{v}-lagging"));
+                *obj = Arc::new(copy);
+            }
+        }
+    }
+    older(&live.pools, &mut edited.pools);
+    older(&live.claims, &mut edited.claims);
+    older(&live.nodes, &mut edited.nodes);
+}
+
 /// The real in-memory cluster with three test hooks: every call is logged, a world action
 /// can run just before the first write that matches a predicate (something happening between
 /// two writes of one pass), and the cached view can be edited (a reflector lagging on some
@@ -470,9 +496,10 @@ impl Cluster for Intercept {
         let view = self.inner.cache();
         match self.stale.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             Some(edit) => {
-                let mut view = (*view).clone();
-                edit(&mut view);
-                Arc::new(view)
+                let mut edited = (*view).clone();
+                edit(&mut edited);
+                lagging_versions(&view, &mut edited);
+                Arc::new(edited)
             }
             None => view,
         }
