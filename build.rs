@@ -101,16 +101,17 @@ fn messages(out: &mut String, book: &Rulebook) {
     let list: Vec<String> = all.iter().map(|(v, ..)| format!("Message::{v}")).collect();
     let _ = writeln!(
         out,
-        "}}\n\nimpl Message {{\n    pub const ALL: &'static [Message] = &[{}];\n\n    pub const fn reason(self) -> Reason {{\n        match self {{",
+        "}}\n\nimpl Message {{\n    pub const ALL: &'static [Message] = &[{}];\n",
         list.join(", ")
     );
-    for (variant, reason, ..) in &all {
-        let _ = writeln!(out, "            Message::{variant} => Reason::{reason},");
-    }
-    let _ = writeln!(
+    match_fn(
         out,
-        "        }}\n    }}\n\n    /// The message's text and slots, in order.\n    pub const fn template(self) -> Template {{\n        match self {{"
+        "Message",
+        "",
+        "pub const fn reason(self) -> Reason",
+        all.iter().map(|(variant, reason, ..)| (variant.clone(), format!("Reason::{reason}"))),
     );
+    let mut templates = Vec::new();
     for (variant, _, _, text) in &all {
         let pieces = rulebook::model::parse_template(text).expect("checked by the rulebook");
         // Keys are written in, and the text around them merged.
@@ -138,10 +139,16 @@ fn messages(out: &mut String, book: &Rulebook) {
         if !lit.is_empty() {
             merged.push(format!("Piece::Text({lit:?})"));
         }
-        let _ =
-            writeln!(out, "            Message::{variant} => Template(&[{}]),", merged.join(", "));
+        templates.push((variant.clone(), format!("Template(&[{}])", merged.join(", "))));
     }
-    let _ = writeln!(out, "        }}\n    }}\n}}\n");
+    match_fn(
+        out,
+        "Message",
+        "The message's text and slots, in order.",
+        "pub const fn template(self) -> Template",
+        templates,
+    );
+    let _ = writeln!(out, "}}\n");
 }
 
 /// `policy::feasibility::Cause`, from `findings` (the serde names are the rules' names).
@@ -158,36 +165,44 @@ fn causes(book: &Rulebook) -> String {
     let list: Vec<String> = findings.iter().map(|f| format!("Cause::{}", f.name)).collect();
     let _ = writeln!(
         out,
-        "}}\n\nimpl Cause {{\n    pub const ALL: &'static [Cause] = &[{}];\n\n    /// The cause as written in Events, metrics, `plan` output and the policy status.\n    pub const fn as_str(self) -> &'static str {{\n        match self {{",
+        "}}\n\nimpl Cause {{\n    pub const ALL: &'static [Cause] = &[{}];\n",
         list.join(", ")
     );
-    for f in findings {
-        let _ = writeln!(out, "            Cause::{0} => {0:?},", f.name);
-    }
-    let _ = writeln!(
-        out,
-        "        }}\n    }}\n\n    /// Fatal or warning; fixed per cause.\n    pub const fn severity(self) -> Severity {{\n        match self {{"
+    match_fn(
+        &mut out,
+        "Cause",
+        "The cause as written in Events, metrics, `plan` output and the policy status.",
+        "pub const fn as_str(self) -> &'static str",
+        findings.iter().map(|f| (f.name.clone(), format!("{:?}", f.name))),
     );
-    for f in findings {
-        let sev = match f.severity {
-            FindingSeverity::Fatal => "Fatal",
-            FindingSeverity::Warning => "Warning",
-        };
-        let _ = writeln!(out, "            Cause::{} => Severity::{sev},", f.name);
-    }
-    let _ = writeln!(
-        out,
-        "        }}\n    }}\n\n    /// The layer the cause belongs to.\n    pub const fn layer(self) -> Layer {{\n        match self {{"
+    match_fn(
+        &mut out,
+        "Cause",
+        "Fatal or warning; fixed per cause.",
+        "pub const fn severity(self) -> Severity",
+        findings.iter().map(|f| {
+            let sev = match f.severity {
+                FindingSeverity::Fatal => "Fatal",
+                FindingSeverity::Warning => "Warning",
+            };
+            (f.name.clone(), format!("Severity::{sev}"))
+        }),
     );
-    for f in findings {
-        let layer = match f.layer {
-            Layer::Policy => "Policy",
-            Layer::Throughput => "Throughput",
-            Layer::Claim => "Claim",
-        };
-        let _ = writeln!(out, "            Cause::{} => Layer::{layer},", f.name);
-    }
-    let _ = writeln!(out, "        }}\n    }}\n}}");
+    match_fn(
+        &mut out,
+        "Cause",
+        "The layer the cause belongs to.",
+        "pub const fn layer(self) -> Layer",
+        findings.iter().map(|f| {
+            let layer = match f.layer {
+                Layer::Policy => "Policy",
+                Layer::Throughput => "Throughput",
+                Layer::Claim => "Claim",
+            };
+            (f.name.clone(), format!("Layer::{layer}"))
+        }),
+    );
+    let _ = writeln!(out, "}}");
     out
 }
 
@@ -205,39 +220,48 @@ fn metrics(book: &Rulebook) -> String {
         metrics.iter().map(|m| format!("Metric::{}", variant(&m.name))).collect();
     let _ = writeln!(
         out,
-        "}}\n\nimpl Metric {{\n    pub const ALL: &'static [Metric] = &[{}];\n\n    /// The metric name (normative).\n    pub const fn name(self) -> &'static str {{\n        match self {{",
+        "}}\n\nimpl Metric {{\n    pub const ALL: &'static [Metric] = &[{}];\n",
         list.join(", ")
     );
-    for m in metrics {
-        let _ = writeln!(out, "            Metric::{} => {:?},", variant(&m.name), m.name);
-    }
-    let _ = writeln!(
-        out,
-        "        }}\n    }}\n\n    pub const fn help(self) -> &'static str {{\n        match self {{"
+    let arms = |value: &dyn Fn(&rulebook::model::MetricDecl) -> String| {
+        metrics.iter().map(|m| (variant(&m.name), value(m))).collect::<Vec<_>>()
+    };
+    match_fn(
+        &mut out,
+        "Metric",
+        "The metric name (normative).",
+        "pub const fn name(self) -> &'static str",
+        arms(&|m| format!("{:?}", m.name)),
     );
-    for m in metrics {
-        let _ = writeln!(out, "            Metric::{} => {:?},", variant(&m.name), m.help);
-    }
-    let _ = writeln!(
-        out,
-        "        }}\n    }}\n\n    /// The label names, in order.\n    pub const fn labels(self) -> &'static [&'static str] {{\n        match self {{"
+    match_fn(
+        &mut out,
+        "Metric",
+        "",
+        "pub const fn help(self) -> &'static str",
+        arms(&|m| format!("{:?}", m.help)),
     );
-    for m in metrics {
-        let _ = writeln!(out, "            Metric::{} => &{:?},", variant(&m.name), m.labels);
-    }
-    let _ = writeln!(
-        out,
-        "        }}\n    }}\n\n    pub const fn metric_type(self) -> MetricType {{\n        match self {{"
+    match_fn(
+        &mut out,
+        "Metric",
+        "The label names, in order.",
+        "pub const fn labels(self) -> &'static [&'static str]",
+        arms(&|m| format!("&{:?}", m.labels)),
     );
-    for m in metrics {
-        let ty = match m.ty {
-            MetricType::Gauge => "Gauge",
-            MetricType::Counter => "Counter",
-            MetricType::Histogram => "Histogram",
-        };
-        let _ = writeln!(out, "            Metric::{} => MetricType::{ty},", variant(&m.name));
-    }
-    let _ = writeln!(out, "        }}\n    }}\n}}\n");
+    match_fn(
+        &mut out,
+        "Metric",
+        "",
+        "pub const fn metric_type(self) -> MetricType",
+        arms(&|m| {
+            let ty = match m.ty {
+                MetricType::Gauge => "Gauge",
+                MetricType::Counter => "Counter",
+                MetricType::Histogram => "Histogram",
+            };
+            format!("MetricType::{ty}")
+        }),
+    );
+    let _ = writeln!(out, "}}\n");
     let gauges: Vec<&rulebook::model::MetricDecl> =
         metrics.iter().filter(|m| m.is_pool_gauge()).collect();
     out.push_str("/// The gauges labelled by `nodepool` alone: one series per pool, set on every pass and\n/// removed with the pool.\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]\npub enum PoolGauge {\n");
@@ -248,15 +272,18 @@ fn metrics(book: &Rulebook) -> String {
         gauges.iter().map(|m| format!("PoolGauge::{}", variant(&m.name))).collect();
     let _ = writeln!(
         out,
-        "}}\n\nimpl PoolGauge {{\n    pub const ALL: [PoolGauge; {}] = [{}];\n\n    pub const fn metric(self) -> Metric {{\n        match self {{",
+        "}}\n\nimpl PoolGauge {{\n    pub const ALL: [PoolGauge; {}] = [{}];\n",
         gauges.len(),
         list.join(", ")
     );
-    for m in &gauges {
-        let v = variant(&m.name);
-        let _ = writeln!(out, "            PoolGauge::{v} => Metric::{v},");
-    }
-    let _ = writeln!(out, "        }}\n    }}\n}}");
+    match_fn(
+        &mut out,
+        "PoolGauge",
+        "",
+        "pub const fn metric(self) -> Metric",
+        gauges.iter().map(|m| (variant(&m.name), format!("Metric::{}", variant(&m.name)))),
+    );
+    let _ = writeln!(out, "}}");
     out
 }
 
@@ -274,6 +301,24 @@ fn camel(s: &str) -> String {
         .collect()
 }
 
+/// One method of a generated `impl` of enum `ty`: `match self`, one arm per `(variant, value)`.
+fn match_fn(
+    out: &mut String,
+    ty: &str,
+    doc: &str,
+    sig: &str,
+    arms: impl IntoIterator<Item = (String, String)>,
+) {
+    for line in doc.lines() {
+        let _ = writeln!(out, "    /// {line}");
+    }
+    let _ = writeln!(out, "    {sig} {{\n        match self {{");
+    for (variant, value) in arms {
+        let _ = writeln!(out, "            {ty}::{variant} => {value},");
+    }
+    let _ = writeln!(out, "        }}\n    }}\n");
+}
+
 /// An enum with `ALL`, `name()` (the rules' spelling) and `from_name()`.
 fn gen_enum(out: &mut String, name: &str, doc: &str, variants: &[(String, String)]) {
     let _ = writeln!(out, "/// {doc}");
@@ -285,14 +330,13 @@ fn gen_enum(out: &mut String, name: &str, doc: &str, variants: &[(String, String
     let _ = writeln!(out, "}}\n\nimpl {name} {{");
     let all: Vec<String> = variants.iter().map(|(v, _)| format!("{name}::{v}")).collect();
     let _ = writeln!(out, "    pub const ALL: &'static [{name}] = &[{}];", all.join(", "));
-    let _ = writeln!(
+    match_fn(
         out,
-        "    /// The spelling used in `rules/`.\n    pub fn name(self) -> &'static str {{\n        match self {{"
+        name,
+        "The spelling used in `rules/`.",
+        "pub fn name(self) -> &'static str",
+        variants.iter().map(|(v, wire)| (v.clone(), format!("{wire:?}"))),
     );
-    for (v, wire) in variants {
-        let _ = writeln!(out, "            {name}::{v} => {wire:?},");
-    }
-    let _ = writeln!(out, "        }}\n    }}\n");
     let _ = writeln!(out, "    pub fn from_name(s: &str) -> Option<Self> {{\n        match s {{");
     for (v, wire) in variants {
         let _ = writeln!(out, "            {wire:?} => Some({name}::{v}),");
@@ -387,21 +431,30 @@ fn generate(book: &Rulebook) -> String {
     );
 
     // Key metadata.
-    let _ = writeln!(
-        out,
-        "impl Key {{\n    /// The full annotation key on the object.\n    pub const fn full(self) -> &'static str {{\n        match self {{"
+    let keys = &book.annotations.keys;
+    let key_arms = |value: &dyn Fn(&rulebook::model::AnnotationKey) -> String| {
+        keys.iter().map(|k| (camel(&k.key), value(k))).collect::<Vec<_>>()
+    };
+    let _ = writeln!(out, "impl Key {{");
+    match_fn(
+        &mut out,
+        "Key",
+        "The full annotation key on the object.",
+        "pub const fn full(self) -> &'static str",
+        key_arms(&|k| {
+            let full = k
+                .full_key
+                .clone()
+                .unwrap_or_else(|| format!("{}{}", book.annotations.prefix, k.key));
+            format!("{full:?}")
+        }),
     );
-    for k in &book.annotations.keys {
-        let full =
-            k.full_key.clone().unwrap_or_else(|| format!("{}{}", book.annotations.prefix, k.key));
-        let _ = writeln!(out, "            Key::{} => {full:?},", camel(&k.key));
-    }
-    let _ = writeln!(
-        out,
-        "        }}\n    }}\n\n    /// The value type the reference declares.\n    pub fn value_type(self) -> KeyType {{\n        match self {{"
-    );
-    for k in &book.annotations.keys {
-        let t = match &k.value {
+    match_fn(
+        &mut out,
+        "Key",
+        "The value type the reference declares.",
+        "pub fn value_type(self) -> KeyType",
+        key_arms(&|k| match &k.value {
             ValueType::Time => "KeyType::Time".to_string(),
             ValueType::Stamp => "KeyType::Stamp".to_string(),
             ValueType::Duration => "KeyType::Duration".to_string(),
@@ -411,26 +464,23 @@ fn generate(book: &Rulebook) -> String {
             ValueType::Uid => "KeyType::Uid".to_string(),
             ValueType::True => "KeyType::True".to_string(),
             ValueType::Enum(v) => format!("KeyType::Enum(&{v:?})"),
-        };
-        let _ = writeln!(out, "            Key::{} => {t},", camel(&k.key));
-    }
-    let _ = writeln!(
-        out,
-        "        }}\n    }}\n\n    /// The controller writes this key (`owner: Controller` in annotations.ron): what the\n    /// sweep looks for and uninstall removes. Karpenter's `do-not-disrupt` is ours only under\n    /// the ownership marker; the operator's keys never are.\n    pub const fn is_ours(self) -> bool {{\n        match self {{"
+        }),
     );
-    for k in &book.annotations.keys {
-        let ours = matches!(k.owner, rulebook::model::KeyOwner::Controller);
-        let _ = writeln!(out, "            Key::{} => {ours},", camel(&k.key));
-    }
-    let _ = writeln!(
-        out,
-        "        }}\n    }}\n\n    /// The key is written on Nodes (`targets` in annotations.ron).\n    pub const fn on_nodes(self) -> bool {{\n        match self {{"
+    match_fn(
+        &mut out,
+        "Key",
+        "The controller writes this key (`owner: Controller` in annotations.ron): what the\nsweep looks for and uninstall removes. Karpenter's `do-not-disrupt` is ours only under\nthe ownership marker; the operator's keys never are.",
+        "pub const fn is_ours(self) -> bool",
+        key_arms(&|k| matches!(k.owner, rulebook::model::KeyOwner::Controller).to_string()),
     );
-    for k in &book.annotations.keys {
-        let on = k.targets.contains(&rulebook::model::ObjectKind::Node);
-        let _ = writeln!(out, "            Key::{} => {on},", camel(&k.key));
-    }
-    let _ = writeln!(out, "        }}\n    }}\n}}\n");
+    match_fn(
+        &mut out,
+        "Key",
+        "The key is written on Nodes (`targets` in annotations.ron).",
+        "pub const fn on_nodes(self) -> bool",
+        key_arms(&|k| k.targets.contains(&rulebook::model::ObjectKind::Node).to_string()),
+    );
+    let _ = writeln!(out, "}}\n");
     let per_rotation: Vec<String> = book
         .annotations
         .keys
@@ -452,30 +502,32 @@ fn generate(book: &Rulebook) -> String {
     );
 
     // Reasons: severity, object kind, messages.
-    let _ = writeln!(
-        out,
-        "impl Reason {{\n    pub fn is_warning(self) -> bool {{\n        match self {{"
+    let reason_arms = |value: &dyn Fn(&rulebook::model::ReasonDecl) -> String| {
+        voc.reasons.iter().map(|r| (camel(&r.name), value(r))).collect::<Vec<_>>()
+    };
+    let _ = writeln!(out, "impl Reason {{");
+    match_fn(
+        &mut out,
+        "Reason",
+        "",
+        "pub fn is_warning(self) -> bool",
+        reason_arms(&|r| matches!(r.severity, rulebook::model::Severity::Warning).to_string()),
     );
-    for r in &voc.reasons {
-        let w = matches!(r.severity, rulebook::model::Severity::Warning);
-        let _ = writeln!(out, "            Reason::{} => {w},", camel(&r.name));
-    }
-    let _ = writeln!(
-        out,
-        "        }}\n    }}\n\n    /// The object the Event is recorded on.\n    pub const fn kind(self) -> Kind {{\n        match self {{"
+    match_fn(
+        &mut out,
+        "Reason",
+        "The object the Event is recorded on.",
+        "pub const fn kind(self) -> Kind",
+        reason_arms(&|r| format!("Kind::{}", r.kind.name())),
     );
-    for r in &voc.reasons {
-        let _ = writeln!(out, "            Reason::{} => Kind::{},", camel(&r.name), r.kind.name());
-    }
-    let _ = writeln!(
-        out,
-        "        }}\n    }}\n\n    /// The reason's own message (its cases are other [`Message`]s).\n    pub const fn message(self) -> Message {{\n        match self {{"
+    match_fn(
+        &mut out,
+        "Reason",
+        "The reason's own message (its cases are other [`Message`]s).",
+        "pub const fn message(self) -> Message",
+        reason_arms(&|r| format!("Message::{}", camel(&r.name))),
     );
-    for r in &voc.reasons {
-        let v = camel(&r.name);
-        let _ = writeln!(out, "            Reason::{v} => Message::{v},");
-    }
-    let _ = writeln!(out, "        }}\n    }}\n}}\n");
+    let _ = writeln!(out, "}}\n");
     gen_enum(
         &mut out,
         "Slot",
