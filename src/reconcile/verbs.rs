@@ -158,9 +158,18 @@ impl<'c> PassHost<'c> {
         Ok(pool)
     }
 
+    /// [`Self::known_copy`] of the pool.
+    fn known_pool(&self) -> Option<NodePool> {
+        let target = self.cluster_ref(&ObjRef::Pool)?;
+        match self.known_copy(&ObjRef::Pool, &target)? {
+            Fresh::Pool(pool) => Some(*pool),
+            Fresh::Claim(_) | Fresh::Node(_) => None,
+        }
+    }
+
     /// This pass's copy of `obj` when it is at the version this process last read fresh and
-    /// has not written since ([`Known`](super::Known)): what a fresh read would return, but for writes of
-    /// others the watch has not delivered yet. The pool is seen through this pass's slot.
+    /// has not written since ([`Known`](super::Known)): what a fresh read would return, but for
+    /// writes of others the watch has not delivered yet. The pool is seen through this pass's slot.
     fn known_copy(&self, obj: &ObjRef, target: &ObjectRef) -> Option<Fresh> {
         let meta = self.meta(obj)?;
         if !self.ctx.known.is_current(target, meta) {
@@ -211,15 +220,10 @@ impl<'c> PassHost<'c> {
         }
         let pool = match fresh {
             Fresh::Pool(p) => Some(p.as_ref().clone()),
-            Fresh::Claim(_) | Fresh::Node(_) => {
-                let pool_ref = self.cluster_ref(&ObjRef::Pool);
-                match pool_ref
-                    .and_then(|r| known.then(|| self.known_copy(&ObjRef::Pool, &r)).flatten())
-                {
-                    Some(Fresh::Pool(p)) => Some(*p),
-                    _ => self.fresh_pool().map_err(|e| fail(a.verb, e))?,
-                }
-            }
+            Fresh::Claim(_) | Fresh::Node(_) => match known.then(|| self.known_pool()).flatten() {
+                Some(pool) => Some(pool),
+                None => self.fresh_pool().map_err(|e| fail(a.verb, e))?,
+            },
         };
         let Some(pool) = pool else { return Ok(false) };
         let cached = self.snap.pool.replace(pool);
@@ -291,13 +295,6 @@ impl<'c> PassHost<'c> {
         Ok(())
     }
 
-    /// Read fresh, decide, write with the read's resourceVersion; on 409 start over. With
-    /// `recheck`, its `holds=` guard must also be true on this attempt's fresh read.
-    ///
-    /// The first attempt decides on this pass's copy instead when it is at the version this
-    /// process last read fresh and has not written since ([`Known`](super::Known)): a write then carries
-    /// that version (a 409 reads fresh and decides again), and "nothing to write" costs no
-    /// request (docs/decisions/footprint.md).
     /// Deletes `target` (with the preconditions given); this process no longer knows its
     /// version, whatever the answer.
     fn send_delete(
@@ -310,6 +307,13 @@ impl<'c> PassHost<'c> {
         self.ctx.cluster.delete(target, uid, rv)
     }
 
+    /// Read fresh, decide, write with the read's resourceVersion; on 409 start over. With
+    /// `recheck`, its `holds=` guard must also be true on this attempt's fresh read.
+    ///
+    /// The first attempt decides on this pass's copy instead when it is at the version this
+    /// process last read fresh and has not written since ([`Known`](super::Known)): a write then
+    /// carries that version (a 409 reads fresh and decides again), and "nothing to write" costs no
+    /// request (docs/decisions/footprint.md).
     fn conditional(
         &mut self,
         verb: Verb,
