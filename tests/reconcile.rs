@@ -4,6 +4,7 @@ mod support;
 
 use chrono::Duration;
 use noderotation::clock::Clock;
+use noderotation::cluster::ObjectKind;
 use noderotation::engine::Key;
 use noderotation::telemetry::Outcome;
 use support::*;
@@ -2276,26 +2277,20 @@ fn the_tick_judges_orphans_on_a_fresh_read_of_the_anchors() {
 /// the anchors are read fresh again.
 #[test]
 fn a_failed_claim_alone_makes_the_tick_read_no_anchor() {
-    use noderotation::cluster::memory::{ApiVerb, Call, Fault};
-    use std::sync::atomic::{AtomicUsize, Ordering};
     let mut fx = Fx::new();
     fx.claim("c1", Duration::days(10));
     fx.set_claim_ann("c1", Key::State, Some("failed"));
     fx.set_claim_ann("c1", Key::FailedAt, Some("2026-11-27T03:00:00Z"));
-    let reads = std::sync::Arc::new(AtomicUsize::new(0));
-    let counted = std::sync::Arc::clone(&reads);
-    fx.world.set_faults(move |c: &Call<'_>| {
-        if c.verb == ApiVerb::Get && c.target.kind == noderotation::cluster::ObjectKind::NodePool {
-            counted.fetch_add(1, Ordering::SeqCst);
-        }
-        Fault::Proceed
+    let reads = gets_of(&mut fx, &[ObjectKind::NodePool], |fx| {
+        let report = fx.tick();
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
     });
-    let report = fx.tick();
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
-    assert_eq!(reads.load(Ordering::SeqCst), 0, "no anchor read for a failed claim");
+    assert_eq!(reads, 0, "no anchor read for a failed claim");
     fx.set_claim_ann("c1", Key::State, Some("pending"));
-    fx.tick();
-    assert!(reads.load(Ordering::SeqCst) > 0, "a claim in flight has its anchors read");
+    let reads = gets_of(&mut fx, &[ObjectKind::NodePool], |fx| {
+        fx.tick();
+    });
+    assert!(reads > 0, "a claim in flight has its anchors read");
 }
 
 #[test]
@@ -3812,24 +3807,28 @@ fn a_claim_launched_for_the_placeholder_as_the_old_claim_went_is_marked_at_compl
     assert!(fx.deleting("s1") || fx.world.claim("s1").is_none(), "reaped by the sweep");
 }
 
-/// The GETs of the candidate's claim and node one pass makes.
-fn claim_and_node_reads(fx: &mut Fx) -> usize {
-    use noderotation::cluster::ObjectKind;
+/// The GETs of objects of `kinds` that `run` makes.
+fn gets_of(fx: &mut Fx, kinds: &'static [ObjectKind], run: impl FnOnce(&mut Fx)) -> usize {
     use noderotation::cluster::memory::{ApiVerb, Call, Fault};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let reads = std::sync::Arc::new(AtomicUsize::new(0));
     let counted = std::sync::Arc::clone(&reads);
     fx.world.set_faults(move |c: &Call<'_>| {
-        if c.verb == ApiVerb::Get
-            && matches!(c.target.kind, ObjectKind::NodeClaim | ObjectKind::Node)
-        {
+        if c.verb == ApiVerb::Get && kinds.contains(&c.target.kind) {
             counted.fetch_add(1, Ordering::SeqCst);
         }
         Fault::Proceed
     });
-    fx.pass();
+    run(fx);
     fx.world.clear_faults();
     reads.load(Ordering::SeqCst)
+}
+
+/// The GETs of the candidate's claim and node one pass makes.
+fn claim_and_node_reads(fx: &mut Fx) -> usize {
+    gets_of(fx, &[ObjectKind::NodeClaim, ObjectKind::Node], |fx| {
+        fx.pass();
+    })
 }
 
 #[test]
