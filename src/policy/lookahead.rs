@@ -27,7 +27,8 @@
 //! measured over the merged occurrences ([`OpenTime`]), so a slot never counts the gap between
 //! two windows. Pure: `now` only anchors the occurrence list.
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Mutex;
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -206,6 +207,48 @@ pub fn effective_dues_lanes(
     out
 }
 
+/// [`effective_dues_lanes`] remembered per key (a pool) over one [`OpenTime`]: a pool's pass
+/// asks again with the same due instants until one of its claims changes, and the answer is a
+/// pure function of what the entry holds. One entry per key, replaced when the question moves.
+#[derive(Debug, Default)]
+pub struct Memo {
+    answers: Mutex<HashMap<String, Answer>>,
+}
+
+#[derive(Debug)]
+struct Answer {
+    slot: Duration,
+    lanes: usize,
+    dues: Vec<DateTime<Utc>>,
+    effective: Vec<DateTime<Utc>>,
+}
+
+impl Memo {
+    /// [`effective_dues_lanes`] of `dues` over `open`, which must be the open time this memo
+    /// belongs to (its owner drops the memo with it).
+    pub fn effective_dues_lanes(
+        &self,
+        key: &str,
+        dues: &[DateTime<Utc>],
+        open: &OpenTime,
+        slot: Duration,
+        lanes: usize,
+    ) -> Vec<DateTime<Utc>> {
+        let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(a) = answers.get(key)
+            && a.slot == slot
+            && a.lanes == lanes
+            && a.dues == dues
+        {
+            return a.effective.clone();
+        }
+        let effective = effective_dues_lanes(dues, open, slot, lanes);
+        let answer = Answer { slot, lanes, dues: dues.to_vec(), effective: effective.clone() };
+        answers.insert(key.to_string(), answer);
+        effective
+    }
+}
+
 /// Which claims (in rotation order, with their own due instants) one rotation at a time can
 /// reach from `from` within their chances: starting each as soon as it is due by the lookahead
 /// and the claim before it had its slot, it starts no later than its latest start `L`.
@@ -348,6 +391,36 @@ mod tests {
             reachable_lanes(utc(1, 0, 34), &dues, &open, slot, 4),
             [false, false, true, true]
         );
+    }
+
+    #[test]
+    fn the_memo_answers_what_the_lookahead_answers_as_the_question_moves() {
+        let open = OpenTime::Continuous;
+        let slot = Duration::minutes(11);
+        let dues = [utc(1, 0, 30), utc(1, 0, 33), utc(1, 0, 35), utc(1, 3, 0)];
+        let memo = Memo::default();
+        // Each question differs from the one before in one input only: the lanes, the slot,
+        // the due instants, the key; an answer kept for the wrong question shows.
+        let moved = [utc(1, 0, 30), utc(1, 0, 31), utc(1, 0, 35), utc(1, 3, 0)];
+        let questions: [(&str, &[DateTime<Utc>], Duration, usize); 6] = [
+            ("a", &dues, slot, 1),
+            ("a", &dues, slot, 2),
+            ("a", &dues, Duration::minutes(2), 2),
+            ("a", &moved, Duration::minutes(2), 2),
+            ("a", &moved, slot, 1),
+            ("b", &dues, slot, 1),
+        ];
+        let mut answers = Vec::new();
+        for (key, dues, slot, lanes) in questions {
+            let direct = effective_dues_lanes(dues, &open, slot, lanes);
+            assert_eq!(memo.effective_dues_lanes(key, dues, &open, slot, lanes), direct);
+            assert_eq!(memo.effective_dues_lanes(key, dues, &open, slot, lanes), direct, "again");
+            answers.push(direct);
+        }
+        // The questions are told apart by their answers, so the test can see a stale one.
+        for pair in answers[..5].windows(2) {
+            assert_ne!(pair[0], pair[1]);
+        }
     }
 
     #[test]

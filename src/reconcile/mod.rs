@@ -261,7 +261,15 @@ impl Controller {
             .map(|settings| {
                 let period = settings.schedule.period(now);
                 let open = crate::policy::lookahead::OpenTime::of(&settings.schedule, now);
-                Arc::new(PolicyView { name: name.clone(), revision, settings, period, open })
+                let lookahead = Default::default();
+                Arc::new(PolicyView {
+                    name: name.clone(),
+                    revision,
+                    settings,
+                    period,
+                    open,
+                    lookahead,
+                })
             })
             .map_err(|e| e.to_string());
         self.policies.insert(name, (key, view.clone()));
@@ -360,10 +368,10 @@ impl Controller {
         let index = self.index.of(&cache);
         let namespace = self.ctx.config.namespace.clone();
         let mut snap = Snapshot::new(now, cache, index, namespace, Some(pool), governance, None);
-        if let (Some(policy), Some(pool)) = (snap.policy().cloned(), snap.pool.clone()) {
+        if let (Some(policy), Some(pool)) = (snap.policy().cloned(), snap.pool.as_ref()) {
             let nodes = snap.pool_nodes();
             let short = pool.limits_without_room_for(&snap.node_worth());
-            let assessment = self.assessment(&pool, &policy, nodes, short, now);
+            let assessment = self.assessment(pool, &policy, nodes, short, now);
             snap.fatal = assessment.has_fatal();
             // `lanes(np)`: `maxUnavailable` for the pool's nodes (`auto`: what the pool needs,
             // within its limit), decided by feasibility only.

@@ -27,7 +27,7 @@ pub const KARPENTER_POOL_LABEL: &str = "karpenter.sh/nodepool";
 
 /// The governing policy of a pool, evaluated once per policy change (and per day, so the
 /// 53-week window horizon moves on).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PolicyView {
     pub name: String,
     /// The policy's uid and generation: what is derived from the view (a pool's feasibility
@@ -38,6 +38,8 @@ pub struct PolicyView {
     pub period: Option<Duration>,
     /// Window-open time around now, for the burst lookahead.
     pub open: OpenTime,
+    /// The lookahead's answers over `open`, per pool (they go with the view).
+    pub lookahead: lookahead::Memo,
 }
 
 /// The pool's governance, as the rules see it.
@@ -329,8 +331,9 @@ impl Snapshot {
         self.pool.as_ref().and_then(|p| p.metadata.name.as_deref()).unwrap_or("")
     }
 
-    pub fn policy(&self) -> Option<&PolicyView> {
-        self.governance.policy().map(|p| p.as_ref())
+    /// The governing policy's view (shared: cloning it is a reference count).
+    pub fn policy(&self) -> Option<&Arc<PolicyView>> {
+        self.governance.policy()
     }
 
     pub fn claim(&self, name: &str) -> Option<&NodeClaim> {
@@ -750,7 +753,13 @@ impl Snapshot {
         let tgp = self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten());
         let slot = settings.t_rot_est(tgp) + settings.cooldown_after;
         let ordered: Vec<DateTime<Utc>> = queue.iter().filter_map(|(_, i)| dues[*i]).collect();
-        let effective = lookahead::effective_dues_lanes(&ordered, &policy.open, slot, self.lanes);
+        let effective = policy.lookahead.effective_dues_lanes(
+            self.pool_name(),
+            &ordered,
+            &policy.open,
+            slot,
+            self.lanes,
+        );
         for ((_, i), due) in queue.iter().zip(effective) {
             dues[*i] = Some(due);
         }
