@@ -23,20 +23,23 @@ pub fn slot_key(key: Key, slot: usize) -> String {
 
 /// The per-rotation key and slot an annotation key names, if it is one.
 fn parse(full: &str) -> Option<(Key, usize)> {
-    PER_ROTATION_KEYS.iter().find_map(|k| {
-        let rest = full.strip_prefix(k.full())?;
-        if rest.is_empty() {
-            return Some((*k, 0));
-        }
-        let digits = rest.strip_prefix('.')?;
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        match digits.parse::<usize>() {
-            Ok(slot) if slot > 0 && digits == slot.to_string() => Some((*k, slot)),
-            _ => None,
-        }
-    })
+    PER_ROTATION_KEYS.iter().find_map(|k| Some((*k, slot_of(full, *k)?)))
+}
+
+/// The slot whose copy of per-rotation `key` the annotation key `full` is, if it is one.
+fn slot_of(full: &str, key: Key) -> Option<usize> {
+    let rest = full.strip_prefix(key.full())?;
+    if rest.is_empty() {
+        return Some(0);
+    }
+    let digits = rest.strip_prefix('.')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    match digits.parse::<usize>() {
+        Ok(slot) if slot > 0 && digits == slot.to_string() => Some(slot),
+        _ => None,
+    }
 }
 
 /// Whether `full` is a per-rotation key of some slot (slot 0's plain key included).
@@ -111,10 +114,7 @@ pub fn by_slot(meta: &ObjectMeta, key: Key) -> BTreeMap<usize, &str> {
     ann.get_key_value(base)
         .into_iter()
         .chain(ann.range::<str, _>((Bound::Included(from), Bound::Excluded(to))))
-        .filter_map(|(k, v)| match parse(k) {
-            Some((k, slot)) if k == key => Some((slot, v.as_str())),
-            _ => None,
-        })
+        .filter_map(|(k, v)| Some((slot_of(k, key)?, v.as_str())))
         .collect()
 }
 
