@@ -582,25 +582,11 @@ impl Controller {
         let cache = self.ctx.cluster.cache();
         let index = self.index.of(&cache);
         let mut report = SweepReport::default();
+        // Pools are visited first; their subjects (a copy of the pool per slot) are built only
+        // once the sweep knows it has something to visit.
         let mut subjects: Vec<(Handler, SweepSubject, Option<NodePool>, usize)> = Vec::new();
         // The governance of the pool of each surge claim the sweep may reap (its readyTimeout).
         let mut governance: BTreeMap<String, GovernanceView> = BTreeMap::new();
-        for (name, p) in &cache.pools {
-            // Slot 0 always; another slot only where a key the pool's sweep rows clear is set
-            // (a pool with many slots holds many keys).
-            let leftover = slots::sweepable(&p.metadata);
-            let visit = std::iter::once(0).chain(leftover.into_iter().filter(|s| *s != 0));
-            for slot in visit {
-                let mut pool = p.as_ref().clone();
-                slots::swap_meta(&mut pool.metadata, slot);
-                subjects.push((
-                    Handler::SweepPool,
-                    SweepSubject::Pool(name.clone()),
-                    Some(pool),
-                    slot,
-                ));
-            }
-        }
         for (name, c) in &cache.claims {
             // A surge claim that never initialized (docs/decisions/reap-attribution.md): the
             // sweep reaps it once its rotation is over.
@@ -632,10 +618,28 @@ impl Controller {
             subjects.push((Handler::SweepPod, SweepSubject::Pod(ns, name.clone()), None, 0));
         }
         let marked = |p: &NodePool| !slots::sweepable(&p.metadata).is_empty();
-        let pools_only = subjects.iter().all(|s| s.0 == Handler::SweepPool);
-        if pools_only && !cache.pools.values().any(|p| marked(p)) {
+        if subjects.is_empty() && !cache.pools.values().any(|p| marked(p)) {
             return report;
         }
+        let mut pools = Vec::new();
+        for (name, p) in &cache.pools {
+            // Slot 0 always; another slot only where a key the pool's sweep rows clear is set
+            // (a pool with many slots holds many keys).
+            let leftover = slots::sweepable(&p.metadata);
+            let visit = std::iter::once(0).chain(leftover.into_iter().filter(|s| *s != 0));
+            for slot in visit {
+                let mut pool = p.as_ref().clone();
+                slots::swap_meta(&mut pool.metadata, slot);
+                pools.push((
+                    Handler::SweepPool,
+                    SweepSubject::Pool(name.clone()),
+                    Some(pool),
+                    slot,
+                ));
+            }
+        }
+        pools.append(&mut subjects);
+        let subjects = pools;
         let mut anchors = BTreeSet::new();
         for (name, cached) in &cache.pools {
             let target = ObjectRef::cluster(ObjectKind::NodePool, name.clone());
