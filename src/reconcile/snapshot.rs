@@ -147,7 +147,8 @@ impl Derived {
         d
     }
 
-    /// [`Snapshot::claim_facts`] of `claim` (this claim, as cached or as written) on `node`.
+    /// The candidate facts of `claim` (§3.2; this claim, as cached or as written) on `node`:
+    /// the one place a pass builds them.
     fn facts(&self, claim: &NodeClaim, node: Option<&Node>) -> Option<ClaimFacts> {
         Some(ClaimFacts {
             created: self.created?,
@@ -576,26 +577,6 @@ impl Snapshot {
         }
     }
 
-    /// The candidate facts of a claim (§3.2).
-    pub fn claim_facts(&self, claim: &NodeClaim) -> Option<ClaimFacts> {
-        let node_dnd = self
-            .claim_node(claim)
-            .and_then(|n| self.node(n))
-            .map(|n| operator_do_not_disrupt(&n.metadata))
-            .unwrap_or(false);
-        Some(ClaimFacts {
-            created: claim.created()?,
-            expire_after: claim.expire_after().ok()?,
-            termination_grace_period: claim.termination_grace_period().ok().flatten(),
-            ready: claim.is_ready(),
-            deleting: claim.is_deleting(),
-            state: crate::engine::claim_state(annotation(&claim.metadata, Key::State)).into(),
-            retry_count: derive::retry_count_u32(annotation(&claim.metadata, Key::RetryCount)),
-            failed_at: time_annotation(&claim.metadata, Key::FailedAt),
-            operator_do_not_disrupt: node_dnd,
-        })
-    }
-
     /// Computes `pick` and `census` from the pool's claims (again only after an `apply`).
     pub fn select_candidates(&mut self) {
         if self.selected == Some(self.version) {
@@ -766,7 +747,7 @@ impl Snapshot {
         dues
     }
 
-    /// [`Snapshot::claim_facts`] of a cached claim after this pass's writes.
+    /// [`Derived::facts`] of a cached claim after this pass's writes.
     fn written_facts(&self, cached: &Arc<NodeClaim>, d: &Derived) -> Option<ClaimFacts> {
         let claim = self.live(cached);
         let node = match self.claim_node(claim).and_then(|n| self.nodes.get(n)) {
