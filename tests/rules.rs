@@ -1042,9 +1042,8 @@ mod tidy {
                     || code.contains("engine::ClaimState as")
             }));
         }
-        found.retain(|at| {
-            !at.starts_with("src/engine/") && !at.starts_with("src/reconcile/verbs/")
-        });
+        found
+            .retain(|at| !at.starts_with("src/engine/") && !at.starts_with("src/reconcile/verbs/"));
         assert!(found.is_empty(), "claim-state decisions belong in rules/:\n{}", found.join("\n"));
     }
 

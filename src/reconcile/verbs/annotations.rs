@@ -2,6 +2,17 @@
 //! pool's window stamps.
 use super::*;
 
+/// `patch` with each key of `incr` counted up by one from its value on `meta`, as a decision:
+/// no write when nothing is left to change. Saturating: a count at its limit stays there
+/// instead of wrapping or panicking.
+fn counted_up(mut patch: Patch, meta: &ObjectMeta, incr: &[Key]) -> Decide {
+    for k in incr {
+        let n = crate::policy::derive::parse_retry_count(annotation(meta, *k));
+        patch.set.insert(full(*k), n.saturating_add(1).to_string());
+    }
+    if patch.is_empty() { Decide::Skip(Outcome::Won) } else { Decide::Write(patch, Outcome::Won) }
+}
+
 impl PassHost<'_> {
     pub(super) fn in_window(&self, t: DateTime<Utc>) -> bool {
         self.snap.policy().is_some_and(|p| p.settings.schedule.in_window(t))
@@ -27,17 +38,8 @@ impl PassHost<'_> {
             if judged.iter().any(|(k, v)| annotation(fresh.meta(), *k) != v.as_deref()) {
                 return Decide::Skip(Outcome::Raced);
             }
-            let mut patch = Self::patch_of(&set, &clear, fresh.meta());
-            for k in &incr {
-                // Saturating: a count at its limit stays there instead of wrapping or panicking.
-                let n = crate::policy::derive::parse_retry_count(annotation(fresh.meta(), *k));
-                patch.set.insert(full(*k), n.saturating_add(1).to_string());
-            }
-            if patch.is_empty() {
-                Decide::Skip(Outcome::Won)
-            } else {
-                Decide::Write(patch, Outcome::Won)
-            }
+            let patch = Self::patch_of(&set, &clear, fresh.meta());
+            counted_up(patch, fresh.meta(), &incr)
         })
     }
 
@@ -95,16 +97,7 @@ impl PassHost<'_> {
                     patch.set.insert(full(*k), s);
                 }
             }
-            for k in &incr {
-                // Saturating, as in `annotate`.
-                let n = crate::policy::derive::parse_retry_count(annotation(meta, *k));
-                patch.set.insert(full(*k), n.saturating_add(1).to_string());
-            }
-            if patch.is_empty() {
-                Decide::Skip(Outcome::Won)
-            } else {
-                Decide::Write(patch, Outcome::Won)
-            }
+            counted_up(patch, meta, &incr)
         })
     }
 
