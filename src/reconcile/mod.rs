@@ -367,18 +367,14 @@ impl Controller {
         let governance = self.governance(&cache, &pool, now);
         let index = self.index.of(&cache);
         let namespace = self.ctx.config.namespace.clone();
-        let mut snap = Snapshot::new(now, cache, index, namespace, Some(pool), governance, None);
-        if let (Some(policy), Some(pool)) = (snap.policy().cloned(), snap.pool.as_ref()) {
-            let nodes = snap.pool_nodes();
-            let short = pool.limits_without_room_for(&snap.node_worth());
-            let assessment = self.assessment(pool, &policy, nodes, short, now);
-            snap.fatal = assessment.has_fatal();
-            // `lanes(np)`: `maxUnavailable` for the pool's nodes (`auto`: what the pool needs,
-            // within its limit), decided by feasibility only.
-            snap.lanes = assessment.derived.lanes;
-            snap.assessment = Some(assessment);
-        }
-        snap
+        let snap = Snapshot::for_pool(now, cache, index, namespace, pool, governance);
+        let Some((policy, pool)) = snap.policy().cloned().zip(snap.pool.as_ref()) else {
+            return snap;
+        };
+        let nodes = snap.pool_nodes();
+        let short = pool.limits_without_room_for(&snap.node_worth());
+        let assessment = self.assessment(pool, &policy, nodes, short, now);
+        snap.assessed(assessment)
     }
 
     /// What the pool looks like to the controller now (read-only; no rule runs):
@@ -470,7 +466,8 @@ impl Controller {
         // Each slot's run is isolated: an error ends that run only (a placeholder an admission
         // webhook rejects, a pod list that times out), the next slot runs on the pass's copy
         // with what the earlier runs wrote, and the errors are reported after the last run.
-        let slots = snap.pool.as_ref().map_or(vec![0], |p| slots::to_run(&p.metadata, snap.lanes));
+        let slots =
+            snap.pool.as_ref().map_or(vec![0], |p| slots::to_run(&p.metadata, snap.lanes()));
         let ran = slots.len();
         let mut snap = snap;
         let mut requeue: Option<Duration> = None;
@@ -682,14 +679,15 @@ impl Controller {
                 SweepSubject::Claim(n) => governance.remove(n),
                 _ => None,
             };
-            let snap = Snapshot::new(
+            let snap = Snapshot::for_sweep(
                 now,
                 cache.clone(),
                 index.clone(),
                 self.ctx.config.namespace.clone(),
                 pool,
                 governed.unwrap_or(GovernanceView::Ungoverned),
-                Some((subject, anchors.clone())),
+                subject,
+                anchors.clone(),
             );
             let mut host = PassHost::for_slot(snap, &mut self.ctx, slot);
             match self.engine.run_from(handler, &mut host) {
@@ -721,7 +719,7 @@ impl Controller {
         let pool = snap.pool_name().to_string();
         let mut raised: BTreeSet<(String, String)> = BTreeSet::new();
         let mut events = Vec::new();
-        if let Some(a) = &snap.assessment {
+        if let Some(a) = snap.assessment() {
             // Reasons the rules raise themselves (StaticNodePool at step 1a) stay theirs.
             let warnings = a.findings.iter().filter(|f| {
                 f.severity == feasibility::Severity::Warning
@@ -860,13 +858,13 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         candidates: snap.census.max(0) as u64,
         in_progress: snap.anchored_claims().count() as u64,
         policy_conflict: matches!(snap.governance, GovernanceView::Conflict(_)),
-        infeasible: snap.fatal,
+        infeasible: snap.fatal(),
         ..Default::default()
     };
     if let Some(p) = snap.policy() {
         g.window_active = p.settings.schedule.in_window(now);
         g.window_period = p.period;
-        g.max_unavailable = Some(snap.lanes as u64);
+        g.max_unavailable = Some(snap.lanes() as u64);
         g.next_window = summary::current_or_next(&p.settings.schedule, now).map(|o| o.start);
         let period = p.period.unwrap_or(Duration::minutes(1));
         let short = |(_, d): &(&crate::karpenter::NodeClaim, &snapshot::Derived)| {
@@ -877,7 +875,7 @@ fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         };
         g.short_lead_nodes = snap.pool_claims_derived().filter(short).count() as u64;
     }
-    if let Some(a) = &snap.assessment {
+    if let Some(a) = snap.assessment() {
         g.age_threshold = a.derived.age_threshold;
         g.rotation_chances = a.derived.chances;
         g.throughput_capacity = a.derived.starts_per_occurrence;

@@ -13,6 +13,7 @@ use crate::karpenter::{NodeClaim, NodePool};
 use crate::placeholder;
 use crate::policy::derive::{self, ClaimFacts, RotationOrder};
 use crate::policy::duration::ExpireAfter;
+use crate::policy::feasibility::Assessment;
 use crate::policy::lookahead::{self, OpenTime};
 use crate::policy::settings::Effective;
 
@@ -281,25 +282,54 @@ pub struct Snapshot {
     pub nodes: BTreeMap<String, Node>,
     pub governance: GovernanceView,
     /// Whether feasibility has a fatal finding for this pool (step 1b).
-    pub fatal: bool,
+    fatal: bool,
     /// The pool's feasibility (governed pools).
-    pub assessment: Option<Arc<crate::policy::feasibility::Assessment>>,
+    assessment: Option<Arc<Assessment>>,
     /// pick_earliest_deadline_eligible and the census (§3.2, §4.2), at `now`.
     pub pick: Option<String>,
     pub census: i64,
-    /// Sweep passes only.
-    pub sweep: Option<(SweepSubject, Arc<BTreeSet<String>>)>,
+    /// What a sweep pass visits, with the anchors read when the sweep began; `None` in a pool
+    /// pass.
+    sweep: Option<(SweepSubject, Arc<BTreeSet<String>>)>,
     /// `lanes(np)`: the rotations the pool may have in flight (`spec.surge.maxUnavailable`
     /// resolved against its nodes); 1 outside a governed pool pass.
-    pub lanes: usize,
+    lanes: usize,
     /// Bumped by every [`Snapshot::apply`]; `pick` and `census` were computed at `selected`.
     version: u64,
     selected: Option<u64>,
 }
 
 impl Snapshot {
-    /// A snapshot with nothing written yet and no candidates selected.
-    pub fn new(
+    /// A pool pass's snapshot, with nothing written yet and no candidates selected; a governed
+    /// pool's feasibility comes with [`Snapshot::assessed`].
+    pub fn for_pool(
+        now: DateTime<Utc>,
+        cache: Arc<CacheView>,
+        index: Arc<ClaimIndex>,
+        namespace: String,
+        pool: NodePool,
+        governance: GovernanceView,
+    ) -> Snapshot {
+        Snapshot::new(now, cache, index, namespace, Some(pool), governance, None)
+    }
+
+    /// A sweep pass's snapshot over `subject`, with the `anchors` read when the sweep began
+    /// (`pool`: the pool subject's copy through its slot's lens).
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_sweep(
+        now: DateTime<Utc>,
+        cache: Arc<CacheView>,
+        index: Arc<ClaimIndex>,
+        namespace: String,
+        pool: Option<NodePool>,
+        governance: GovernanceView,
+        subject: SweepSubject,
+        anchors: Arc<BTreeSet<String>>,
+    ) -> Snapshot {
+        Snapshot::new(now, cache, index, namespace, pool, governance, Some((subject, anchors)))
+    }
+
+    fn new(
         now: DateTime<Utc>,
         cache: Arc<CacheView>,
         index: Arc<ClaimIndex>,
@@ -326,6 +356,36 @@ impl Snapshot {
             version: 0,
             selected: None,
         }
+    }
+
+    /// The pool's feasibility, and what it decides: whether a fatal finding holds starts back
+    /// (step 1b), and `lanes(np)`, `maxUnavailable` for the pool's nodes (`auto`: what the pool
+    /// needs, within its limit).
+    pub fn assessed(mut self, assessment: Arc<Assessment>) -> Snapshot {
+        self.fatal = assessment.has_fatal();
+        self.lanes = assessment.derived.lanes;
+        self.assessment = Some(assessment);
+        self
+    }
+
+    /// The pool's feasibility (governed pools).
+    pub fn assessment(&self) -> Option<&Arc<Assessment>> {
+        self.assessment.as_ref()
+    }
+
+    /// Whether feasibility has a fatal finding for this pool (step 1b).
+    pub fn fatal(&self) -> bool {
+        self.fatal
+    }
+
+    /// `lanes(np)`: the rotations the pool may have in flight; 1 outside a governed pool pass.
+    pub fn lanes(&self) -> usize {
+        self.lanes
+    }
+
+    /// The anchors a sweep pass read when the sweep began; `None` in a pool pass.
+    pub fn sweep_anchors(&self) -> Option<&Arc<BTreeSet<String>>> {
+        self.sweep.as_ref().map(|(_, anchors)| anchors)
     }
 
     pub fn pool_name(&self) -> &str {

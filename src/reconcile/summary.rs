@@ -226,7 +226,7 @@ pub fn of(snap: &Snapshot, governance: GovernanceSummary) -> PoolSummary {
         in_flight: Vec::new(),
         due: Vec::new(),
         deadlines: Vec::new(),
-        findings: snap.assessment.as_ref().map(|a| a.findings.clone()).unwrap_or_default(),
+        findings: snap.assessment().map(|a| a.findings.clone()).unwrap_or_default(),
         failures: Vec::new(),
         last_failure_at: None,
         failure_pause_until: None,
@@ -283,9 +283,9 @@ pub fn of(snap: &Snapshot, governance: GovernanceSummary) -> PoolSummary {
     out.last_failure_at = meta.and_then(|m| time_of(m, Key::LastFailureAt));
     out.failure_pause_until =
         out.last_failure_at.map(|t| t + settings.failure_pause).filter(|t| *t > now);
-    if let Some(a) = &snap.assessment {
+    if let Some(a) = snap.assessment() {
         out.max_unavailable = Some(LanesSummary {
-            in_use: snap.lanes,
+            in_use: snap.lanes(),
             written: settings.max_unavailable.to_string(),
             reason: a.derived.lanes_reason.clone(),
         });

@@ -132,8 +132,8 @@ impl PassHost<'_> {
             Slot::Fatal => {
                 let fatal: Vec<String> = self
                     .snap
-                    .assessment
-                    .iter()
+                    .assessment()
+                    .into_iter()
                     .flat_map(|a| &a.findings)
                     .filter(|f| f.severity == crate::policy::feasibility::Severity::Fatal)
                     .map(|f| format!("{}: {} Fix: {}", f.reason, f.message, f.fix))

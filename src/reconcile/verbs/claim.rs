@@ -100,7 +100,7 @@ impl PassHost<'_> {
     /// completed pods, all on fresh reads.
     pub(super) fn reap_launched(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
-        let anchors = self.snap.sweep.as_ref().map(|(_, a)| a.clone()).unwrap_or_default();
+        let anchors = self.snap.sweep_anchors().cloned().unwrap_or_default();
         let outcome = self.reap_claim(a.verb, &name, |host, fresh| {
             let anchored =
                 annotation(&fresh.metadata, Key::LaunchedFor).map(|r| anchors.contains(r));

@@ -184,7 +184,7 @@ impl PassHost<'_> {
         if let Some(host) = self.fresh_surge_host(&owner).map_err(|e| fail(a.verb, e))? {
             names.insert(host);
         }
-        if self.snap.pool.is_some() && self.snap.sweep.is_none() {
+        if self.snap.pool.is_some() && self.snap.sweep_anchors().is_none() {
             let pool = self.fresh(&ObjRef::Pool).map_err(|e| fail(a.verb, e))?;
             if let Some(host) = pool.as_ref().and_then(|p| annotation(p.meta(), Key::SurgeHost)) {
                 names.insert(host.to_string());
@@ -205,7 +205,7 @@ impl PassHost<'_> {
 
     pub(super) fn release_node(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(obj @ ObjRef::Node(_)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
-        let anchors = self.snap.sweep.as_ref().map(|(_, a)| a.clone()).unwrap_or_default();
+        let anchors = self.snap.sweep_anchors().cloned().unwrap_or_default();
         let claim_of_node = match &obj {
             ObjRef::Node(n) => self.snap.claim_on_node(n).and_then(|c| c.metadata.name.clone()),
             _ => None,
