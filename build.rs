@@ -11,7 +11,7 @@ use std::path::Path;
 mod rulebook;
 
 use rulebook::Rulebook;
-use rulebook::model::{FindingSeverity, Layer, MetricType, Piece, TypeDecl, ValueType};
+use rulebook::model::{FindingSeverity, Layer, Piece, TypeDecl, ValueType};
 
 fn main() {
     println!("cargo::rerun-if-changed=rules");
@@ -252,14 +252,8 @@ fn metrics(book: &Rulebook) -> String {
         "Metric",
         "",
         "pub const fn metric_type(self) -> MetricType",
-        arms(&|m| {
-            let ty = match m.ty {
-                MetricType::Gauge => "Gauge",
-                MetricType::Counter => "Counter",
-                MetricType::Histogram => "Histogram",
-            };
-            format!("MetricType::{ty}")
-        }),
+        // The generated enum's variants are the model's, by name.
+        arms(&|m| format!("MetricType::{:?}", m.ty)),
     );
     let _ = writeln!(out, "}}\n");
     let gauges: Vec<&rulebook::model::MetricDecl> =

@@ -367,6 +367,17 @@ pub enum MetricType {
     Histogram,
 }
 
+impl MetricType {
+    /// The Prometheus type, as `# TYPE` lines and the metrics reference spell it.
+    pub fn prometheus(self) -> &'static str {
+        match self {
+            MetricType::Gauge => "gauge",
+            MetricType::Counter => "counter",
+            MetricType::Histogram => "histogram",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 pub enum Severity {
     Normal,

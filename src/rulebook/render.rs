@@ -2,7 +2,7 @@
 use std::fmt::Write as _;
 
 use super::check::{CheckedRow, Rulebook};
-use super::model::{FindingSeverity, MetricType, Piece, Severity, Then, ValueType, parse_template};
+use super::model::{FindingSeverity, Piece, Severity, Then, ValueType, parse_template};
 
 /// File names under `docs/`, with their rendered content.
 pub fn all(book: &Rulebook) -> Vec<(&'static str, String)> {
@@ -438,11 +438,7 @@ pub fn metrics(book: &Rulebook) -> String {
     ));
     out.push_str("| Metric | Type | Labels | Help |\n|---|---|---|---|\n");
     for m in &book.vocabulary.metrics {
-        let ty = match m.ty {
-            MetricType::Gauge => "gauge",
-            MetricType::Counter => "counter",
-            MetricType::Histogram => "histogram",
-        };
+        let ty = m.ty.prometheus();
         let labels: Vec<String> = m.labels.iter().map(|l| format!("`{l}`")).collect();
         let _ = writeln!(
             out,
