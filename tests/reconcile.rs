@@ -243,6 +243,8 @@ fn ready_timeout_rolls_back_reaps_the_surge_claim_and_pauses_the_pool() {
     assert!(fx.pool_ann(Key::LastFailureAt).is_some());
     assert_eq!(fx.announced("emit:failure"), 1);
     assert_eq!(fx.events("RotationFailed"), 1);
+    let message = &fx.event_messages("RotationFailed")[0];
+    assert!(message.contains("was not ready within readyTimeout"), "a pass's message: {message}");
     // Gate B: failurePause (max(10m, cooldownAfter)) blocks new starts.
     fx.pass();
     assert!(fx.pool_ann(Key::ActiveRotation).is_none());
@@ -685,6 +687,8 @@ fn startup_sweep_cleans_orphans_and_fails_unanchored_in_flight_claims() {
     assert!(fx.node_ann("node-c3", Key::Cordoned).is_none());
     assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("failed"));
     assert_eq!(fx.events("RotationFailed"), 1, "alert for the unanchored in-flight claim");
+    let message = &fx.event_messages("RotationFailed")[0];
+    assert!(message.contains("was in flight without an anchor"), "the orphan's message: {message}");
     assert!(fx.pool_ann(Key::ActiveRotationState).is_none());
     assert!(report.errors.is_empty(), "{report:?}");
 }

@@ -90,7 +90,8 @@ impl PassHost<'_> {
             {
                 Message::InvalidStampFailedAt
             }
-            Reason::RotationFailed if a.row.starts_with("sweep_") => {
+            // The sweep fails only claims no anchor names.
+            Reason::RotationFailed if self.snap.sweep_anchors().is_some() => {
                 Message::RotationFailedOrphaned
             }
             Reason::RotationFailed if self.surge_trouble(&claim).is_some() => {
