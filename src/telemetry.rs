@@ -654,7 +654,29 @@ mod tests {
                 t.duration(pool, ph, 60.0);
             }
         }
+        // Every metric labelled by pool has a series of "gone" now: a metric added to the
+        // vocabulary but not recorded above fails here, before forget_pool could miss it.
+        let of_gone = |t: &Telemetry| -> Vec<String> {
+            let families = t.registry().gather();
+            let labelled = |f: &prometheus::proto::MetricFamily| {
+                f.get_metric().iter().any(|m| {
+                    m.get_label().iter().any(|l| l.name() == "nodepool" && l.value() == "gone")
+                })
+            };
+            families.iter().filter(|f| labelled(f)).map(|f| f.name().to_string()).collect()
+        };
+        let by_pool: Vec<String> = Metric::ALL
+            .iter()
+            .filter(|m| m.labels().contains(&"nodepool"))
+            .map(|m| m.name().to_string())
+            .collect();
+        let mut recorded = of_gone(&t);
+        recorded.sort();
+        let mut expected = by_pool.clone();
+        expected.sort();
+        assert_eq!(recorded, expected, "every pool-labelled metric is recorded by this test");
         t.forget_pool("gone");
+        assert!(of_gone(&t).is_empty(), "left: {:?}", of_gone(&t));
         let text = t.render();
         assert!(!text.contains("nodepool=\"gone\""), "{text}");
         assert!(text.contains("nodepool=\"kept\""));
