@@ -310,7 +310,10 @@ impl Snapshot {
         pool: NodePool,
         governance: GovernanceView,
     ) -> Snapshot {
-        Snapshot::new(now, cache, index, namespace, Some(pool), governance, None)
+        Snapshot {
+            pool: Some(pool),
+            ..Snapshot::unwritten(now, cache, index, namespace, governance)
+        }
     }
 
     /// A sweep pass's snapshot over `subject`, with the `anchors` read when the sweep began
@@ -326,24 +329,24 @@ impl Snapshot {
         subject: SweepSubject,
         anchors: Arc<BTreeSet<String>>,
     ) -> Snapshot {
-        Snapshot::new(now, cache, index, namespace, pool, governance, Some((subject, anchors)))
+        let sweep = Some((subject, anchors));
+        Snapshot { pool, sweep, ..Snapshot::unwritten(now, cache, index, namespace, governance) }
     }
 
-    fn new(
+    /// What both kinds of pass start from: no pool, nothing written, no candidates selected.
+    fn unwritten(
         now: DateTime<Utc>,
         cache: Arc<CacheView>,
         index: Arc<ClaimIndex>,
         namespace: String,
-        pool: Option<NodePool>,
         governance: GovernanceView,
-        sweep: Option<(SweepSubject, Arc<BTreeSet<String>>)>,
     ) -> Snapshot {
         Snapshot {
             now,
             cache,
             index,
             namespace,
-            pool,
+            pool: None,
             claims: BTreeMap::new(),
             nodes: BTreeMap::new(),
             governance,
@@ -351,7 +354,7 @@ impl Snapshot {
             assessment: None,
             pick: None,
             census: 0,
-            sweep,
+            sweep: None,
             lanes: 1,
             version: 0,
             selected: None,
