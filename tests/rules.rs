@@ -1110,8 +1110,20 @@ mod tidy {
         let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (at, code) in code_lines("src/policy") {
             let file = at.split(':').next().unwrap();
-            let module = file.trim_start_matches("src/policy/").trim_end_matches(".rs").to_string();
-            for prefix in ["super::", "crate::policy::"] {
+            let path = file.trim_start_matches("src/policy/").trim_end_matches(".rs");
+            // A directory module (`plan/mod.rs`, `plan/render.rs`) is one module, `plan`; in the
+            // files beside its `mod.rs`, `super::` is that module and the policy modules are
+            // `super::super::`.
+            let (module, nested) = match path.split_once('/') {
+                Some((dir, file)) => (dir.to_string(), file != "mod"),
+                None => (path.to_string(), false),
+            };
+            let prefixes = if nested {
+                ["super::super::", "crate::policy::"]
+            } else {
+                ["super::", "crate::policy::"]
+            };
+            for prefix in prefixes {
                 for (i, _) in code.match_indices(prefix) {
                     let rest = &code[i + prefix.len()..];
                     let name: String =
