@@ -2,12 +2,13 @@
 //! reconciler's design, each its own test. The world (Karpenter, kubelet, operator) is played by hand.
 //!
 //! One module per feature; the fixtures several of them share are below. A test that
-//! `SCENARIOS` (zz_coverage.rs) lists for row coverage and the mutation run is `pub`.
+//! `SCENARIOS` (coverage.rs) lists for row coverage and the mutation run is `pub`.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod completion;
+mod coverage;
 mod crash;
 mod feasibility;
 mod hand_edits;
@@ -20,7 +21,6 @@ mod start;
 mod surge;
 mod sweep;
 mod writes;
-mod zz_coverage;
 
 use chrono::Duration;
 use noderotation::clock::Clock;

@@ -436,7 +436,7 @@ fn a_rollback_deletes_the_placeholder_whose_create_answer_was_lost() {
 }
 
 #[test]
-fn a_release_judged_on_a_stale_failed_view_keeps_the_retry_that_owns_the_anchor() {
+pub fn a_release_judged_on_a_stale_failed_view_keeps_the_retry_that_owns_the_anchor() {
     let mut fx = Fx::new();
     started(&mut fx);
     let hook = fx.intercept();

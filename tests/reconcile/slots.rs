@@ -404,7 +404,7 @@ fn hide_surge_for(view: &mut noderotation::cluster::CacheView, node: &str) {
 /// lands there, a view that lags the freeze does not hand it to c2: the fresh node answers
 /// `taken`, and the escalation waits.
 #[test]
-fn a_surge_host_frozen_for_a_claim_still_draining_is_not_taken() {
+pub fn a_surge_host_frozen_for_a_claim_still_draining_is_not_taken() {
     let mut fx = three_lanes();
     let slot = c1_drains_onto_s1(&mut fx);
     let anchor = noderotation::reconcile::slots::slot_key(Key::ActiveRotation, slot);
@@ -425,7 +425,7 @@ fn a_surge_host_frozen_for_a_claim_still_draining_is_not_taken() {
 /// on c2's node) is never picked; a view that lags the freeze and the recorded host picks it,
 /// but the fresh node answers `taken`: c2's attempt rolls back without cordoning node-c2.
 #[test]
-fn a_candidate_whose_node_another_rotation_drains_onto_is_never_cordoned() {
+pub fn a_candidate_whose_node_another_rotation_drains_onto_is_never_cordoned() {
     let mut fx = three_lanes();
     fx.claim("c1", Duration::days(10));
     fx.pass();

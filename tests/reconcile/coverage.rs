@@ -1,8 +1,5 @@
-//! Row coverage and the row-mutation run over the scenarios of the other modules.
-//!
-//! Named to sort last: libtest starts tests in name order, and the row-coverage check reads the
-//! rows that every fixture of this process fired (`support::coverage`), some of them only by tests
-//! outside `SCENARIOS`, so those must have started before it.
+//! Row coverage and the row-mutation run over the scenarios of the other modules. The coverage
+//! check runs every scenario itself, so it holds whichever tests ran before it in the process.
 
 use super::*;
 use super::{
@@ -106,10 +103,6 @@ const SCENARIOS: &[(&str, fn())] = &[
         "gate_stamp_unreadable",
         an_unreadable_gate_stamp_is_warned_once_and_restamped_so_the_gate_reopens,
     ),
-    (
-        "surge_path_unknown",
-        surge_ready_before_the_host_claim_is_matched_holds_the_escalation_until_the_path_is_known,
-    ),
     ("anchor_removed", an_anchor_removed_by_hand_is_repaired_within_a_tick),
     (
         "pool_deleted",
@@ -137,6 +130,12 @@ const SCENARIOS: &[(&str, fn())] = &[
         "stalled_rollback",
         a_rollback_stalled_before_its_failure_write_does_not_fail_the_next_attempt,
     ),
+    (
+        "stale_failed_release",
+        a_release_judged_on_a_stale_failed_view_keeps_the_retry_that_owns_the_anchor,
+    ),
+    ("node_taken", a_candidate_whose_node_another_rotation_drains_onto_is_never_cordoned),
+    ("surge_host_frozen", a_surge_host_frozen_for_a_claim_still_draining_is_not_taken),
 ];
 
 #[test]
