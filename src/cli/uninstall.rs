@@ -239,7 +239,7 @@ fn clean(cluster: &dyn Cluster, target: ObjectRef, read: impl Fn() -> Fresh, rep
             return;
         }
         match cluster.patch(&target, &patch, rv.as_deref()) {
-            Ok(()) => {
+            Ok(_) => {
                 report.changes.extend(changes_of(&target, &patch));
                 return;
             }

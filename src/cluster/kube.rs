@@ -677,12 +677,18 @@ impl Cluster for KubeCluster {
         self.request(api.list(&params), false).map(|list| list.items)
     }
 
-    fn patch(&self, target: &ObjectRef, patch: &Patch, rv: Option<&str>) -> ApiResult<()> {
+    fn patch(
+        &self,
+        target: &ObjectRef,
+        patch: &Patch,
+        rv: Option<&str>,
+    ) -> ApiResult<Option<String>> {
         let body = Self::merge_patch_body(target, patch, rv)?;
         let api = self.dynamic_api(target);
         let params =
             PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
-        self.request(api.patch(&target.name, &params, &KubePatch::Merge(&body)), false).map(|_| ())
+        self.request(api.patch(&target.name, &params, &KubePatch::Merge(&body)), false)
+            .map(|object| object.metadata.resource_version)
     }
 
     fn delete(&self, target: &ObjectRef, uid: Option<&str>, rv: Option<&str>) -> ApiResult<()> {

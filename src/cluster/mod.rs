@@ -192,8 +192,14 @@ pub trait Cluster: Send + Sync {
     fn nominations(&self, pod_uid: &str) -> ApiResult<Vec<Event>>;
 
     /// Applies `patch` to the object; with a resourceVersion `rv`, only if the object still has
-    /// it (else `Conflict`). `NotFound` when the object does not exist.
-    fn patch(&self, target: &ObjectRef, patch: &Patch, rv: Option<&str>) -> ApiResult<()>;
+    /// it (else `Conflict`). `NotFound` when the object does not exist. Answers the object's
+    /// resourceVersion after the patch, when the server said it.
+    fn patch(
+        &self,
+        target: &ObjectRef,
+        patch: &Patch,
+        rv: Option<&str>,
+    ) -> ApiResult<Option<String>>;
 
     /// Deletes the object; with `uid`, only that incarnation, with a resourceVersion `rv`, only
     /// if the object still has it (else `Conflict`). `NotFound` when it does not exist. Objects
@@ -301,7 +307,7 @@ macro_rules! delegate_writes {
             target: &$crate::cluster::ObjectRef,
             patch: &$crate::cluster::Patch,
             rv: Option<&str>,
-        ) -> $crate::cluster::ApiResult<()> {
+        ) -> $crate::cluster::ApiResult<Option<String>> {
             self.$guard(|| self.$inner.patch(target, patch, rv))
         }
         fn delete(

@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::clock::Clock;
-use crate::cluster::{ApiError, CacheView, Cluster, ObjectKind, ObjectRef};
+use crate::cluster::{ApiError, CacheView, Cluster, ObjectKind, ObjectRef, resource_version};
 use crate::engine::{Engine, EngineError, Handler, Key, ReportTag};
 use crate::karpenter::NodePool;
 use crate::policy::crd::{NodePoolStatus, RotationPolicy, RotationPolicyStatus};
@@ -26,6 +26,7 @@ use crate::policy::settings::Effective;
 use crate::telemetry::{Telemetry, WarningLatch};
 
 pub use known::Known;
+use known::{Lookup, Seen};
 use snapshot::IndexCache;
 use snapshot::annotation;
 pub use snapshot::{
@@ -549,10 +550,12 @@ impl Controller {
         self.update_policy_status();
         let cache = self.ctx.cluster.cache();
         self.ctx.known.retain(|r| match r.kind {
-            ObjectKind::NodePool => cache.pools.contains_key(&r.name),
-            ObjectKind::NodeClaim => cache.claims.contains_key(&r.name),
-            ObjectKind::Node => cache.nodes.contains_key(&r.name),
-            _ => false,
+            ObjectKind::NodePool => cache.pools.get(&r.name).map(|p| resource_version(&p.metadata)),
+            ObjectKind::NodeClaim => {
+                cache.claims.get(&r.name).map(|c| resource_version(&c.metadata))
+            }
+            ObjectKind::Node => cache.nodes.get(&r.name).map(|n| resource_version(&n.metadata)),
+            _ => None,
         });
         let report = self.sweep();
         if report != SweepReport::default() {
@@ -643,9 +646,16 @@ impl Controller {
             // The cached pool at the version this process last read fresh, unwritten since, has
             // every anchor a fresh read would show but for what others changed unwatched (an
             // anchor removed by hand is then swept a tick later).
-            if self.ctx.known.is_current(&target, &cached.metadata) {
-                add_anchors(&cache, cached, &mut anchors);
-                continue;
+            match self.ctx.known.lookup(&target, Some(&cached.metadata)) {
+                Lookup::Cached => {
+                    add_anchors(&cache, cached, &mut anchors);
+                    continue;
+                }
+                Lookup::Copy(Seen::Pool(own)) => {
+                    add_anchors(&cache, own, &mut anchors);
+                    continue;
+                }
+                Lookup::Copy(_) | Lookup::Untouched | Lookup::Fresh => {}
             }
             // A transient error is retried at once (a skipped sweep waits a whole tick).
             let mut read = self.ctx.cluster.get_pool(name);
@@ -663,7 +673,8 @@ impl Controller {
                     return report;
                 }
             };
-            self.ctx.known.read(target, pool.as_ref().map(|p| &p.metadata));
+            let seen = pool.clone().map(|p| Seen::Pool(Arc::new(p)));
+            self.ctx.known.read(target, seen, resource_version(&cached.metadata));
             let Some(pool) = pool else { continue };
             add_anchors(&cache, &pool, &mut anchors);
         }

@@ -1,5 +1,6 @@
 //! Writes against a changing cluster: conflicts retried and announced once, a write decided on a
-//! stale copy loses and is decided again, and a pass reads fresh only what changed.
+//! stale copy loses and is decided again, and a pass reads fresh only what changed or what this
+//! process does not know (a write whose answer was lost, a new leadership).
 
 use super::*;
 
@@ -41,17 +42,91 @@ fn claim_and_node_reads(fx: &mut Fx) -> usize {
 }
 
 #[test]
-fn a_pending_pass_with_nothing_to_write_reads_nothing_it_read_before() {
+fn a_pending_pass_reads_nothing_this_process_wrote_or_read() {
     let mut fx = Fx::new();
     started(&mut fx);
-    // The pass after the start's writes reads the claim and the node fresh (this process wrote
-    // them: their cached copies prove nothing yet); the next one decides on those copies.
-    assert!(claim_and_node_reads(&mut fx) > 0, "written since: read fresh");
+    // The start's writes won on the copies they were decided on: this process knows the claim
+    // and the node as its writes left them, and the passes after them read neither.
+    assert_eq!(claim_and_node_reads(&mut fx), 0, "its own writes stand in for reads");
     assert_eq!(claim_and_node_reads(&mut fx), 0, "nothing changed, nothing to write");
-    // A change the watch shows is a new version: read fresh, and acted on.
+    // A change the watch shows is a version this process cannot place: read fresh, and acted on.
     fx.set_node_ann("node-c1", Key::DoNotDisrupt, None);
     assert!(claim_and_node_reads(&mut fx) > 0);
     assert_eq!(fx.node_ann("node-c1", Key::DoNotDisrupt).as_deref(), Some("true"));
+}
+
+/// The cache lagging this process's own writes: the copies the writes left stand in for fresh
+/// reads, so the passes on the lagging view neither read nor write again.
+#[test]
+fn own_writes_stand_in_for_reads_while_the_cache_lags_them() {
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    lagging(&mut fx);
+    fx.stale_pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(fx.cache().claims["c1"].metadata.annotations.is_none(), "the cache lags the start");
+    let writes = fx.world.call_counts().applied();
+    let reads = gets_of(&mut fx, &[ObjectKind::NodeClaim, ObjectKind::Node], |fx| {
+        fx.stale_pass();
+        fx.stale_pass();
+    });
+    assert_eq!(reads, 0, "decided on its own copies");
+    assert_eq!(fx.world.call_counts().applied(), writes, "nothing to write");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert_eq!(fx.node_ann("node-c1", Key::SurgeFor).as_deref(), Some("c1"));
+}
+
+/// A write whose answer is lost may have landed: the next decision on that object reads it
+/// fresh instead of deciding on a cache that may lag it (and losing a write to a 409); once read,
+/// its copy stands in again.
+#[test]
+fn a_write_whose_answer_is_lost_is_read_fresh_before_the_next_decision() {
+    use noderotation::cluster::memory::{ApiVerb, Call, Fault};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    let before = fx.cache().nodes.get("node-c1").cloned().expect("cached node");
+    let hook = fx.intercept();
+    let lost = AtomicBool::new(false);
+    fx.world.set_faults(move |c: &Call<'_>| {
+        let freeze = c.verb == ApiVerb::Patch && c.target.kind == ObjectKind::Node;
+        if freeze && !lost.swap(true, Ordering::SeqCst) {
+            Fault::ApplyThenTransient
+        } else {
+            Fault::Proceed
+        }
+    });
+    fx.client.flush_cache();
+    fx.ctl.reconcile_pool(POOL).expect_err("the freeze's answer is lost");
+    fx.world.clear_faults();
+    assert_eq!(fx.node_ann("node-c1", Key::SurgeFor).as_deref(), Some("c1"), "it landed");
+    // The watch has not delivered the freeze.
+    hook.stale_cache(move |view| {
+        view.nodes.insert("node-c1".into(), before.clone());
+    });
+    let failed = fx.world.call_counts().failed;
+    let node_reads = |fx: &mut Fx| {
+        gets_of(fx, &[ObjectKind::Node], |fx| {
+            fx.pass();
+        })
+    };
+    assert!(node_reads(&mut fx) > 0, "its version unknown: read fresh");
+    assert_eq!(fx.world.call_counts().failed, failed, "no write decided on the lagging copy");
+    assert_eq!(node_reads(&mut fx), 0, "read since: its copy stands in");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+}
+
+/// A new leadership: another process may have written anything meanwhile, so nothing this one
+/// read or wrote before stands in for a fresh read.
+#[test]
+fn a_new_leadership_reads_fresh_what_the_last_one_knew() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    assert_eq!(claim_and_node_reads(&mut fx), 0);
+    fx.client.flush_cache();
+    fx.ctl.startup_sweep();
+    assert!(claim_and_node_reads(&mut fx) > 0, "read fresh after the leadership");
+    assert_eq!(claim_and_node_reads(&mut fx), 0);
 }
 
 #[test]

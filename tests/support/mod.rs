@@ -541,7 +541,7 @@ impl Cluster for Intercept {
         target: &ObjectRef,
         patch: &noderotation::cluster::Patch,
         rv: Option<&str>,
-    ) -> Result<(), noderotation::cluster::ApiError> {
+    ) -> Result<Option<String>, noderotation::cluster::ApiError> {
         let mut keys: Vec<String> = patch.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
         keys.extend(patch.remove.iter().map(|k| format!("-{k}")));
         if let Some(u) = patch.unschedulable {

@@ -181,7 +181,12 @@ impl Cluster for MemoryCluster {
         })
     }
 
-    fn patch(&self, target: &ObjectRef, patch: &Patch, rv: Option<&str>) -> ApiResult<()> {
+    fn patch(
+        &self,
+        target: &ObjectRef,
+        patch: &Patch,
+        rv: Option<&str>,
+    ) -> ApiResult<Option<String>> {
         self.call(ApiVerb::Patch, target, rv.is_some(), |st| {
             let key = key_for(target)?;
             if let Some(both) = patch.set.keys().find(|k| patch.remove.contains(*k)) {

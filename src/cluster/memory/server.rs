@@ -32,7 +32,7 @@ impl State {
         key: &Key,
         patch: &Patch,
         resource_version: Option<&str>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<Option<String>, ApiError> {
         let current = self.precondition::<T>(key, None, resource_version)?;
         let mut next = (*current).clone();
         if !patch.set.is_empty() || !patch.remove.is_empty() {
@@ -47,8 +47,7 @@ impl State {
         if let Some(unschedulable) = patch.unschedulable {
             next.set_unschedulable(unschedulable);
         }
-        self.write(key, next, false);
-        Ok(())
+        Ok(self.write(key, next, false).meta().resource_version.clone())
     }
 
     pub(super) fn delete<T: Kind>(

@@ -158,11 +158,19 @@ impl PassHost<'_> {
     ) -> Result<Outcome, HostError> {
         // Evaluate the verdict inside the write loop against the authoritative copy.
         let Some(target) = self.cluster_ref(&ObjRef::Pool) else { return Ok(Outcome::Gone) };
+        let mut first = true;
         self.write_loop(
             verb,
             |host| {
-                let Some(fresh) = host.fresh(&ObjRef::Pool).map_err(|e| fail(verb, e))? else {
-                    return Ok(Decide::Skip(Outcome::Gone));
+                // This process's copy of the pool on the first attempt (never the cached copy of
+                // a pool it did not read or write: the verdict counts the anchors), else fresh.
+                let known = std::mem::take(&mut first).then(|| host.copy(&ObjRef::Pool, false));
+                let fresh = match known.flatten() {
+                    Some(copy) => copy,
+                    None => match host.fresh(&ObjRef::Pool).map_err(|e| fail(verb, e))? {
+                        Some(fresh) => fresh,
+                        None => return Ok(Decide::Skip(Outcome::Gone)),
+                    },
                 };
                 if host.verdict_on(fresh.meta()) != Some(want) {
                     return Ok(Decide::Skip(Outcome::Raced));
@@ -188,9 +196,12 @@ impl PassHost<'_> {
                         patch.remove.insert(full(Key::WindowOpenedAt));
                     }
                 }
-                Ok(Decide::Write((patch, fresh.meta().resource_version.clone()), Outcome::Won))
+                let rv = fresh.meta().resource_version.clone();
+                Ok(Decide::Write((patch, rv, fresh), Outcome::Won))
             },
-            |host, write| host.send_patch(&ObjRef::Pool, &target, write),
+            |host, (patch, rv, fresh)| {
+                host.send_patch(&ObjRef::Pool, &target, (patch, rv), Some(&fresh))
+            },
             |_| Ok(None),
             || "window annotation kept changing".to_string(),
         )

@@ -8,14 +8,21 @@ impl PassHost<'_> {
     pub(super) fn delete_claim(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(ObjRef::Claim(name)) = a.target_obj().cloned() else { return Ok(Outcome::Gone) };
         let target = ObjectRef::cluster(ObjectKind::NodeClaim, name.clone());
+        let obj = ObjRef::Claim(name);
+        let mut first = true;
         self.write_loop(
             a.verb,
             |host| {
-                let Some(claim) = host.ctx.cluster.get_claim(&name).map_err(|e| fail(a.verb, e))?
-                else {
+                // What this process knows of the claim on the first attempt (the delete carries
+                // its uid and version), else a fresh read.
+                let claim = match std::mem::take(&mut first) {
+                    true => host.read(&obj),
+                    false => host.fresh(&obj),
+                };
+                let Some(claim) = claim.map_err(|e| fail(a.verb, e))? else {
                     return Ok(Decide::Skip(Outcome::Gone));
                 };
-                let meta = claim.metadata;
+                let meta = claim.meta().clone();
                 if meta.deletion_timestamp.is_some() {
                     return Ok(Decide::Skip(Outcome::Won));
                 }

@@ -1,5 +1,6 @@
 //! Carrying out the rules' verbs against the [`Cluster`] (spec §5.2): conditional writes are
-//! checked against a fresh read and written with its resourceVersion; the outcome comes from
+//! decided on a copy as fresh as this process knows (its own, the cache's, else a fresh read)
+//! and written with that copy's resourceVersion; the outcome comes from
 //! the write loop itself and is reset on every attempt; announcements happen only after a
 //! write won (the rules guarantee the order, this code keeps them at-most-once).
 //!
@@ -7,12 +8,14 @@
 //! loop every other one goes through), [`annotations`], [`anchor`], [`node`], [`pod`] (the
 //! placeholder), [`claim`], [`announce`].
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::snapshot::{Snapshot, annotation};
+use super::known::{Lookup, Seen};
+use super::snapshot::{Snapshot, annotation, apply_patch};
 use super::{Announcement, Ctx};
 use crate::cluster::{ApiError, EventRecord, ObjectKind, ObjectRef, Patch};
 use crate::engine::{

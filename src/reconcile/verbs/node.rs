@@ -98,8 +98,9 @@ impl PassHost<'_> {
         let Some(owner) = a.for_.clone() else {
             return Err(fail(a.verb, "keep_surge_host without `for`"));
         };
-        // The pool through this slot's lens: the slot's own anchor and host.
-        let pool = self.fresh(&ObjRef::Pool).map_err(|e| fail(a.verb, e))?;
+        // The pool through this slot's lens: the slot's own anchor and host, as this process
+        // knows it (it wrote the host) or read fresh.
+        let pool = self.read(&ObjRef::Pool).map_err(|e| fail(a.verb, e))?;
         let host = pool
             .as_ref()
             .map(|p| p.meta())
@@ -130,11 +131,13 @@ impl PassHost<'_> {
         Ok(if kept == Outcome::Won { Outcome::Won } else { Outcome::Lost })
     }
 
-    /// The node of the claim that the fresh copy of `owner` names in `surge-claim` (by
-    /// `status.nodeName`, else by providerID), if any.
-    pub(super) fn fresh_surge_host(&self, owner: &str) -> Result<Option<String>, ApiError> {
-        let Some(claim) = self.ctx.cluster.get_claim(owner)? else { return Ok(None) };
-        let Some(surge) = annotation(&claim.metadata, Key::SurgeClaim) else { return Ok(None) };
+    /// The node of the claim that `owner` names in `surge-claim` (`owner` as this process knows
+    /// it, having written the mark, or read fresh; the surge claim read fresh: its node is
+    /// Karpenter's write), by `status.nodeName`, else by providerID, if any.
+    pub(super) fn fresh_surge_host(&mut self, owner: &str) -> Result<Option<String>, ApiError> {
+        let claim = self.read(&ObjRef::Claim(owner.to_string()))?;
+        let Some(claim) = claim else { return Ok(None) };
+        let Some(surge) = annotation(claim.meta(), Key::SurgeClaim) else { return Ok(None) };
         let Some(surge) = self.ctx.cluster.get_claim(surge)? else { return Ok(None) };
         let status = surge.status.as_ref();
         Ok(status.and_then(|s| s.node_name.clone()).or_else(|| {
@@ -185,7 +188,7 @@ impl PassHost<'_> {
             names.insert(host);
         }
         if self.snap.pool.is_some() && self.snap.sweep_anchors().is_none() {
-            let pool = self.fresh(&ObjRef::Pool).map_err(|e| fail(a.verb, e))?;
+            let pool = self.read(&ObjRef::Pool).map_err(|e| fail(a.verb, e))?;
             if let Some(host) = pool.as_ref().and_then(|p| annotation(p.meta(), Key::SurgeHost)) {
                 names.insert(host.to_string());
             }
@@ -227,10 +230,11 @@ impl PassHost<'_> {
             if !cached.is_some_and(crate::reconcile::snapshot::marked_in_flight) {
                 continue;
             }
-            let fresh = self.ctx.cluster.get_claim(&c).map_err(|e| fail(a.verb, e))?;
-            if fresh.is_some_and(|f| {
-                f.is_deleting() && annotation(&f.metadata, Key::State) == Some("draining")
-            }) {
+            let fresh = self.read(&ObjRef::Claim(c.clone())).map_err(|e| fail(a.verb, e))?;
+            if let Some(Fresh::Claim(f)) = fresh
+                && f.is_deleting()
+                && annotation(&f.metadata, Key::State) == Some("draining")
+            {
                 draining.insert(c);
             }
         }

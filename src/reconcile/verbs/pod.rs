@@ -11,11 +11,11 @@ impl PassHost<'_> {
         };
         if annotation(&claim.metadata, Key::StartedAt).is_none() {
             // A view lagging this attempt's entry: the placeholder carries the attempt's stamp,
-            // its proof of ownership should the create's answer be lost, so it is read fresh.
-            let fresh = self.ctx.cluster.get_claim(&name).map_err(|e| fail(a.verb, e))?;
-            if let Some(stamp) =
-                fresh.as_ref().and_then(|c| annotation(&c.metadata, Key::StartedAt))
-            {
+            // its proof of ownership should the create's answer be lost, so it is taken from
+            // what this process knows of the claim (it wrote the stamp), else read fresh.
+            let obj = ObjRef::Claim(name.clone());
+            let fresh = self.read(&obj).map_err(|e| fail(a.verb, e))?;
+            if let Some(stamp) = fresh.as_ref().and_then(|c| annotation(c.meta(), Key::StartedAt)) {
                 claim
                     .metadata
                     .annotations
@@ -127,9 +127,14 @@ impl PassHost<'_> {
     /// left pending it would make Karpenter launch a node for no one.
     pub(super) fn delete_placeholder(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
         let Some(owner) = a.for_.clone() else { return Ok(Outcome::Gone) };
-        // The uid recorded on a fresh read of the claim first: the cached pod and the cached
-        // annotation can both name an incarnation a pass of this same instant replaced.
-        let fresh = self.ctx.cluster.get_claim(&owner).map_err(|e| fail(a.verb, e))?;
+        // The uid recorded on the claim first, as this process knows it (it wrote the uid) or
+        // read fresh: the cached pod and the cached annotation can both name an incarnation a
+        // pass of this same instant replaced.
+        let fresh = match self.read(&ObjRef::Claim(owner.clone())) {
+            Ok(Some(Fresh::Claim(claim))) => Some(*claim),
+            Ok(_) => None,
+            Err(e) => return Err(fail(a.verb, e)),
+        };
         let drained = self.snap.pool.as_ref().is_some_and(|p| {
             annotation(&p.metadata, Key::ActiveRotation) == Some(owner.as_str())
                 && annotation(&p.metadata, Key::ActiveRotationState) == Some("draining")

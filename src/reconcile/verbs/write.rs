@@ -7,39 +7,73 @@ impl PassHost<'_> {
     pub(super) fn fresh_pool(&mut self) -> Result<Option<NodePool>, ApiError> {
         let name = self.snap.pool_name().to_string();
         let mut pool = self.ctx.cluster.get_pool(&name)?;
-        self.ctx.known.read(
-            ObjectRef::cluster(ObjectKind::NodePool, name),
-            pool.as_ref().map(|p| &p.metadata),
-        );
+        let target = ObjectRef::cluster(ObjectKind::NodePool, name);
+        let seen = pool.clone().map(|p| Seen::Pool(Arc::new(p)));
+        let cached = self.cached_version(&ObjRef::Pool);
+        self.ctx.known.read(target, seen, cached.as_deref());
         if let Some(p) = pool.as_mut() {
             crate::reconcile::slots::swap_meta(&mut p.metadata, self.slot);
         }
         Ok(pool)
     }
 
-    /// [`Self::known_copy`] of the pool.
+    /// [`Self::copy`] of the pool, never the cached copy of a pool this process did not read
+    /// or write since it leads: what the `holds=` guards judge the budget on.
     pub(super) fn known_pool(&self) -> Option<NodePool> {
-        let target = self.cluster_ref(&ObjRef::Pool)?;
-        match self.known_copy(&ObjRef::Pool, &target)? {
+        match self.copy(&ObjRef::Pool, false)? {
             Fresh::Pool(pool) => Some(*pool),
             Fresh::Claim(_) | Fresh::Node(_) => None,
         }
     }
 
-    /// This pass's copy of `obj` when it is at the version this process last read fresh and
-    /// has not written since ([`Known`](super::Known)): what a fresh read would return, but for
-    /// writes of others the watch has not delivered yet. The pool is seen through this pass's slot.
-    pub(super) fn known_copy(&self, obj: &ObjRef, target: &ObjectRef) -> Option<Fresh> {
-        let meta = self.meta(obj)?;
-        if !self.ctx.known.is_current(target, meta) {
-            return None;
+    /// What this process knows of `obj` that stands in for a fresh read ([`Known`](super::Known)):
+    /// the pass's copy when the cache is at the version this process last read or wrote, its
+    /// own copy when the cache lags that read or write, and, with `untouched`, the pass's copy
+    /// of an object it never read nor wrote since it leads (decided on with the cached version
+    /// as the precondition). `None`: read fresh. The pool is seen through this pass's slot.
+    pub(super) fn copy(&self, obj: &ObjRef, untouched: bool) -> Option<Fresh> {
+        let target = self.cluster_ref(obj)?;
+        let meta = self.meta(obj);
+        let from_pass = || {
+            Some(match obj {
+                ObjRef::Pool => Fresh::Pool(Box::new(self.snap.pool.clone()?)),
+                ObjRef::Claim(n) => Fresh::Claim(Box::new(self.snap.claim(n)?.clone())),
+                ObjRef::Node(n) => Fresh::Node(Box::new(self.snap.node(n)?.clone())),
+                ObjRef::Policy | ObjRef::Pod(..) => return None,
+            })
+        };
+        match self.ctx.known.lookup(&target, meta) {
+            Lookup::Cached => from_pass(),
+            Lookup::Untouched if untouched => from_pass(),
+            Lookup::Untouched | Lookup::Fresh => None,
+            Lookup::Copy(seen) => Some(match seen {
+                Seen::Pool(p) => {
+                    let mut pool = p.as_ref().clone();
+                    crate::reconcile::slots::swap_meta(&mut pool.metadata, self.slot);
+                    Fresh::Pool(Box::new(pool))
+                }
+                Seen::Claim(c) => Fresh::Claim(Box::new(c.as_ref().clone())),
+                Seen::Node(n) => Fresh::Node(Box::new(n.as_ref().clone())),
+            }),
         }
-        Some(match obj {
-            ObjRef::Pool => Fresh::Pool(Box::new(self.snap.pool.clone()?)),
-            ObjRef::Claim(n) => Fresh::Claim(Box::new(self.snap.claim(n)?.clone())),
-            ObjRef::Node(n) => Fresh::Node(Box::new(self.snap.node(n)?.clone())),
-            ObjRef::Policy | ObjRef::Pod(..) => return None,
-        })
+    }
+
+    /// The copy a first attempt decides on: this process's ([`Self::copy`] without
+    /// `untouched`), else the cached copy of an object it never touched (`true`: its "nothing
+    /// to write" proves nothing, only a write's precondition is checked).
+    pub(super) fn first_copy(&self, obj: &ObjRef) -> Option<(Fresh, bool)> {
+        match self.copy(obj, false) {
+            Some(copy) => Some((copy, false)),
+            None => self.copy(obj, true).map(|copy| (copy, true)),
+        }
+    }
+
+    /// This process's copy of `obj` ([`Self::copy`] without `untouched`), else a fresh read.
+    pub(super) fn read(&mut self, obj: &ObjRef) -> Result<Option<Fresh>, ApiError> {
+        match self.copy(obj, false) {
+            Some(copy) => Ok(Some(copy)),
+            None => self.fresh(obj),
+        }
     }
 
     pub(super) fn cluster_ref(&self, obj: &ObjRef) -> Option<ObjectRef> {
@@ -61,13 +95,48 @@ impl PassHost<'_> {
             ObjRef::Policy | ObjRef::Pod(..) => return Ok(None),
         };
         if let Some(target) = self.cluster_ref(obj) {
-            self.ctx.known.read(target, fresh.as_ref().map(Fresh::meta));
+            let seen = fresh.as_ref().map(|f| self.seen(f, None));
+            let cached = self.cached_version(obj);
+            self.ctx.known.read(target, seen, cached.as_deref());
         }
         Ok(fresh)
     }
 
+    /// `fresh` as the API server holds it (a pool without this pass's lens); with `written`,
+    /// as a write of `patch` that won on it left it, at the version the server answered.
+    fn seen(&self, fresh: &Fresh, written: Option<(&Patch, String)>) -> Seen {
+        let write = |meta: &mut ObjectMeta| {
+            if let Some((patch, rv)) = &written {
+                apply_patch(meta, patch);
+                meta.resource_version = Some(rv.clone());
+            }
+        };
+        match fresh {
+            Fresh::Pool(p) => {
+                let mut pool = p.as_ref().clone();
+                write(&mut pool.metadata);
+                crate::reconcile::slots::swap_meta(&mut pool.metadata, self.slot);
+                Seen::Pool(Arc::new(pool))
+            }
+            Fresh::Claim(c) => {
+                let mut claim = c.as_ref().clone();
+                write(&mut claim.metadata);
+                Seen::Claim(Arc::new(claim))
+            }
+            Fresh::Node(n) => {
+                let mut node = n.as_ref().clone();
+                write(&mut node.metadata);
+                if let Some(u) = written.as_ref().and_then(|(patch, _)| patch.unschedulable) {
+                    node.spec.get_or_insert_with(Default::default).unschedulable = Some(u);
+                }
+                Seen::Node(Arc::new(node))
+            }
+        }
+    }
+
     /// Evaluates the action's `holds=` guard with the pool read fresh: the target's fresh copy
-    /// when it is the pool, else a fresh read of the pool in this attempt (a pool gone: false).
+    /// when it is the pool, else (on the first attempt, `known`) this process's copy of the pool
+    /// ([`Self::known_pool`]) or a fresh read of it in this attempt (a pool gone: false).
     pub(super) fn holds_fresh(
         &mut self,
         a: &Action<'_>,
@@ -132,23 +201,44 @@ impl PassHost<'_> {
         self.wrote = true;
     }
 
-    /// Patches `obj`, at the resourceVersion (if any) of the fresh read the patch was decided
-    /// on; a patch that wins is applied to this pass's copy.
+    /// Patches `obj`, at the resourceVersion (if any) of the copy `decided` the patch was
+    /// decided on; a patch that wins is applied to this pass's copy, and, when it carried that
+    /// version and the server answered the new one, this process knows the object as `decided`
+    /// with the patch applied (the precondition made the server apply it to exactly that copy).
+    /// Any other answer leaves the object's version unknown: it is read fresh next time.
     pub(super) fn send_patch(
         &mut self,
         obj: &ObjRef,
         target: &ObjectRef,
         write: (Patch, Option<String>),
+        decided: Option<&Fresh>,
     ) -> Result<(), ApiError> {
         let (patch, rv) = write;
-        // Whatever the answer, the write may have landed: this process no longer knows the
-        // object's version.
-        self.ctx.known.forget(target);
-        if matches!(obj, ObjRef::Pool) && self.slot != 0 {
+        let sent = if matches!(obj, ObjRef::Pool) && self.slot != 0 {
             let sent = crate::reconcile::slots::swap_patch(&patch, self.slot);
-            self.ctx.cluster.patch(target, &sent, rv.as_deref())?;
+            self.ctx.cluster.patch(target, &sent, rv.as_deref())
         } else {
-            self.ctx.cluster.patch(target, &patch, rv.as_deref())?;
+            self.ctx.cluster.patch(target, &patch, rv.as_deref())
+        };
+        let now_at = match sent {
+            Ok(now_at) => now_at,
+            Err(e) => {
+                self.ctx.known.unsure(target);
+                return Err(e);
+            }
+        };
+        let known = match (decided, now_at) {
+            (Some(d), Some(now_at)) if rv.is_some() && d.meta().resource_version == rv => {
+                Some(self.seen(d, Some((&patch, now_at))))
+            }
+            _ => None,
+        };
+        match known {
+            Some(seen) => {
+                let cached = self.cached_version(obj);
+                self.ctx.known.wrote(target.clone(), seen, cached.as_deref());
+            }
+            None => self.ctx.known.unsure(target),
         }
         self.snap.apply(obj, &patch);
         Ok(())
@@ -162,17 +252,19 @@ impl PassHost<'_> {
         uid: Option<&str>,
         rv: Option<&str>,
     ) -> Result<(), ApiError> {
-        self.ctx.known.forget(target);
+        self.ctx.known.unsure(target);
         self.ctx.cluster.delete(target, uid, rv)
     }
 
-    /// Read fresh, decide, write with the read's resourceVersion; on 409 start over. With
-    /// `recheck`, its `holds=` guard must also be true on this attempt's fresh read.
+    /// Decide, write with the resourceVersion of the copy decided on; on 409 read fresh and
+    /// start over. With `recheck`, its `holds=` guard must also be true on this attempt's copy
+    /// of the pool.
     ///
-    /// The first attempt decides on this pass's copy instead when it is at the version this
-    /// process last read fresh and has not written since ([`Known`](super::Known)): a write then
-    /// carries that version (a 409 reads fresh and decides again), and "nothing to write" costs no
-    /// request (docs/decisions/footprint.md).
+    /// The first attempt decides on what this process knows instead of a fresh read
+    /// ([`Self::copy`]: its own copy, or the pass's copy when the cache is at the version it
+    /// last read or wrote, or of an object it never touched): a write then carries that
+    /// version (a 409 reads fresh and decides again), and "nothing to write" costs no request
+    /// (docs/decisions/footprint.md).
     pub(super) fn conditional(
         &mut self,
         verb: Verb,
@@ -186,26 +278,33 @@ impl PassHost<'_> {
             verb,
             |host| {
                 let known = std::mem::take(&mut first);
-                let fresh = match known.then(|| host.known_copy(obj, &target)).flatten() {
-                    Some(copy) => copy,
-                    None => match host.fresh(obj).map_err(|e| fail(verb, e))? {
-                        Some(fresh) => fresh,
-                        None => return Ok(Decide::Skip(Outcome::Gone)),
-                    },
-                };
-                if let Some(a) = recheck
-                    && !host.holds_fresh(a, &fresh, known)?
-                {
-                    return Ok(Decide::Skip(Outcome::Raced));
+                let mut copy = known.then(|| host.first_copy(obj)).flatten();
+                loop {
+                    let (fresh, untouched) = match copy.take() {
+                        Some(copy) => copy,
+                        None => match host.fresh(obj).map_err(|e| fail(verb, e))? {
+                            Some(fresh) => (fresh, false),
+                            None => return Ok(Decide::Skip(Outcome::Gone)),
+                        },
+                    };
+                    let holds = match recheck {
+                        Some(a) => host.holds_fresh(a, &fresh, known)?,
+                        None => true,
+                    };
+                    let decided = if holds { decide(&fresh) } else { Decide::Skip(Outcome::Raced) };
+                    return Ok(match decided {
+                        // "Nothing to write" on a copy this process never read is no verdict:
+                        // only a write is checked by the server. Decided again on a fresh read.
+                        Decide::Skip(_) if untouched => continue,
+                        Decide::Skip(outcome) => Decide::Skip(outcome),
+                        Decide::Write(patch, outcome) => {
+                            let rv = fresh.meta().resource_version.clone();
+                            Decide::Write((patch, rv, fresh), outcome)
+                        }
+                    });
                 }
-                Ok(match decide(&fresh) {
-                    Decide::Skip(outcome) => Decide::Skip(outcome),
-                    Decide::Write(patch, outcome) => {
-                        Decide::Write((patch, fresh.meta().resource_version.clone()), outcome)
-                    }
-                })
             },
-            |host, write| host.send_patch(obj, &target, write),
+            |host, (patch, rv, fresh)| host.send_patch(obj, &target, (patch, rv), Some(&fresh)),
             |_| Ok(None),
             || format!("{target} kept changing under {ATTEMPTS} conditional writes"),
         )
@@ -226,6 +325,11 @@ impl PassHost<'_> {
             }
         }
         patch
+    }
+
+    /// The version of `obj` in the cache this pass reads (its own writes change no version).
+    pub(super) fn cached_version(&self, obj: &ObjRef) -> Option<String> {
+        self.meta(obj).and_then(|m| m.resource_version.clone())
     }
 
     pub(super) fn meta(&self, obj: &ObjRef) -> Option<&ObjectMeta> {
