@@ -1085,7 +1085,7 @@ mod tidy {
         let found: Vec<String> =
             offenders("src/sim", |code| scheduling.iter().any(|s| code.contains(s)))
                 .into_iter()
-                .filter(|at| !at.starts_with("src/sim/driver.rs:"))
+                .filter(|at| !at.starts_with("src/sim/driver/"))
                 .collect();
         assert!(
             found.is_empty(),
@@ -1094,7 +1094,7 @@ mod tidy {
         );
         let driver = code_lines("src/sim")
             .into_iter()
-            .filter(|(at, _)| at.starts_with("src/sim/driver.rs:"))
+            .filter(|(at, _)| at.starts_with("src/sim/driver/"))
             .map(|(_, code)| code)
             .collect::<Vec<_>>()
             .join("\n");
