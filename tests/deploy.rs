@@ -1009,7 +1009,7 @@ fn the_dockerfile_checks_catch_a_missing_copy_and_an_ignored_input() {
     assert!(ignored("**/*.swp", "src/a.swp"));
     assert!(ignored("deploy/", "deploy/examples/scenarios/default.yaml"));
     assert!(!ignored("tests/.bin/", "src/lib.rs"));
-    assert!(!ignored(".git/", "src/sim/scenario.rs"));
+    assert!(!ignored(".git/", "src/sim/scenario/mod.rs"));
 }
 
 #[test]
