@@ -1,0 +1,195 @@
+//! Candidate selection (`pick` and the census, §3.2, §4.2), the claims in flight, and the
+//! pool's candidate facts and due instants (the burst lookahead's) they are selected on.
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::{ClaimDue, Derived, PolicyView, Snapshot, annotation, marked_in_flight};
+use crate::engine::Key;
+use crate::karpenter::NodeClaim;
+use crate::policy::derive::{self, ClaimFacts, RotationOrder};
+
+impl Snapshot {
+    /// Computes `pick` and `census` from the pool's claims (again only after an `apply`).
+    pub fn select_candidates(&mut self) {
+        if self.selected == Some(self.version) {
+            return;
+        }
+        self.selected = Some(self.version);
+        let Some(policy) = self.policy().cloned() else { return };
+        let mut census = 0;
+        let mut pick: Option<RotationOrder<'_>> = None;
+        let (facts, derived, dues) = self.facts_and_dues(&policy);
+        // A claim another slot already rotates is never picked again (slots: N > 1).
+        let anchored: BTreeSet<String> = self.anchors().into_values().map(str::to_string).collect();
+        for ((f, d), due) in facts.iter().zip(derived).zip(dues) {
+            let Some(f) = f else { continue };
+            let candidacy = derive::candidacy_due(f, &policy.settings, due, self.now);
+            if candidacy != derive::Candidacy::Candidate {
+                continue;
+            }
+            census += 1;
+            let order = RotationOrder {
+                deadline: derive::deadline(f.created, f.expire_after),
+                created: f.created,
+                name: &d.name,
+            };
+            // The first of the candidates in rotation order (names are unique: a total order),
+            // never one whose node another rotation stands or lands on.
+            if pick.is_none_or(|p| order < p)
+                && !anchored.contains(&d.name)
+                && !self.lands_another(&d.name)
+            {
+                pick = Some(order);
+            }
+        }
+        let pick = pick.map(|p| p.name.to_string());
+        self.census = census;
+        self.pick = pick;
+    }
+
+    /// `claim` is in a rotation: an anchor of the pool names it, or it is marked draining or
+    /// being deleted (a drain goes on after its anchor is lost).
+    pub fn in_flight_claim(&self, claim: &str) -> bool {
+        self.anchors().values().any(|a| *a == claim)
+            || self.claim(claim).is_some_and(|c| {
+                c.is_deleting() || annotation(&c.metadata, Key::State) == Some("draining")
+            })
+    }
+
+    /// The claims of the pool marked pending or draining without an anchor naming them (an
+    /// anchor removed by hand, the pool replaced, governance lost): being deleted, or about to be
+    /// (a pass whose view still shows the anchor re-issues the delete). A `pending` one counts
+    /// too: the claims view may lag the pool's (it still shows the state before the delete that
+    /// made it `draining`). They count against `maxUnavailable` until they are gone or the sweep
+    /// marks them failed.
+    pub fn unanchored_drains(&self) -> usize {
+        let anchors = self.anchors();
+        self.pool_claims()
+            .filter(|c| marked_in_flight(c))
+            .filter(|c| !anchors.values().any(|a| Some(*a) == c.metadata.name.as_deref()))
+            .count()
+    }
+
+    /// The claims of the pool in a rotation ([`Snapshot::in_flight_claim`]).
+    pub fn claims_in_flight(&self) -> BTreeSet<String> {
+        let mut out: BTreeSet<String> = self.anchors().into_values().map(str::to_string).collect();
+        out.extend(
+            self.pool_claims()
+                .filter(|c| {
+                    c.is_deleting() || annotation(&c.metadata, Key::State) == Some("draining")
+                })
+                .filter_map(|c| c.metadata.name.clone()),
+        );
+        out
+    }
+
+    /// The claim's node is where another rotation stands or lands ([`Snapshot::node_of_another`]).
+    fn lands_another(&self, claim: &str) -> bool {
+        let node = self.claim(claim).and_then(|c| self.claim_node(c));
+        node.is_some_and(|n| self.node_of_another(claim, n))
+    }
+
+    /// The pool's claims' candidate facts (after this pass's writes) and due instants (the
+    /// burst lookahead's), parallel to the claims the index holds for the pool.
+    #[allow(clippy::type_complexity)]
+    fn facts_and_dues(
+        &self,
+        policy: &PolicyView,
+    ) -> (Vec<Option<ClaimFacts>>, &[Derived], Vec<Option<DateTime<Utc>>>) {
+        let period = policy.period.unwrap_or(Duration::minutes(1));
+        let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
+        // A pass that wrote nothing reads the cached claims and nodes: their facts are derived.
+        let unwritten = self.claims.is_empty() && self.nodes.is_empty();
+        let facts: Vec<Option<ClaimFacts>> = claims
+            .iter()
+            .zip(derived)
+            .map(
+                |(cached, d)| {
+                    if unwritten { d.cached.clone() } else { self.written_facts(cached, d) }
+                },
+            )
+            .collect();
+        let dues = self.lookahead_dues(policy, period, &facts, derived);
+        (facts, derived, dues)
+    }
+
+    /// Every claim of the pool with its candidate facts and the instant it is due, as a start
+    /// reads them ([`Snapshot::select_candidates`]): what the policy status and `noderotation
+    /// status` count as due. Empty outside a governed pool.
+    pub fn claim_dues(&self) -> Vec<ClaimDue<'_>> {
+        let Some(policy) = self.policy() else { return Vec::new() };
+        let (facts, _, dues) = self.facts_and_dues(policy);
+        let (claims, _) = self.index.pool_derived(&self.cache, self.pool_name());
+        claims
+            .iter()
+            .map(|c| self.live(c))
+            .zip(facts)
+            .zip(dues)
+            .map(|((c, f), d)| (c, f, d))
+            .collect()
+    }
+
+    /// Each claim's due instant (parallel to `facts`): §3.2's, or earlier where the burst
+    /// lookahead needs the room ([`lookahead::effective_dues`] over the claims that still need
+    /// a rotation, in rotation order, one slot `t_rot_est + cooldownAfter` each).
+    ///
+    /// [`lookahead::effective_dues`]: crate::policy::lookahead::effective_dues
+    fn lookahead_dues(
+        &self,
+        policy: &PolicyView,
+        period: Duration,
+        facts: &[Option<ClaimFacts>],
+        derived: &[Derived],
+    ) -> Vec<Option<DateTime<Utc>>> {
+        let settings = &policy.settings;
+        let listed = policy.open.occurrences();
+        let mut dues: Vec<Option<DateTime<Utc>>> = facts
+            .iter()
+            .map(|f| f.as_ref().and_then(|f| derive::due_after_listed(f, settings, period, listed)))
+            .collect();
+        let mut queue: Vec<(RotationOrder<'_>, usize)> = facts
+            .iter()
+            .zip(derived)
+            .enumerate()
+            .filter_map(|(i, (f, d))| {
+                let f = f.as_ref().filter(|f| derive::needs_slot(f, dues[i]))?;
+                let order = RotationOrder {
+                    deadline: derive::deadline(f.created, f.expire_after),
+                    created: f.created,
+                    name: &d.name,
+                };
+                Some((order, i))
+            })
+            .collect();
+        if queue.len() < 2 {
+            return dues;
+        }
+        queue.sort();
+        let tgp = self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten());
+        let slot = settings.t_rot_est(tgp) + settings.cooldown_after;
+        let ordered: Vec<DateTime<Utc>> = queue.iter().filter_map(|(_, i)| dues[*i]).collect();
+        let effective = policy.lookahead.effective_dues_lanes(
+            self.pool_name(),
+            &ordered,
+            &policy.open,
+            slot,
+            self.lanes,
+        );
+        for ((_, i), due) in queue.iter().zip(effective) {
+            dues[*i] = Some(due);
+        }
+        dues
+    }
+
+    /// [`Derived::facts`] of a cached claim after this pass's writes.
+    fn written_facts(&self, cached: &Arc<NodeClaim>, d: &Derived) -> Option<ClaimFacts> {
+        let claim = self.live(cached);
+        let node = match self.claim_node(claim).and_then(|n| self.nodes.get(n)) {
+            Some(written) => Some(written),
+            None => d.node.as_deref(),
+        };
+        d.facts(claim, node)
+    }
+}

@@ -1,0 +1,205 @@
+//! The cached claims grouped the way passes read them ([`ClaimIndex`]), with what passes derive
+//! from each claim's spec and status ([`Derived`]), built once per cache version ([`IndexCache`]).
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, Weak};
+
+use chrono::{DateTime, Duration, Utc};
+use k8s_openapi::api::core::v1::Node;
+
+use super::{KARPENTER_POOL_LABEL, annotation, operator_do_not_disrupt, time_annotation};
+use crate::cluster::CacheView;
+use crate::engine::Key;
+use crate::karpenter::NodeClaim;
+use crate::placeholder;
+use crate::policy::derive::{self, ClaimFacts};
+use crate::policy::duration::ExpireAfter;
+
+/// The cached claims grouped the way passes read them, built once per cache version instead of
+/// scanning every claim in the cluster on every pool's pass. Each grouping is built on first
+/// use, in the cache's (name) order, so it gives exactly what the scan it replaces gave.
+#[derive(Debug, Default)]
+pub struct ClaimIndex {
+    /// Label `karpenter.sh/nodepool` -> its claims, in name order.
+    by_pool: OnceLock<HashMap<String, PoolClaims>>,
+    /// `status.nodeName` -> the first claim (in name order) that names the node.
+    by_node: OnceLock<HashMap<String, Arc<NodeClaim>>>,
+    /// `status.providerID` -> the first claim (in name order) with that instance.
+    by_provider: OnceLock<HashMap<String, Arc<NodeClaim>>>,
+}
+
+/// One pool's cached claims, and what passes derive from their spec and status.
+#[derive(Debug, Default)]
+struct PoolClaims {
+    claims: Vec<Arc<NodeClaim>>,
+    /// Parallel to `claims`, computed on the first pass over the pool in this cache version.
+    derived: OnceLock<Vec<Derived>>,
+    /// [`placeholder::node_worth`] of `claims` (their `status.allocatable`, which no pass
+    /// writes), computed once per cache version.
+    worth: OnceLock<placeholder::Resources>,
+}
+
+/// What a pass reads of a claim apart from its annotations: a pass's own writes change only
+/// annotations (see [`apply_patch`]), so these hold for its overlay copy as well.
+///
+/// [`apply_patch`]: super::apply_patch
+#[derive(Debug)]
+pub struct Derived {
+    /// `metadata.name` (empty when unset).
+    pub(super) name: String,
+    /// `cache.nodes[status.nodeName]`.
+    pub(super) node: Option<Arc<Node>>,
+    created: Option<DateTime<Utc>>,
+    /// `spec.expireAfter`, `None` when it does not parse.
+    pub expire_after: Option<ExpireAfter>,
+    /// `spec.terminationGracePeriod`, `None` when unset or unparseable.
+    pub termination_grace_period: Option<Duration>,
+    ready: bool,
+    deleting: bool,
+    /// The candidate facts of the cached claim and node: those of a pass that wrote neither.
+    pub(super) cached: Option<ClaimFacts>,
+}
+
+impl Derived {
+    /// `metadata.creationTimestamp`, `None` when unset.
+    pub fn created(&self) -> Option<DateTime<Utc>> {
+        self.created
+    }
+
+    fn of(claim: &NodeClaim, cache: &CacheView) -> Derived {
+        let mut d = Derived {
+            name: claim.metadata.name.clone().unwrap_or_default(),
+            node: claim
+                .status
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .and_then(|n| cache.nodes.get(n))
+                .cloned(),
+            created: claim.created(),
+            expire_after: claim.expire_after().ok(),
+            termination_grace_period: claim.termination_grace_period().ok().flatten(),
+            ready: claim.is_ready(),
+            deleting: claim.is_deleting(),
+            cached: None,
+        };
+        d.cached = d.facts(claim, d.node.as_deref());
+        d
+    }
+
+    /// The candidate facts of `claim` (§3.2; this claim, as cached or as written) on `node`:
+    /// the one place a pass builds them.
+    pub(super) fn facts(&self, claim: &NodeClaim, node: Option<&Node>) -> Option<ClaimFacts> {
+        Some(ClaimFacts {
+            created: self.created?,
+            expire_after: self.expire_after?,
+            termination_grace_period: self.termination_grace_period,
+            ready: self.ready,
+            deleting: self.deleting,
+            state: crate::engine::claim_state(annotation(&claim.metadata, Key::State)).into(),
+            retry_count: derive::retry_count_u32(annotation(&claim.metadata, Key::RetryCount)),
+            failed_at: time_annotation(&claim.metadata, Key::FailedAt),
+            operator_do_not_disrupt: node.is_some_and(|n| operator_do_not_disrupt(&n.metadata)),
+        })
+    }
+}
+
+impl ClaimIndex {
+    fn by_pool(&self, cache: &CacheView) -> &HashMap<String, PoolClaims> {
+        self.by_pool.get_or_init(|| {
+            let mut map: HashMap<String, PoolClaims> = HashMap::new();
+            for c in cache.claims.values() {
+                let Some(pool) =
+                    c.metadata.labels.as_ref().and_then(|l| l.get(KARPENTER_POOL_LABEL))
+                else {
+                    continue;
+                };
+                match map.get_mut(pool) {
+                    Some(p) => p.claims.push(Arc::clone(c)),
+                    None => {
+                        let claims = vec![Arc::clone(c)];
+                        map.insert(pool.clone(), PoolClaims { claims, ..Default::default() });
+                    }
+                }
+            }
+            map
+        })
+    }
+
+    pub(super) fn pool(&self, cache: &CacheView, pool: &str) -> &[Arc<NodeClaim>] {
+        self.by_pool(cache).get(pool).map(|p| p.claims.as_slice()).unwrap_or_default()
+    }
+
+    /// The pool's claims with their derived facts.
+    pub(super) fn pool_derived(
+        &self,
+        cache: &CacheView,
+        pool: &str,
+    ) -> (&[Arc<NodeClaim>], &[Derived]) {
+        match self.by_pool(cache).get(pool) {
+            Some(p) => {
+                let derived = p
+                    .derived
+                    .get_or_init(|| p.claims.iter().map(|c| Derived::of(c, cache)).collect());
+                (&p.claims, derived)
+            }
+            None => (&[], &[]),
+        }
+    }
+
+    /// One node's worth of the pool's resources ([`placeholder::node_worth`] of its claims).
+    pub(super) fn pool_worth(&self, cache: &CacheView, pool: &str) -> placeholder::Resources {
+        match self.by_pool(cache).get(pool) {
+            Some(p) => p
+                .worth
+                .get_or_init(|| placeholder::node_worth(p.claims.iter().map(|c| c.as_ref())))
+                .clone(),
+            None => placeholder::node_worth(std::iter::empty()),
+        }
+    }
+
+    pub(super) fn by_node(&self, cache: &CacheView) -> &HashMap<String, Arc<NodeClaim>> {
+        self.by_node.get_or_init(|| {
+            index_claims(cache, |c| c.status.as_ref().and_then(|s| s.node_name.as_ref()))
+        })
+    }
+
+    pub(super) fn by_provider(&self, cache: &CacheView) -> &HashMap<String, Arc<NodeClaim>> {
+        self.by_provider.get_or_init(|| {
+            index_claims(cache, |c| c.status.as_ref().and_then(|s| s.provider_id.as_ref()))
+        })
+    }
+}
+
+/// The cached claims keyed by `key`, the first claim (in name order) winning a shared key.
+fn index_claims(
+    cache: &CacheView,
+    key: impl Fn(&NodeClaim) -> Option<&String>,
+) -> HashMap<String, Arc<NodeClaim>> {
+    let mut map = HashMap::new();
+    for c in cache.claims.values() {
+        if let Some(k) = key(c) {
+            map.entry(k.clone()).or_insert_with(|| Arc::clone(c));
+        }
+    }
+    map
+}
+
+/// The [`ClaimIndex`] of the last cache version a controller read. The version is the view's
+/// identity: a `Weak` keeps its address from being reused, and a view cannot change in place
+/// while a `Weak` to it exists (`Arc::make_mut` moves it out, `Arc::get_mut` refuses).
+#[derive(Debug, Default)]
+pub struct IndexCache {
+    view: Weak<CacheView>,
+    index: Arc<ClaimIndex>,
+}
+
+impl IndexCache {
+    pub fn of(&mut self, cache: &Arc<CacheView>) -> Arc<ClaimIndex> {
+        let same =
+            std::ptr::eq(self.view.as_ptr(), Arc::as_ptr(cache)) && self.view.strong_count() > 0;
+        if !same {
+            self.view = Arc::downgrade(cache);
+            self.index = Arc::new(ClaimIndex::default());
+        }
+        Arc::clone(&self.index)
+    }
+}
