@@ -1,8 +1,10 @@
 //! A governed pool on the in-memory cluster, and the world's side of it (Karpenter, kubelet,
 //! scheduler, operator) played by hand, for the reconciler's scenario tests.
 //!
-//! `NODEROTATION_RULES_DIR` makes the controller run a rules copy instead of the embedded rules:
-//! the mutation runner (tests/mutants.sh) uses it to show every row's guard matters.
+//! `NODEROTATION_RULES_DIR` makes the controller run a rules copy instead of the embedded rules
+//! (`NODEROTATION_RULES_DIR=dir cargo test --test reconcile`, to try a rules change on every
+//! scenario); the mutation run (`every_rule_guard_matters` in tests/reconcile/coverage.rs) swaps
+//! its copies in-process with [`with_engine`].
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
