@@ -124,8 +124,7 @@ impl Known {
     /// A new leadership: another process may have written anything meanwhile, so nothing this
     /// one read or wrote stands in for a fresh read any more.
     pub fn clear(&mut self) {
-        let known = self.entries.drain().map(|(target, _)| target);
-        self.unsure.extend(known.collect::<Vec<_>>());
+        self.unsure.extend(self.entries.drain().map(|(target, _)| target));
     }
 
     /// Keeps only the objects the cache still shows (`cached` gives their cached version), so

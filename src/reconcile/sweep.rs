@@ -70,8 +70,9 @@ impl Controller {
     /// marker whose anchor the fresh read does not show is an orphan, however far the cache lags
     /// the pools. A pool that is gone has no anchor. If an anchor cannot be read, nothing is
     /// swept (the next tick tries again): an unknown anchor set could make a live marker look
-    /// orphaned. A cached pool at the version this process last read fresh, unwritten since
-    /// ([`Known`]), stands in for its fresh read: it shows every anchor this process wrote.
+    /// orphaned. What this process knows of a pool ([`Known`]: the cached copy at the version it
+    /// last read or wrote, or its own copy while the cache lags that) stands in for its fresh
+    /// read: it shows every anchor this process wrote.
     ///
     /// [`Known`]: super::Known
     fn sweep(&mut self) -> SweepReport {
@@ -140,9 +141,9 @@ impl Controller {
         let mut anchors = BTreeSet::new();
         for (name, cached) in &cache.pools {
             let target = ObjectRef::cluster(ObjectKind::NodePool, name.clone());
-            // The cached pool at the version this process last read fresh, unwritten since, has
-            // every anchor a fresh read would show but for what others changed unwatched (an
-            // anchor removed by hand is then swept a tick later).
+            // What this process knows of the pool has every anchor a fresh read would show but
+            // for what others changed unwatched (an anchor removed by hand is then swept a tick
+            // later); never the cached copy of a pool it did not read or write.
             match self.ctx.known.lookup(&target, Some(&cached.metadata)) {
                 Lookup::Cached => {
                     add_anchors(&cache, cached, &mut anchors);

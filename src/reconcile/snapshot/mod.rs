@@ -32,7 +32,7 @@ use crate::policy::lookahead::{self, OpenTime};
 use crate::policy::settings::Effective;
 
 pub use index::{ClaimIndex, Derived, IndexCache};
-pub use patch::apply_patch;
+pub use patch::{apply_node_patch, apply_patch};
 
 /// Detection lag allowance (§3.2 `buffer`).
 pub const BUFFER: Duration = Duration::minutes(2);

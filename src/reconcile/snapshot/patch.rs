@@ -2,6 +2,7 @@
 //! reads instead of the cache.
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::Snapshot;
@@ -26,17 +27,24 @@ impl Snapshot {
                     let Some(x) = self.cache.nodes.get(n) else { return };
                     self.nodes.insert(n.clone(), x.as_ref().clone());
                 }
-                let node = self.nodes.get_mut(n);
-                if let (Some(node), Some(u)) = (node, patch.unschedulable) {
-                    node.spec.get_or_insert_with(Default::default).unschedulable = Some(u);
+                if let Some(node) = self.nodes.get_mut(n) {
+                    apply_node_patch(node, patch);
                 }
-                self.nodes.get_mut(n).map(|x| &mut x.metadata)
+                None
             }
             ObjRef::Policy | ObjRef::Pod(..) => None,
         };
         if let Some(meta) = meta {
             apply_patch(meta, patch);
         }
+    }
+}
+
+/// Applies a node patch (its annotations and its cordon) to a copy of the node.
+pub fn apply_node_patch(node: &mut Node, patch: &Patch) {
+    apply_patch(&mut node.metadata, patch);
+    if let Some(u) = patch.unschedulable {
+        node.spec.get_or_insert_with(Default::default).unschedulable = Some(u);
     }
 }
 

@@ -164,14 +164,9 @@ impl PassHost<'_> {
             |host| {
                 // This process's copy of the pool on the first attempt (never the cached copy of
                 // a pool it did not read or write: the verdict counts the anchors), else fresh.
-                let known = std::mem::take(&mut first).then(|| host.copy(&ObjRef::Pool, false));
-                let fresh = match known.flatten() {
-                    Some(copy) => copy,
-                    None => match host.fresh(&ObjRef::Pool).map_err(|e| fail(verb, e))? {
-                        Some(fresh) => fresh,
-                        None => return Ok(Decide::Skip(Outcome::Gone)),
-                    },
-                };
+                let first = std::mem::take(&mut first);
+                let read = host.attempt_read(&ObjRef::Pool, first).map_err(|e| fail(verb, e))?;
+                let Some(fresh) = read else { return Ok(Decide::Skip(Outcome::Gone)) };
                 if host.verdict_on(fresh.meta()) != Some(want) {
                     return Ok(Decide::Skip(Outcome::Raced));
                 }
@@ -196,12 +191,9 @@ impl PassHost<'_> {
                         patch.remove.insert(full(Key::WindowOpenedAt));
                     }
                 }
-                let rv = fresh.meta().resource_version.clone();
-                Ok(Decide::Write((patch, rv, fresh), Outcome::Won))
+                Ok(Decide::Write((patch, fresh), Outcome::Won))
             },
-            |host, (patch, rv, fresh)| {
-                host.send_patch(&ObjRef::Pool, &target, (patch, rv), Some(&fresh))
-            },
+            |host, (patch, fresh)| host.send_patch(&ObjRef::Pool, &target, patch, &fresh),
             |_| Ok(None),
             || "window annotation kept changing".to_string(),
         )

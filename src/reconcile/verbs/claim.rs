@@ -15,10 +15,7 @@ impl PassHost<'_> {
             |host| {
                 // What this process knows of the claim on the first attempt (the delete carries
                 // its uid and version), else a fresh read.
-                let claim = match std::mem::take(&mut first) {
-                    true => host.read(&obj),
-                    false => host.fresh(&obj),
-                };
+                let claim = host.attempt_read(&obj, std::mem::take(&mut first));
                 let Some(claim) = claim.map_err(|e| fail(a.verb, e))? else {
                     return Ok(Decide::Skip(Outcome::Gone));
                 };

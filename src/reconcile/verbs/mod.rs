@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::known::{Lookup, Seen};
-use super::snapshot::{Snapshot, annotation, apply_patch};
+use super::snapshot::{Snapshot, annotation, apply_node_patch, apply_patch};
 use super::{Announcement, Ctx};
 use crate::cluster::{ApiError, EventRecord, ObjectKind, ObjectRef, Patch};
 use crate::engine::{

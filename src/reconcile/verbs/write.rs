@@ -76,6 +76,16 @@ impl PassHost<'_> {
         }
     }
 
+    /// What one attempt of a write loop decides on: on the first, [`Self::read`]; on a later
+    /// one (the attempt before lost to a 409), a fresh read.
+    pub(super) fn attempt_read(
+        &mut self,
+        obj: &ObjRef,
+        first: bool,
+    ) -> Result<Option<Fresh>, ApiError> {
+        if first { self.read(obj) } else { self.fresh(obj) }
+    }
+
     pub(super) fn cluster_ref(&self, obj: &ObjRef) -> Option<ObjectRef> {
         Some(match obj {
             ObjRef::Pool => ObjectRef::cluster(ObjectKind::NodePool, self.snap.pool_name()),
@@ -105,30 +115,36 @@ impl PassHost<'_> {
     /// `fresh` as the API server holds it (a pool without this pass's lens); with `written`,
     /// as a write of `patch` that won on it left it, at the version the server answered.
     fn seen(&self, fresh: &Fresh, written: Option<(&Patch, String)>) -> Seen {
-        let write = |meta: &mut ObjectMeta| {
-            if let Some((patch, rv)) = &written {
-                apply_patch(meta, patch);
+        let at = |meta: &mut ObjectMeta| {
+            if let Some((_, rv)) = &written {
                 meta.resource_version = Some(rv.clone());
             }
         };
+        let patch = written.as_ref().map(|(patch, _)| *patch);
         match fresh {
             Fresh::Pool(p) => {
                 let mut pool = p.as_ref().clone();
-                write(&mut pool.metadata);
+                if let Some(patch) = patch {
+                    apply_patch(&mut pool.metadata, patch);
+                }
+                at(&mut pool.metadata);
                 crate::reconcile::slots::swap_meta(&mut pool.metadata, self.slot);
                 Seen::Pool(Arc::new(pool))
             }
             Fresh::Claim(c) => {
                 let mut claim = c.as_ref().clone();
-                write(&mut claim.metadata);
+                if let Some(patch) = patch {
+                    apply_patch(&mut claim.metadata, patch);
+                }
+                at(&mut claim.metadata);
                 Seen::Claim(Arc::new(claim))
             }
             Fresh::Node(n) => {
                 let mut node = n.as_ref().clone();
-                write(&mut node.metadata);
-                if let Some(u) = written.as_ref().and_then(|(patch, _)| patch.unschedulable) {
-                    node.spec.get_or_insert_with(Default::default).unschedulable = Some(u);
+                if let Some(patch) = patch {
+                    apply_node_patch(&mut node, patch);
                 }
+                at(&mut node.metadata);
                 Seen::Node(Arc::new(node))
             }
         }
@@ -202,7 +218,7 @@ impl PassHost<'_> {
     }
 
     /// Patches `obj`, at the resourceVersion (if any) of the copy `decided` the patch was
-    /// decided on; a patch that wins is applied to this pass's copy, and, when it carried that
+    /// decided on; a patch that wins is applied to this pass's copy, and, when it carried a
     /// version and the server answered the new one, this process knows the object as `decided`
     /// with the patch applied (the precondition made the server apply it to exactly that copy).
     /// Any other answer leaves the object's version unknown: it is read fresh next time.
@@ -210,10 +226,10 @@ impl PassHost<'_> {
         &mut self,
         obj: &ObjRef,
         target: &ObjectRef,
-        write: (Patch, Option<String>),
-        decided: Option<&Fresh>,
+        patch: Patch,
+        decided: &Fresh,
     ) -> Result<(), ApiError> {
-        let (patch, rv) = write;
+        let rv = decided.meta().resource_version.clone();
         let sent = if matches!(obj, ObjRef::Pool) && self.slot != 0 {
             let sent = crate::reconcile::slots::swap_patch(&patch, self.slot);
             self.ctx.cluster.patch(target, &sent, rv.as_deref())
@@ -227,10 +243,8 @@ impl PassHost<'_> {
                 return Err(e);
             }
         };
-        let known = match (decided, now_at) {
-            (Some(d), Some(now_at)) if rv.is_some() && d.meta().resource_version == rv => {
-                Some(self.seen(d, Some((&patch, now_at))))
-            }
+        let known = match now_at {
+            Some(now_at) if rv.is_some() => Some(self.seen(decided, Some((&patch, now_at)))),
             _ => None,
         };
         match known {
@@ -297,14 +311,11 @@ impl PassHost<'_> {
                         // only a write is checked by the server. Decided again on a fresh read.
                         Decide::Skip(_) if untouched => continue,
                         Decide::Skip(outcome) => Decide::Skip(outcome),
-                        Decide::Write(patch, outcome) => {
-                            let rv = fresh.meta().resource_version.clone();
-                            Decide::Write((patch, rv, fresh), outcome)
-                        }
+                        Decide::Write(patch, outcome) => Decide::Write((patch, fresh), outcome),
                     });
                 }
             },
-            |host, (patch, rv, fresh)| host.send_patch(obj, &target, (patch, rv), Some(&fresh)),
+            |host, (patch, fresh)| host.send_patch(obj, &target, patch, &fresh),
             |_| Ok(None),
             || format!("{target} kept changing under {ATTEMPTS} conditional writes"),
         )
