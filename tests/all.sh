@@ -138,6 +138,9 @@ sweeps() {
   # Orphans left by hand edits and crashes, placeholders whose create answer is lost (I20, ~45 s).
   target/release/noderotation simulate --seeds 30 --faults \
     --scenario deploy/examples/scenarios/orphans.yaml
+  # Leader changes, restarts and forced expiries over a watch lagging 90 s (I11, I17, I20, ~30 s).
+  target/release/noderotation simulate --seeds 200 --faults \
+    --scenario deploy/examples/scenarios/lagging-takeovers.yaml
   # The figures the docs promise for big pools and `ageThreshold: windows` (docs/big-pools.md):
   # one seed, 8 weeks each, checked on the summary table (~45 s). The condition reads f (forced
   # expiries under noderotation), w (% of replacements inside windows), l (mean lifetime used, %),

@@ -509,6 +509,7 @@ fn force_expiry_while_pending_is_claimed_announced_and_cleaned_up() {
             "emit",
             "event",
             "delete_placeholder",
+            "mark_launched",
             "unfreeze",
             "clear_anchor"
         ]
@@ -621,7 +622,7 @@ fn draining_with_our_placeholder_left_behind_deletes_it_before_the_delete() {
     );
     assert_eq!(
         toy.verbs(),
-        ["annotate_if", "delete_placeholder", "keep_surge_host", "delete_claim"]
+        ["annotate_if", "mark_launched", "delete_placeholder", "keep_surge_host", "delete_claim"]
     );
 }
 

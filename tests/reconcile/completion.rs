@@ -152,24 +152,97 @@ fn the_completion_deletes_a_placeholder_the_view_does_not_show_yet() {
     assert_eq!(fx.announced("emit:expired"), 1);
 }
 
+/// A started rotation of c1 whose placeholder Karpenter launched the never-Ready claim s1 for,
+/// two minutes in.
+fn launched_for_c1() -> Fx {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(2));
+    never_ready_surge(&fx, "s1", "c1");
+    fx
+}
+
+fn placeholder_gone_and_s1_tied_to_c1(fx: &Fx) {
+    assert!(fx.placeholder("c1").is_none(), "its placeholder is deleted");
+    assert_eq!(fx.claim_ann("s1", Key::LaunchedFor).as_deref(), Some("c1"), "tied to c1");
+}
+
 /// The old claim is force-expired (or interrupted) and gone while pending, just after Karpenter
 /// launched a claim for its placeholder: the completion deletes the placeholder, then marks that
 /// claim for the rotation, so the sweep reaps it when it never turns Ready. Before, nothing tied
 /// it to the rotation (I20 on the default fleet with faults, seeds 361 and 590).
 #[test]
 fn a_claim_launched_for_the_placeholder_as_the_old_claim_went_is_marked_at_completion() {
-    let mut fx = Fx::new();
-    started(&mut fx);
-    fx.advance(Duration::minutes(2));
-    never_ready_surge(&fx, "s1", "c1");
+    let mut fx = launched_for_c1();
     fx.delete_claim("c1");
     fx.finalize("c1");
     assert!(fx.world.claim("c1").is_none(), "the old claim is gone");
     fx.pass();
     assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "the rotation ended as expired");
-    assert!(fx.placeholder("c1").is_none(), "its placeholder is deleted");
-    assert_eq!(fx.claim_ann("s1", Key::LaunchedFor).as_deref(), Some("c1"), "tied to c1");
+    placeholder_gone_and_s1_tied_to_c1(&fx);
     fx.advance(Duration::minutes(16));
     fx.tick();
     assert!(fx.deleting("s1") || fx.world.claim("s1").is_none(), "reaped by the sweep");
+}
+
+/// The same, seen by a restarted process whose view lags the placeholder: the claim is gone
+/// (its `placeholder-uid` with it), the view shows no pod, and nothing this process wrote
+/// remembers the uid. The completion reads the pod before deleting it, so the mark still lists
+/// its nominations (`lagging-takeovers.yaml --faults`, seed 39).
+#[test]
+pub fn a_restarted_completion_whose_view_lags_the_placeholder_still_marks_its_launch() {
+    let mut fx = launched_for_c1();
+    fx.delete_claim("c1");
+    fx.finalize("c1");
+    fx.restart();
+    let hook = fx.intercept();
+    hook.stale_cache(|view| view.placeholders.clear());
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "the rotation ended as expired");
+    placeholder_gone_and_s1_tied_to_c1(&fx);
+}
+
+/// Karpenter force-expires a pending claim; the pass that marks it expired fails to delete the
+/// placeholder and its process dies, and Karpenter launches a claim for the placeholder still
+/// there. The next process's cleanup deletes the placeholder and then marks that claim: no mark
+/// came before it, and the claim's record of the placeholder is gone (I20 on
+/// `lagging-takeovers.yaml --faults`, seed 9 of 1,000).
+#[test]
+pub fn a_claim_launched_after_the_expiry_mark_is_marked_by_the_cleanup() {
+    use noderotation::cluster::memory::{ApiVerb, Call, Fault};
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(2));
+    fx.delete_claim("c1");
+    fx.world.set_faults(|c: &Call<'_>| match (c.verb, c.target.kind) {
+        (ApiVerb::Delete, ObjectKind::Pod) => Fault::Transient,
+        _ => Fault::Proceed,
+    });
+    fx.client.flush_cache();
+    assert!(fx.ctl.reconcile_pool(POOL).is_err(), "the placeholder's delete failed");
+    fx.world.clear_faults();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("expired"));
+    assert!(fx.placeholder("c1").is_some(), "left behind");
+    never_ready_surge(&fx, "s1", "c1");
+    fx.restart();
+    fx.pass();
+    placeholder_gone_and_s1_tied_to_c1(&fx);
+}
+
+/// The placeholder is gone (preempted) when Karpenter force-expires the pending claim, after
+/// launching a claim for it: the expiry marks that claim while the claim's record of the
+/// placeholder still names it, before the expiry mark clears the record. The cleanup's mark,
+/// after its delete, would find no uid left: no pod, no record.
+#[test]
+pub fn a_force_expiry_marks_the_claims_launched_for_a_placeholder_already_gone() {
+    let mut fx = launched_for_c1();
+    let pod = noderotation::cluster::ObjectRef::pod(
+        NS,
+        noderotation::placeholder::placeholder_name("c1"),
+    );
+    assert!(fx.world.delete_now(&pod), "the placeholder is preempted");
+    fx.delete_claim("c1");
+    fx.pass();
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("expired"));
+    placeholder_gone_and_s1_tied_to_c1(&fx);
 }

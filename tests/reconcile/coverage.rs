@@ -82,6 +82,17 @@ const SCENARIOS: &[(&str, fn())] = &[
     ("nothing_to_reserve_lost", a_node_with_nothing_to_reserve_whose_anchor_went_is_not_deleted),
     ("expiry_unowned", force_expiry_of_a_finalized_claim_seen_through_a_stale_cache_owns_nothing),
     ("drain_stuck", a_drain_past_tgp_plus_buffer_is_reported_stuck_and_keeps_the_gate),
+    ("surge_host_gone", a_surge_host_gone_behind_a_lagging_view_holds_the_delete),
+    (
+        "surge_host_gone_own_copy",
+        a_surge_host_gone_since_this_process_froze_it_holds_the_reissued_delete,
+    ),
+    ("expired_cleanup_marks", a_claim_launched_after_the_expiry_mark_is_marked_by_the_cleanup),
+    ("expiry_marks_first", a_force_expiry_marks_the_claims_launched_for_a_placeholder_already_gone),
+    (
+        "lagging_completion_marks",
+        a_restarted_completion_whose_view_lags_the_placeholder_still_marks_its_launch,
+    ),
     ("failed_expired", a_failed_claim_still_anchored_and_force_expired_is_claimed_once),
     (
         "mirror_reasserted",

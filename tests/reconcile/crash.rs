@@ -30,6 +30,29 @@ pub fn crash_between_the_draining_write_and_the_delete_reissues_the_delete() {
     assert_eq!(fx.announced("emit:success"), 1);
 }
 
+/// The delete fails in the surge-ready pass (the process lives on), and the surge host is then
+/// lost while the view lags: it still shows the host Ready and frozen, as this process's own
+/// copy from its freeze does. The re-issued delete waits for a fresh read of the host, which is
+/// gone (I17 on `lagging-takeovers.yaml --faults`, seed 301 of 1,000).
+#[test]
+pub fn a_surge_host_gone_since_this_process_froze_it_holds_the_reissued_delete() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    // What the view will keep showing: the host and its claim before this process froze it.
+    let host = surge_host_now(&fx);
+    let hook = fx.intercept();
+    hook.before_write(|w| w.starts_with("delete NodeClaim c1"), || panic!("the delete fails"));
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fx.pass()));
+    assert!(failed.is_err());
+    assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "frozen");
+    fx.delete_claim("s1");
+    fx.finalize("s1");
+    show_host(&hook, host);
+    fx.pass();
+    assert!(!fx.deleting("c1"), "no delete without a Ready surge (forcefulFallback is off)");
+}
+
 /// The same crash, and then the surge host is lost before the recovery (a spot interruption of
 /// the new node): the old claim has no capacity to drain onto, and deleting it would be a
 /// surge-less delete no policy allowed. The attempt goes back to pending (mirror cleared first,

@@ -79,6 +79,25 @@ fn never_ready_surge(fx: &Fx, name: &str, for_claim: &str) {
     fx.nominate(for_claim, name);
 }
 
+/// The surge host `node-s1` and its claim `s1` as they are now: what a lagging view keeps
+/// showing once they are gone (`show_host`).
+type Host = (
+    std::sync::Arc<k8s_openapi::api::core::v1::Node>,
+    std::sync::Arc<noderotation::karpenter::NodeClaim>,
+);
+
+fn surge_host_now(fx: &Fx) -> Host {
+    (fx.world.node("node-s1").expect("surge node"), fx.world.claim("s1").expect("surge claim"))
+}
+
+/// From now on the controller's view still shows the host `(node, claim)`.
+fn show_host(hook: &support::Intercept, (node, claim): Host) {
+    hook.stale_cache(move |view| {
+        view.nodes.insert("node-s1".into(), std::sync::Arc::clone(&node));
+        view.claims.insert("s1".into(), std::sync::Arc::clone(&claim));
+    });
+}
+
 /// The GETs of objects of `kinds` that `run` makes.
 fn gets_of(fx: &mut Fx, kinds: &'static [ObjectKind], run: impl FnOnce(&mut Fx)) -> usize {
     use noderotation::cluster::memory::{ApiVerb, Call, Fault};

@@ -187,3 +187,23 @@ fn a_stale_draining_view_does_not_mirror_onto_a_released_pool() {
     );
     assert!(fx.pool_ann(Key::ActiveRotation).is_none());
 }
+
+/// The view shows the placeholder Running on a Ready surge host that is already gone: its claim
+/// interrupted, the node deleted, the watch lagging. The host's freeze, a write, finds it gone,
+/// and the old claim is not deleted without capacity to drain onto (I17 on
+/// `lagging-takeovers.yaml --faults`, seeds 272, 337, 485, 613 and 710 of 1,000).
+#[test]
+pub fn a_surge_host_gone_behind_a_lagging_view_holds_the_delete() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.advance(Duration::minutes(3));
+    fx.provision_surge("c1", "s1");
+    let host = surge_host_now(&fx);
+    fx.world.delete_now(&obj(ObjectKind::Node, "node-s1"));
+    fx.world.delete_now(&obj(ObjectKind::NodeClaim, "s1"));
+    show_host(&fx.intercept(), host);
+    fx.pass();
+    assert!(!fx.deleting("c1"), "no delete without a surge host");
+    assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
+    assert!(fx.pool_ann(Key::ActiveRotationState).is_none(), "not mirrored as draining");
+}

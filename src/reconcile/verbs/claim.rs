@@ -49,7 +49,7 @@ impl PassHost<'_> {
         let uid = self.snap.placeholder_uid(&name).map(str::to_string);
         let pool = self.snap.pool_name().to_string();
         let mut reaped = false;
-        for surge in self.snap.launched_for(&name) {
+        for surge in self.launched_for(&name) {
             if surge == name {
                 continue;
             }
@@ -131,6 +131,27 @@ impl PassHost<'_> {
         Ok(outcome)
     }
 
+    /// The pool's claims marked for the rotation `claim`: in the pass's view, or on this
+    /// process's own copy when the view lags the mark it wrote (its rollback follows the mark
+    /// by less than the lag).
+    fn launched_for(&self, claim: &str) -> Vec<String> {
+        let mut marked = self.snap.launched_for(claim);
+        let others: Vec<String> = self
+            .snap
+            .pool_claims()
+            .filter_map(|c| c.metadata.name.clone())
+            .filter(|n| !marked.contains(n))
+            .collect();
+        for n in others {
+            if let Some(Fresh::Claim(c)) = self.copy(&ObjRef::Claim(n.clone()), false)
+                && annotation(&c.metadata, Key::LaunchedFor) == Some(claim)
+            {
+                marked.push(n);
+            }
+        }
+        marked
+    }
+
     /// Marks (`launched-for`) the claims Karpenter's `Nominated` Events, listed fresh, name for
     /// the rotation's placeholder ([`Snapshot::placeholder_uid`]: also once its claim is gone):
     /// each only if a fresh read shows it of the same pool, without a mark, never initialized
@@ -143,17 +164,40 @@ impl PassHost<'_> {
             None => Some(self.snap.pool_name().to_string()).filter(|p| !p.is_empty()),
         };
         let Some(pool) = pool else { return Ok(Outcome::Gone) };
-        let Some(uid) = self.snap.placeholder_uid(&name).map(str::to_string) else {
-            return Ok(Outcome::Gone);
+        // The placeholders' uids: as this process recorded it on its own copy of the claim
+        // (newer than a view lagging the attempt's own create, which may show an earlier
+        // placeholder or none), as the pass sees it, and the pod this pass deleted after reading
+        // it (the completion, whose claim is gone). Each one's nominations are listed: a view
+        // lagging the attempt's re-created placeholder names the one before, and the old
+        // claim's delete or the pod's takes the record away before the view catches up.
+        let own = match self.copy(&ObjRef::Claim(name.clone()), false) {
+            Some(Fresh::Claim(c)) => {
+                annotation(&c.metadata, Key::PlaceholderUid).map(str::to_string)
+            }
+            _ => None,
         };
-        let events = self.ctx.cluster.nominations(&uid).map_err(|e| fail(a.verb, e))?;
+        let seen = self.snap.placeholder_uid(&name).map(str::to_string);
+        let deleted =
+            self.deleted_placeholder.as_ref().filter(|(o, _)| *o == name).map(|(_, u)| u.clone());
+        let mut uids: Vec<String> = Vec::new();
+        for uid in [own, seen, deleted].into_iter().flatten() {
+            if !uids.contains(&uid) {
+                uids.push(uid);
+            }
+        }
+        if uids.is_empty() {
+            return Ok(Outcome::Gone);
+        }
         let mut names: Vec<String> = Vec::new();
-        for e in &events {
-            if let Some(c) = crate::cluster::nominated_claim(e)
-                && c != name
-                && !names.iter().any(|n| n == c)
-            {
-                names.push(c.to_string());
+        for uid in &uids {
+            let events = self.ctx.cluster.nominations(uid).map_err(|e| fail(a.verb, e))?;
+            for e in &events {
+                if let Some(c) = crate::cluster::nominated_claim(e)
+                    && c != name
+                    && !names.iter().any(|n| n == c)
+                {
+                    names.push(c.to_string());
+                }
             }
         }
         let mut marked = false;

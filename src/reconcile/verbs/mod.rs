@@ -48,6 +48,10 @@ pub struct PassHost<'c> {
     /// The rotation an anchor write of this pass cleared (its Event names the claim, which may
     /// be gone from the snapshot and from the pool's annotations by then).
     cleared: Option<String>,
+    /// The placeholder this pass deleted (its owner, its uid: as recorded, as the view shows
+    /// it, or as a fresh read showed it when neither did), so that the mark that follows still
+    /// lists what Karpenter launched for it once the claim's record is gone.
+    deleted_placeholder: Option<(String, String)>,
     /// Whether the verb being performed wrote (a satisfied precondition may need no write).
     wrote: bool,
     /// The pool's rotation slot this pass drives: its fresh reads and patches of the pool go
@@ -105,7 +109,16 @@ impl<'c> PassHost<'c> {
     /// A pass over slot `slot` of the pool; `snap.pool` is already seen through its lens.
     pub fn for_slot(snap: Snapshot, ctx: &'c mut Ctx, slot: usize) -> Self {
         let observed = Vec::new();
-        PassHost { snap, ctx, observed, released: None, cleared: None, wrote: false, slot }
+        PassHost {
+            snap,
+            ctx,
+            observed,
+            released: None,
+            cleared: None,
+            deleted_placeholder: None,
+            wrote: false,
+            slot,
+        }
     }
 }
 

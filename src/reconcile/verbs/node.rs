@@ -57,7 +57,7 @@ impl PassHost<'_> {
         // The fresh node frozen for another rotation still in flight is that rotation's: never
         // taken over (the cache that showed it free lags).
         let in_flight = self.snap.claims_in_flight();
-        self.conditional(a.verb, &obj, None, |fresh| {
+        let decide = |fresh: &Fresh| {
             let meta = fresh.meta();
             if frozen_for_another(meta, &owner, &in_flight) {
                 return Decide::Skip(Outcome::Taken);
@@ -75,7 +75,15 @@ impl PassHost<'_> {
             } else {
                 Decide::Write(patch, Outcome::Won)
             }
-        })
+        };
+        if cordon {
+            self.conditional(a.verb, &obj, None, decide)
+        } else {
+            // A surge host's freeze is what lets the old claim's delete go out: "already
+            // frozen" on this process's own copy is checked on a fresh read (the host's claim
+            // interrupted, the node gone: `Gone`).
+            self.conditional_verdict(a.verb, &obj, decide)
+        }
     }
 
     /// The annotations that freeze a node for `owner` (§3.4): `surge-for`, and do-not-disrupt
@@ -113,7 +121,9 @@ impl PassHost<'_> {
         }
         let in_flight = self.snap.claims_in_flight();
         let pool_name = self.snap.pool_name().to_string();
-        let kept = self.conditional(a.verb, &ObjRef::Node(host), None, |fresh| {
+        // "Kept" lets the old claim's delete go out: never on a copy this process wrote when it
+        // froze the host, which says nothing of a host interrupted or deleted since.
+        let kept = self.conditional_verdict(a.verb, &ObjRef::Node(host), |fresh| {
             let Fresh::Node(node) = fresh else { return Decide::Skip(Outcome::Lost) };
             let meta = &node.metadata;
             if frozen_for_another(meta, &owner, &in_flight)

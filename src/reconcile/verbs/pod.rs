@@ -159,6 +159,21 @@ impl PassHost<'_> {
             self.ctx.config.namespace.clone(),
             placeholder::placeholder_name(&owner),
         );
+        // Nothing names the pod's uid (the claim is gone or its record cleared, the view lags
+        // the pod): read it. The mark that follows a cleanup's delete lists the nominations of
+        // the pod this delete removes.
+        let uid = match uid {
+            Some(uid) => Some(uid),
+            None => {
+                let ns = self.ctx.config.namespace.clone();
+                let read = self.ctx.cluster.get_pod(&ns, &pod.name).map_err(|e| fail(a.verb, e))?;
+                let ours = read.filter(|p| annotation(&p.metadata, Key::SurgeFor) == Some(&owner));
+                ours.and_then(|p| p.metadata.uid)
+            }
+        };
+        if let Some(uid) = &uid {
+            self.deleted_placeholder = Some((owner.clone(), uid.clone()));
+        }
         let outcome = self.delete(a.verb, pod.clone(), uid.clone())?;
         if outcome != Outcome::Gone || uid.is_none() {
             return Ok(outcome);

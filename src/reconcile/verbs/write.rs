@@ -284,6 +284,31 @@ impl PassHost<'_> {
         verb: Verb,
         obj: &ObjRef,
         recheck: Option<&Action<'_>>,
+        decide: impl FnMut(&Fresh) -> Decide,
+    ) -> Result<Outcome, HostError> {
+        self.conditional_from(verb, obj, recheck, false, decide)
+    }
+
+    /// [`Self::conditional`] for a check whose "nothing to write" is a verdict another write
+    /// relies on (a surge host frozen, or re-checked, before the old claim's delete): a write
+    /// decided on a copy is still checked by its precondition, but a "nothing to write" is
+    /// decided again on a fresh read. No copy this process keeps says the object did not change
+    /// or go since this process last wrote it.
+    pub(super) fn conditional_verdict(
+        &mut self,
+        verb: Verb,
+        obj: &ObjRef,
+        decide: impl FnMut(&Fresh) -> Decide,
+    ) -> Result<Outcome, HostError> {
+        self.conditional_from(verb, obj, None, true, decide)
+    }
+
+    fn conditional_from(
+        &mut self,
+        verb: Verb,
+        obj: &ObjRef,
+        recheck: Option<&Action<'_>>,
+        verdict: bool,
         mut decide: impl FnMut(&Fresh) -> Decide,
     ) -> Result<Outcome, HostError> {
         let Some(target) = self.cluster_ref(obj) else { return Ok(Outcome::Gone) };
@@ -294,10 +319,10 @@ impl PassHost<'_> {
                 let known = std::mem::take(&mut first);
                 let mut copy = known.then(|| host.first_copy(obj)).flatten();
                 loop {
-                    let (fresh, untouched) = match copy.take() {
-                        Some(copy) => copy,
+                    let (fresh, untouched, from_copy) = match copy.take() {
+                        Some((copy, untouched)) => (copy, untouched, true),
                         None => match host.fresh(obj).map_err(|e| fail(verb, e))? {
-                            Some(fresh) => (fresh, false),
+                            Some(fresh) => (fresh, false, false),
                             None => return Ok(Decide::Skip(Outcome::Gone)),
                         },
                     };
@@ -309,7 +334,7 @@ impl PassHost<'_> {
                     return Ok(match decided {
                         // "Nothing to write" on a copy this process never read is no verdict:
                         // only a write is checked by the server. Decided again on a fresh read.
-                        Decide::Skip(_) if untouched => continue,
+                        Decide::Skip(_) if untouched || verdict && from_copy => continue,
                         Decide::Skip(outcome) => Decide::Skip(outcome),
                         Decide::Write(patch, outcome) => Decide::Write((patch, fresh), outcome),
                     });
