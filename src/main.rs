@@ -59,7 +59,8 @@ enum Command {
     /// Work with the rule tables in `rules/`.
     #[command(subcommand)]
     Rules(cli::rules::RulesCommand),
-    /// Regenerate (or with --check, verify) the docs generated from `rules/`.
+    /// Regenerate (or with --check, verify) every generated file of a checkout: the docs from
+    /// `rules/`, the RotationPolicy CRD and its copy in the Helm chart.
     Docs(cli::rules::DocsArgs),
 }
 

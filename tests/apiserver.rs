@@ -826,20 +826,6 @@ async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> Tes
 // ---- manifests (no cluster) ------------------------------------------------------------------
 
 #[test]
-fn helm_chart_crd_is_the_generated_crd() -> TestResult {
-    let generated = std::fs::read_to_string(Path::new(REPO).join("crds/rotationpolicy.yaml"))?;
-    let chart = std::fs::read_to_string(
-        Path::new(REPO).join("deploy/helm/noderotation/crds/rotationpolicy.yaml"),
-    )?;
-    assert!(
-        generated == chart,
-        "deploy/helm/noderotation/crds/rotationpolicy.yaml is stale: \
-         cp crds/rotationpolicy.yaml deploy/helm/noderotation/crds/"
-    );
-    Ok(())
-}
-
-#[test]
 fn helm_values_are_covered_by_the_schema() -> TestResult {
     let dir = Path::new(REPO).join("deploy/helm/noderotation");
     let values: Value = serde_norway::from_str(&std::fs::read_to_string(dir.join("values.yaml"))?)?;

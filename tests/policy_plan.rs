@@ -246,7 +246,7 @@ fn crd_command_matches_the_checked_in_file() {
     let on_disk = std::fs::read_to_string(path).unwrap_or_default();
     assert!(
         run.stdout == on_disk,
-        "crds/rotationpolicy.yaml is stale; regenerate it with `cargo run -- crd > crds/rotationpolicy.yaml`"
+        "crds/rotationpolicy.yaml is stale; regenerate it with `cargo run -- docs`"
     );
 }
 

@@ -135,20 +135,23 @@ fn key_ownership_is_declared_in_the_rules() {
 }
 
 #[test]
-fn generated_docs_are_fresh() {
+fn generated_files_are_fresh() {
     let book = rules();
     let mut stale = Vec::new();
-    for (name, content) in render::all(&book) {
-        let path = repo().join("docs").join(name);
-        if std::fs::read_to_string(&path).unwrap_or_default() != content {
-            stale.push(format!("docs/{name}"));
+    let files = noderotation::cli::rules::generated(&book).expect("generated files");
+    for (path, content) in &files {
+        if std::fs::read_to_string(repo().join(path)).unwrap_or_default() != *content {
+            stale.push(path.display().to_string());
         }
     }
     assert!(
         stale.is_empty(),
-        "generated docs are stale: {}\nregenerate them with `cargo run -- docs` and commit the result",
+        "generated files are stale: {}\nregenerate them with `cargo run -- docs` and commit the result",
         stale.join(", ")
     );
+    let named = |p: &str| files.iter().any(|(path, _)| path == std::path::Path::new(p));
+    assert!(named("docs/transitions.md") && named("crds/rotationpolicy.yaml"));
+    assert!(named("deploy/helm/noderotation/crds/rotationpolicy.yaml"), "the chart's copy");
 }
 
 /// A copy of the minimal fixture rulebook with one textual edit.

@@ -100,6 +100,25 @@ fn load_spec(spec: &str) -> anyhow::Result<Rulebook> {
     Rulebook::from_sources(&sources).map_err(|d| report(&d, spec))
 }
 
+/// The RotationPolicy CRD's generated file and its copy in the Helm chart, relative to a
+/// checkout.
+pub const CRD_FILES: [&str; 2] =
+    ["crds/rotationpolicy.yaml", "deploy/helm/noderotation/crds/rotationpolicy.yaml"];
+
+/// Every file of a checkout that is generated, relative to it, with its content: the docs
+/// rendered from `rules/` (under `docs/`) and the RotationPolicy CRD with its chart copy.
+/// `noderotation docs` writes them all and `--check` (run by `tests/all.sh`, and this list by
+/// `tests/rules.rs`) fails on any difference.
+pub fn generated(book: &Rulebook) -> anyhow::Result<Vec<(PathBuf, String)>> {
+    let mut files: Vec<(PathBuf, String)> = render::all(book)
+        .into_iter()
+        .map(|(name, text)| (Path::new("docs").join(name), text))
+        .collect();
+    let crd = crate::policy::crd::crd_yaml()?;
+    files.extend(CRD_FILES.iter().map(|path| (PathBuf::from(path), crd.clone())));
+    Ok(files)
+}
+
 pub fn docs(args: &DocsArgs) -> anyhow::Result<i32> {
     if !args.rules.exists() {
         bail!(
@@ -110,9 +129,14 @@ pub fn docs(args: &DocsArgs) -> anyhow::Result<i32> {
         );
     }
     let book = load(&args.rules)?;
+    // The checkout holding the rules: where the CRD files go; the docs go to `--out`.
+    let root = args.rules.parent().unwrap_or(Path::new(""));
     let mut stale = Vec::new();
-    for (name, content) in render::all(&book) {
-        let path = args.out.join(name);
+    for (relative, content) in generated(&book)? {
+        let path = match relative.strip_prefix("docs") {
+            Ok(name) => args.out.join(name),
+            Err(_) => root.join(&relative),
+        };
         let current = std::fs::read_to_string(&path).unwrap_or_default();
         if current == content {
             continue;
@@ -120,7 +144,9 @@ pub fn docs(args: &DocsArgs) -> anyhow::Result<i32> {
         if args.check {
             stale.push(path.display().to_string());
         } else {
-            std::fs::create_dir_all(&args.out)?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
             std::fs::write(&path, content)
                 .with_context(|| format!("writing {}", path.display()))?;
             println!("wrote {}", path.display());
@@ -128,7 +154,7 @@ pub fn docs(args: &DocsArgs) -> anyhow::Result<i32> {
     }
     if !stale.is_empty() {
         eprintln!(
-            "stale generated docs: {}\nregenerate them with `cargo run -- docs`",
+            "stale generated files: {}\nregenerate them with `cargo run -- docs`",
             stale.join(", ")
         );
         return Ok(1);

@@ -51,7 +51,7 @@ pub const DEFAULT_REQUIRED_NODE_KEYS: [&str; 3] =
     ["topology.kubernetes.io/zone", "kubernetes.io/arch", "karpenter.sh/capacity-type"];
 
 /// The command that regenerates the checked-in CRD; named by the stale-check test.
-pub const REGENERATE_COMMAND: &str = "cargo run -- crd > crds/rotationpolicy.yaml";
+pub const REGENERATE_COMMAND: &str = "cargo run -- docs";
 
 /// The CRD as installed: `RotationPolicy::crd()` with doc-comment line breaks inside paragraphs
 /// joined, so that `kubectl explain` can wrap descriptions itself, and labelled with the release
