@@ -365,19 +365,13 @@ impl Controller {
         let mut failed: Vec<(usize, EngineError)> = Vec::new();
         let last = slots.len().saturating_sub(1);
         for (i, slot) in slots.into_iter().enumerate() {
-            if let Some(p) = snap.pool.as_mut() {
-                slots::swap_meta(&mut p.metadata, slot);
-            }
+            let mut host = PassHost::through_lens(snap, &mut self.ctx, slot);
             // Only a start reads `pick`: the free slot runs last, after the earlier runs' writes.
             if i == last {
-                snap.select_candidates();
+                host.snap.select_candidates();
             }
-            let mut host = PassHost::for_slot(snap, &mut self.ctx, slot);
             let pass = engine.run(&mut host);
-            snap = host.snap;
-            if let Some(p) = snap.pool.as_mut() {
-                slots::swap_meta(&mut p.metadata, slot);
-            }
+            snap = host.into_snapshot();
             match pass {
                 Ok(pass) => requeue = Some(requeue.map_or(pass.requeue, |r| r.min(pass.requeue))),
                 Err(source) => {

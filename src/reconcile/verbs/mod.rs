@@ -106,7 +106,27 @@ fn unreadable(meta: &ObjectMeta, key: Key, now: DateTime<Utc>) -> bool {
 }
 
 impl<'c> PassHost<'c> {
-    /// A pass over slot `slot` of the pool; `snap.pool` is already seen through its lens.
+    /// A run over slot `slot` of the pool pass's snapshot: its pool is seen through the slot's
+    /// lens ([`super::slots`]) until [`Self::into_snapshot`] takes the lens off again, the only
+    /// way back to the snapshot, so the next slot's run never starts on a lensed pool.
+    pub fn through_lens(mut snap: Snapshot, ctx: &'c mut Ctx, slot: usize) -> Self {
+        if let Some(p) = snap.pool.as_mut() {
+            super::slots::swap_meta(&mut p.metadata, slot);
+        }
+        Self::for_slot(snap, ctx, slot)
+    }
+
+    /// The snapshot with this run's writes, its pool without the slot's lens.
+    pub fn into_snapshot(self) -> Snapshot {
+        let mut snap = self.snap;
+        if let Some(p) = snap.pool.as_mut() {
+            super::slots::swap_meta(&mut p.metadata, self.slot);
+        }
+        snap
+    }
+
+    /// A pass over slot `slot` of the pool; `snap.pool` is already seen through its lens (the
+    /// sweep's copy of a pool, lensed once and dropped after its run).
     pub fn for_slot(snap: Snapshot, ctx: &'c mut Ctx, slot: usize) -> Self {
         let observed = Vec::new();
         PassHost {
