@@ -37,7 +37,7 @@ use gov::Gov;
 use invariants::{Announced, Checker, StepInfo, Violation};
 use metrics::{Figures, Recorder, Rotation};
 use scenario::Compiled;
-use world::{Ev, Lifetime, World};
+use world::{Lifetime, World};
 
 /// How one run is made.
 #[derive(Clone)]
@@ -282,44 +282,7 @@ pub fn run(plan: Arc<Compiled>, opts: &Options, progress: &mut dyn FnMut(f64)) -
                 announced_now.push(x);
             }
         }
-        // Reactions: Karpenter's termination controller sees deletions it did not make; the
-        // scheduler sees placeholder and cordon changes.
-        let mut reschedule = !d.placeholders.is_empty();
-        // A placeholder that is gone or bound is nominated to no in-flight claim any more (a
-        // new incarnation under the same name needs capacity of its own).
-        for (name, _, b) in &d.placeholders {
-            if b.as_deref().is_none_or(|p| actors::placeholder_node(p).is_some()) {
-                world.forget_nomination(name);
-            }
-        }
-        // A placeholder leaving a node may leave it empty (emptiness consolidation).
-        for (_, a, b) in &d.placeholders {
-            if let Some(host) = a.as_deref().and_then(actors::placeholder_node)
-                && b.as_deref().and_then(actors::placeholder_node) != Some(host)
-            {
-                let host = host.to_string();
-                world.watch_empty(&host);
-            }
-        }
-        for (name, a, b) in &d.claims {
-            if let Some(b) = b
-                && b.is_deleting()
-                && a.as_ref().is_none_or(|a| !a.is_deleting())
-                && world.claims.get(name).is_some_and(|c| c.deleting.is_none())
-            {
-                world.at(now, Ev::Terminate(name.clone()));
-            }
-        }
-        for (_, a, b) in &d.nodes {
-            if let (Some(a), Some(b)) = (a, b)
-                && observe::unschedulable(a) != observe::unschedulable(b)
-            {
-                reschedule = true;
-            }
-        }
-        if reschedule {
-            world.request_scheduling();
-        }
+        world.react(&d, now);
         world.snap = Arc::clone(&post);
         recorder.observe(&d, &post, now, &world, &mut gov);
         let exact = driver.as_ref().is_some_and(|dr| !dr.faults_on());

@@ -9,8 +9,9 @@
 //!
 //! One concern a file: `fleet.rs` (the starting fleet), `claims.rs` (a claim's life: created,
 //! launched, registered, Ready), `pods.rs` (workload and DaemonSet pods, binding),
-//! `accounting.rs` (billing, lifetimes, Karpenter's pool status, the settled measurements) and
-//! `resources.rs` (requests arithmetic); this file holds the state, its objects and the queue of
+//! `accounting.rs` (billing, lifetimes, Karpenter's pool status, the settled measurements),
+//! `reactions.rs` (what the world's controllers do about a step's changes) and `resources.rs`
+//! (requests arithmetic); this file holds the state, its objects and the queue of
 //! timed world events.
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -29,6 +30,7 @@ mod accounting;
 mod claims;
 mod fleet;
 mod pods;
+mod reactions;
 mod resources;
 
 pub use pods::{run_on, zone_affinity};
