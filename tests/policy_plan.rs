@@ -246,7 +246,8 @@ fn crd_command_matches_the_checked_in_file() {
     let on_disk = std::fs::read_to_string(path).unwrap_or_default();
     assert!(
         run.stdout == on_disk,
-        "crds/rotationpolicy.yaml is stale; regenerate it with `cargo run -- docs`"
+        "crds/rotationpolicy.yaml is stale; regenerate it with `{}`",
+        noderotation::policy::crd::REGENERATE_COMMAND
     );
 }
 

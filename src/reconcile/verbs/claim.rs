@@ -133,20 +133,19 @@ impl PassHost<'_> {
 
     /// The pool's claims marked for the rotation `claim`: in the pass's view, or on this
     /// process's own copy when the view lags the mark it wrote (its rollback follows the mark
-    /// by less than the lag).
+    /// by less than the lag). Only own copies are looked at: where the view is as fresh as
+    /// what this process knows, the view already answered.
     fn launched_for(&self, claim: &str) -> Vec<String> {
         let mut marked = self.snap.launched_for(claim);
-        let others: Vec<String> = self
-            .snap
-            .pool_claims()
-            .filter_map(|c| c.metadata.name.clone())
-            .filter(|n| !marked.contains(n))
-            .collect();
-        for n in others {
-            if let Some(Fresh::Claim(c)) = self.copy(&ObjRef::Claim(n.clone()), false)
-                && annotation(&c.metadata, Key::LaunchedFor) == Some(claim)
+        for c in self.snap.pool_claims() {
+            let Some(name) = c.metadata.name.as_deref() else { continue };
+            let target = ObjectRef::cluster(ObjectKind::NodeClaim, name);
+            if let Lookup::Copy(Seen::Claim(own)) =
+                self.ctx.known.lookup(&target, Some(&c.metadata))
+                && annotation(&own.metadata, Key::LaunchedFor) == Some(claim)
+                && !marked.iter().any(|m| m == name)
             {
-                marked.push(n);
+                marked.push(name.to_string());
             }
         }
         marked
