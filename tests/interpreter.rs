@@ -392,9 +392,8 @@ fn pending_with_ready_surge_moves_to_draining() {
         &[
             "pending_entry",
             "pending_protect",
-            "pending_surge_host",
-            "pending_surge_freeze",
             "pending_surge_ready",
+            "pending_surge_freeze",
             "pending_surge_draining",
             "pending_surge_delete",
         ],
@@ -407,7 +406,6 @@ fn pending_with_ready_surge_moves_to_draining() {
             "freeze_and_cordon",
             "annotate_if",
             "freeze",
-            "annotate_if",
             "annotate_if",
             "mark_launched",
             "delete_placeholder",

@@ -147,6 +147,7 @@ const SCENARIOS: &[(&str, fn())] = &[
     ),
     ("node_taken", a_candidate_whose_node_another_rotation_drains_onto_is_never_cordoned),
     ("surge_host_frozen", a_surge_host_frozen_for_a_claim_still_draining_is_not_taken),
+    ("escalation_writes", a_surge_escalation_writes_each_object_once),
 ];
 
 #[test]

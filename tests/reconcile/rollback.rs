@@ -179,11 +179,13 @@ pub fn governance_lost_with_an_anchor_another_pass_cleared_announces_nothing() {
     assert_eq!(fx.events("GovernanceLost"), 0);
 }
 
-/// The pass that froze the surge host failed on its next write; then the placeholder was
-/// preempted and the old node drained (a forced expiry the cache has not shown yet), so the next
-/// pass rolls back. Its cache shows neither the host's freeze nor the placeholder that named the
-/// host: the rollback still unfreezes it, found through the claim the candidate's fresh
-/// `surge-claim` names, instead of leaving `surge-for` and do-not-disrupt on it for good.
+/// The pass that froze the surge host failed on its next write (the claim's `state: draining`,
+/// which also carries `surge-claim`); then the placeholder was preempted and the old node
+/// drained (a forced expiry the cache has not shown yet), so the next pass rolls back. Its cache
+/// shows neither the host's freeze nor the placeholder that named the host, and the claim never
+/// recorded `surge-claim`: the rollback still unfreezes it, found through the `surge-host` the
+/// pool records (written with the draining mirror, before the freeze), instead of leaving
+/// `surge-for` and do-not-disrupt on it for good.
 #[test]
 fn a_rollback_unfreezes_the_surge_host_the_cache_does_not_show_frozen() {
     use noderotation::cluster::memory::{ApiVerb, Call, Fault};
@@ -191,21 +193,23 @@ fn a_rollback_unfreezes_the_surge_host_the_cache_does_not_show_frozen() {
     let mut fx = Fx::new();
     started(&mut fx);
     fx.provision_surge("c1", "s1");
-    // The pool's first patch records the surge host; the next one, the draining mirror, fails.
-    let pool_patches = std::sync::atomic::AtomicUsize::new(0);
+    // The pool's patch records the surge host and the mirror; the host is frozen; the claim's
+    // next patch, `state: draining`, fails.
+    let host_patched = std::sync::atomic::AtomicBool::new(false);
     fx.world.set_faults(move |call: &Call<'_>| {
-        let pool = call.target.kind == ObjectKind::NodePool && call.verb == ApiVerb::Patch;
-        if pool && pool_patches.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 1 {
-            Fault::Transient
-        } else {
-            Fault::Proceed
+        use std::sync::atomic::Ordering;
+        if call.verb == ApiVerb::Patch && call.target.kind == ObjectKind::Node {
+            host_patched.store(true, Ordering::SeqCst);
         }
+        let claim = call.target.kind == ObjectKind::NodeClaim && call.verb == ApiVerb::Patch;
+        if claim && host_patched.load(Ordering::SeqCst) { Fault::Transient } else { Fault::Proceed }
     });
     fx.client.flush_cache();
-    fx.ctl.reconcile_pool(POOL).expect_err("the draining mirror write fails");
+    fx.ctl.reconcile_pool(POOL).expect_err("the claim's draining write fails");
     fx.world.clear_faults();
     assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "host frozen");
-    assert_eq!(fx.claim_ann("c1", Key::SurgeClaim).as_deref(), Some("s1"));
+    assert_eq!(fx.pool_ann(Key::SurgeHost).as_deref(), Some("node-s1"), "host recorded");
+    assert_eq!(fx.claim_ann("c1", Key::SurgeClaim), None, "written with state: draining only");
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
     // Preempted placeholder, and readyTimeout passes.
     fx.world.delete_now(&ObjectRef::pod(NS, noderotation::placeholder::placeholder_name("c1")));

@@ -419,6 +419,16 @@ pub fn a_surge_host_frozen_for_a_claim_still_draining_is_not_taken() {
     assert_eq!(fx.claim_ann("c2", Key::State).as_deref(), Some("pending"), "node-s1 is c1's");
     assert!(!fx.deleting("c2"), "c2's old node waits for surge capacity of its own");
     assert_eq!(fx.node_ann("node-s1", Key::SurgeFor).as_deref(), Some("c1"), "c1 keeps its host");
+    // c2's escalation wrote its mirror and host record before the freeze answered `taken`:
+    // both are taken back, so no draining mirror stands over a pending claim.
+    let pool = fx.world.pool(POOL).expect("pool");
+    let anchors = noderotation::reconcile::slots::anchors(&pool.metadata);
+    let c2 = anchors.iter().find(|(_, c)| **c == "c2").map(|(s, _)| *s).expect("c2 anchored");
+    for key in [Key::ActiveRotationState, Key::DrainingAt, Key::SurgeHost] {
+        let k = noderotation::reconcile::slots::slot_key(key, c2);
+        let ann = pool.metadata.annotations.as_ref().and_then(|a| a.get(&k));
+        assert_eq!(ann, None, "{k} of c2's slot taken back");
+    }
 }
 
 /// A candidate whose node another rotation drains onto (the absorbed path: c1's placeholder ran

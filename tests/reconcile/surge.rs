@@ -206,4 +206,7 @@ pub fn a_surge_host_gone_behind_a_lagging_view_holds_the_delete() {
     assert!(!fx.deleting("c1"), "no delete without a surge host");
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("pending"));
     assert!(fx.pool_ann(Key::ActiveRotationState).is_none(), "not mirrored as draining");
+    // The mirror went out with the host's record, before the freeze: both are taken back.
+    assert!(fx.pool_ann(Key::DrainingAt).is_none(), "no draining-at while pending");
+    assert!(fx.pool_ann(Key::SurgeHost).is_none(), "no host recorded for a host gone");
 }

@@ -150,3 +150,38 @@ fn a_write_decided_on_a_copy_someone_changed_since_loses_and_is_decided_again() 
     assert_eq!(fx.claim_ann("c1", Key::State).as_deref(), Some("failed"));
     assert_eq!(fx.events("RotationFailed"), 0, "the pass whose write lost announces nothing");
 }
+
+/// The escalation writes each object once (docs/decisions/footprint.md): the pool's host record
+/// and draining mirror in one patch, the host's freeze, the claim's `state: draining` with its
+/// `surge-claim` in one patch, then the placeholder's and the old claim's deletes.
+#[test]
+pub fn a_surge_escalation_writes_each_object_once() {
+    use noderotation::cluster::memory::{ApiVerb, Call, Fault};
+    use std::sync::{Arc, Mutex};
+    let mut fx = Fx::new();
+    started(&mut fx);
+    fx.provision_surge("c1", "s1");
+    let log: Arc<Mutex<Vec<(ApiVerb, ObjectKind)>>> = Arc::default();
+    let logged = Arc::clone(&log);
+    fx.world.set_faults(move |c: &Call<'_>| {
+        if c.verb.is_write() {
+            logged.lock().unwrap().push((c.verb, c.target.kind));
+        }
+        Fault::Proceed
+    });
+    fx.pass();
+    fx.world.clear_faults();
+    assert!(fx.deleting("c1"), "escalated");
+    assert_eq!(fx.claim_ann("c1", Key::SurgeClaim).as_deref(), Some("s1"));
+    assert_eq!(fx.pool_ann(Key::SurgeHost).as_deref(), Some("node-s1"));
+    assert_eq!(fx.pool_ann(Key::ActiveRotationState).as_deref(), Some("draining"));
+    let log = log.lock().unwrap();
+    let count = |verb: ApiVerb, kind: ObjectKind| {
+        log.iter().filter(|(v, k)| *v == verb && *k == kind).count()
+    };
+    assert_eq!(count(ApiVerb::Patch, ObjectKind::NodePool), 1, "host and mirror: {log:?}");
+    assert_eq!(count(ApiVerb::Patch, ObjectKind::Node), 1, "the host's freeze: {log:?}");
+    assert_eq!(count(ApiVerb::Patch, ObjectKind::NodeClaim), 1, "state and surge-claim: {log:?}");
+    assert_eq!(count(ApiVerb::Delete, ObjectKind::Pod), 1, "{log:?}");
+    assert_eq!(count(ApiVerb::Delete, ObjectKind::NodeClaim), 1, "{log:?}");
+}
