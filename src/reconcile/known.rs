@@ -11,12 +11,12 @@
 //! At a new leadership everything known becomes unsure: another process may have written
 //! anything meanwhile.
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::cluster::ObjectRef;
+use crate::cluster::{CacheView, ObjectRef};
 use crate::karpenter::{NodeClaim, NodePool};
 
 /// One object as the API server answered or stored it (a pool without any slot's lens).
@@ -65,12 +65,17 @@ pub enum Lookup<'a> {
 pub struct Known {
     entries: HashMap<ObjectRef, Entry>,
     unsure: HashSet<ObjectRef>,
+    /// The cache view the maps were last retained over, while they have not changed since
+    /// (a retain over the same view would keep them as they are: it is idempotent). A `Weak`
+    /// keeps the view's address from being reused.
+    retained: Weak<CacheView>,
 }
 
 impl Known {
     /// A fresh read of `target` answered `seen` (`None`: the object is gone) while the cache
     /// showed it at version `cached` (`None`: the cache did not show it).
     pub fn read(&mut self, target: ObjectRef, seen: Option<Seen>, cached: Option<&str>) {
+        self.retained = Weak::new();
         self.unsure.remove(&target);
         self.record(target, seen, cached);
     }
@@ -78,6 +83,7 @@ impl Known {
     /// A write of this process won and left `target` as `seen` (the copy it was decided on,
     /// the write applied, at the version the server answered).
     pub fn wrote(&mut self, target: ObjectRef, seen: Seen, cached: Option<&str>) {
+        self.retained = Weak::new();
         self.unsure.remove(&target);
         self.record(target, Some(seen), cached);
     }
@@ -101,6 +107,7 @@ impl Known {
     /// the cache may still lag its own earlier writes): read it fresh before deciding on it
     /// again.
     pub fn unsure(&mut self, target: &ObjectRef) {
+        self.retained = Weak::new();
         self.entries.remove(target);
         self.unsure.insert(target.clone());
     }
@@ -124,13 +131,27 @@ impl Known {
     /// A new leadership: another process may have written anything meanwhile, so nothing this
     /// one read or wrote stands in for a fresh read any more.
     pub fn clear(&mut self) {
+        self.retained = Weak::new();
         self.unsure.extend(self.entries.drain().map(|(target, _)| target));
     }
 
     /// Keeps only the objects the cache still shows (`cached` gives their cached version), so
     /// that the maps follow the fleet instead of growing with every claim that ever rotated,
     /// and drops the copies the cache has moved past (caught up with, or newer than).
-    pub fn retain<'a>(&mut self, cached: impl Fn(&ObjectRef) -> Option<Option<&'a str>>) {
+    ///
+    /// `view` is the cache view `cached` reads: a second retain over the same view, with no
+    /// read or write recorded in between, is skipped (it would change nothing).
+    pub fn retain<'a>(
+        &mut self,
+        view: &Arc<CacheView>,
+        cached: impl Fn(&ObjectRef) -> Option<Option<&'a str>>,
+    ) {
+        if std::ptr::eq(self.retained.as_ptr(), Arc::as_ptr(view))
+            && self.retained.strong_count() > 0
+        {
+            return;
+        }
+        self.retained = Arc::downgrade(view);
         self.unsure.retain(|target| cached(target).is_some());
         self.entries.retain(|target, entry| match cached(target) {
             None => false,
@@ -191,11 +212,33 @@ mod tests {
         k.unsure(&n1);
         assert_eq!(k.lookup(&n1, Some(&meta("10"))), Lookup::Fresh, "a 409: read it");
         k.wrote(n1.clone(), node("11"), Some("10"));
-        k.retain(|_| Some(Some("11")));
+        k.retain(&Arc::default(), |_| Some(Some("11")));
         assert_eq!(k.lookup(&n1, Some(&meta("10"))), Lookup::Fresh, "the copy went with the lag");
         assert_eq!(k.lookup(&n1, Some(&meta("11"))), Lookup::Cached);
         k.unsure(&n1);
-        k.retain(|_| None);
+        k.retain(&Arc::default(), |_| None);
         assert_eq!(k.lookup(&n1, Some(&meta("11"))), Lookup::Untouched, "gone from the cache");
+    }
+
+    #[test]
+    fn a_retain_over_the_view_already_retained_over_is_skipped_until_something_is_recorded() {
+        let mut k = Known::default();
+        let n1 = ObjectRef::cluster(ObjectKind::Node, "n1");
+        let view = Arc::new(CacheView::default());
+        k.wrote(n1.clone(), node("9"), Some("9"));
+        k.retain(&view, |_| Some(Some("9")));
+        // The same view again: the maps stand as that view left them (the closure is not
+        // asked; a real one would answer as before).
+        k.retain(&view, |_| None);
+        assert_eq!(k.lookup(&n1, Some(&meta("9"))), Lookup::Cached, "skipped");
+        // A record since: the next retain runs, even over the same view.
+        k.read(n1.clone(), Some(node("9")), Some("9"));
+        k.retain(&view, |_| None);
+        assert_eq!(k.lookup(&n1, Some(&meta("9"))), Lookup::Untouched, "retained again");
+        // Another view: it runs.
+        k.wrote(n1.clone(), node("9"), Some("9"));
+        k.retain(&view, |_| Some(Some("9")));
+        k.retain(&Arc::default(), |_| None);
+        assert_eq!(k.lookup(&n1, Some(&meta("9"))), Lookup::Untouched, "a new view");
     }
 }

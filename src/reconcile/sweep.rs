@@ -44,7 +44,7 @@ impl Controller {
     pub fn tick(&mut self) -> SweepReport {
         self.update_policy_status();
         let cache = self.ctx.cluster.cache();
-        self.ctx.known.retain(|r| match r.kind {
+        self.ctx.known.retain(&cache, |r| match r.kind {
             ObjectKind::NodePool => cache.pools.get(&r.name).map(|p| resource_version(&p.metadata)),
             ObjectKind::NodeClaim => {
                 cache.claims.get(&r.name).map(|c| resource_version(&c.metadata))
