@@ -326,6 +326,25 @@ impl Schedule {
         None
     }
 
+    /// The occurrence open at `now`, or the next one. `None` without windows, or when open 24/7
+    /// (no occurrence bounds). The answer holds from `now` until the occurrence's end: the
+    /// occurrences are merged, so none that ends later can start before it.
+    pub fn current_or_next(&self, now: DateTime<Utc>) -> Option<Occurrence> {
+        if self.is_empty() || self.is_always_open() {
+            return None;
+        }
+        let mut reach = Duration::days(8);
+        loop {
+            if let Some(o) = self.occurrences(now, now + reach).into_iter().find(|o| o.end > now) {
+                return Some(o);
+            }
+            if reach >= HORIZON {
+                return None;
+            }
+            reach = (reach * 8).min(HORIZON);
+        }
+    }
+
     /// The merged occurrences that intersect `[from, to)`, in order. Their bounds are exact
     /// (traced outside the range as far as the union stays open, up to [`HORIZON`]).
     pub fn occurrences(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<Occurrence> {

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Duration, Utc};
 
 use super::snapshot::{self, annotation};
-use super::{Controller, GovernanceView, Snapshot, summary};
+use super::{Controller, GovernanceView, Snapshot};
 use crate::engine::Key;
 use crate::policy::feasibility;
 
@@ -86,7 +86,7 @@ pub(super) fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         g.window_active = p.settings.schedule.in_window(now);
         g.window_period = p.period;
         g.max_unavailable = Some(snap.lanes() as u64);
-        g.next_window = summary::current_or_next(&p.settings.schedule, now).map(|o| o.start);
+        g.next_window = p.current_or_next(now).map(|o| o.start);
         let period = p.period.unwrap_or(Duration::minutes(1));
         let short = |(_, d): &(&crate::karpenter::NodeClaim, &snapshot::Derived)| {
             let expire = d.expire_after.unwrap_or(crate::policy::duration::ExpireAfter::Never);

@@ -243,6 +243,7 @@ impl Controller {
                     period,
                     open,
                     lookahead,
+                    window: Default::default(),
                 })
             })
             .map_err(|e| e.to_string());

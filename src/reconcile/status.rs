@@ -104,7 +104,7 @@ impl Controller {
     ) -> Option<NodePoolStatus> {
         let schedule = &view.settings.schedule;
         // Open 24/7, what is due follows the clock: no window edge to key it on.
-        let window = summary::current_or_next(schedule, now);
+        let window = view.current_or_next(now);
         let keyed = !schedule.is_always_open();
         if keyed
             && let Some((key, status)) = self.pool_status.get(pool)
@@ -187,7 +187,8 @@ impl Controller {
 /// The policy-wide columns of the status: the window open now or next, and the rotations in
 /// flight against those allowed, summed over the governed pools.
 fn add_policy_summary(status: &mut RotationPolicyStatus, view: &PolicyView, now: DateTime<Utc>) {
-    status.next_window = summary::current_or_next(&view.settings.schedule, now)
+    status.next_window = view
+        .current_or_next(now)
         .map(|o| o.start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
     if !status.node_pools.is_empty() {
         let in_flight: i64 = status.node_pools.iter().map(|p| i64::from(p.in_flight)).sum();

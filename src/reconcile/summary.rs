@@ -4,7 +4,7 @@
 //! facts, the burst lookahead, the slots, feasibility), so it says what the controller will do,
 //! not a second opinion. The RotationPolicy status (§5.4) carries a part of it per pool
 //! ([`PoolSummary::status`]); `noderotation status` prints all of it.
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::slots;
@@ -14,7 +14,6 @@ use crate::policy::crd::NodePoolStatus;
 use crate::policy::derive::{self, Candidacy, ClaimState, RotationOrder};
 use crate::policy::feasibility::Finding;
 use crate::policy::plan::{LocalOccurrence, local_occurrences};
-use crate::policy::window::{HORIZON, Occurrence, Schedule};
 
 /// Deadlines listed per pool, nearest first.
 pub const NEAREST_DEADLINES: usize = 5;
@@ -193,24 +192,6 @@ fn to_i32(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-/// The occurrence of `schedule` open at `now`, or the next one. `None` without windows, or when
-/// open 24/7 (no occurrence bounds).
-pub fn current_or_next(schedule: &Schedule, now: DateTime<Utc>) -> Option<Occurrence> {
-    if schedule.is_empty() || schedule.is_always_open() {
-        return None;
-    }
-    let mut reach = Duration::days(8);
-    loop {
-        if let Some(o) = schedule.occurrences(now, now + reach).into_iter().find(|o| o.end > now) {
-            return Some(o);
-        }
-        if reach >= HORIZON {
-            return None;
-        }
-        reach = (reach * 8).min(HORIZON);
-    }
-}
-
 /// The summary of the pool of `snap` (a governed pool's snapshot carries its assessment and
 /// lanes, as a pass builds it; `governance` names the policies).
 pub fn of(snap: &Snapshot, governance: GovernanceSummary) -> PoolSummary {
@@ -290,7 +271,7 @@ pub fn of(snap: &Snapshot, governance: GovernanceSummary) -> PoolSummary {
             reason: a.derived.lanes_reason.clone(),
         });
     }
-    let occurrence = current_or_next(&settings.schedule, now);
+    let occurrence = policy.current_or_next(now);
     let always_open = settings.schedule.is_always_open();
     if occurrence.is_some() || always_open {
         let zones = settings.schedule.timezones();

@@ -30,6 +30,7 @@ use crate::policy::derive::{self, ClaimFacts};
 use crate::policy::feasibility::Assessment;
 use crate::policy::lookahead::{self, OpenTime};
 use crate::policy::settings::Effective;
+use crate::policy::window::Occurrence;
 
 pub use index::{ClaimIndex, Derived, IndexCache};
 pub use patch::{apply_node_patch, apply_patch};
@@ -58,6 +59,27 @@ pub struct PolicyView {
     pub open: OpenTime,
     /// The lookahead's answers over `open`, per pool (they go with the view).
     pub lookahead: lookahead::Memo,
+    /// The last [`PolicyView::current_or_next`] answer and the instant it was asked at.
+    pub window: std::sync::Mutex<Option<(DateTime<Utc>, Occurrence)>>,
+}
+
+impl PolicyView {
+    /// [`Schedule::current_or_next`] of the policy's windows, asked once per occurrence: the
+    /// answer at `t` holds for every instant from `t` to the occurrence's end.
+    ///
+    /// [`Schedule::current_or_next`]: crate::policy::window::Schedule::current_or_next
+    pub fn current_or_next(&self, now: DateTime<Utc>) -> Option<Occurrence> {
+        let mut last = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((asked, o)) = *last
+            && asked <= now
+            && now < o.end
+        {
+            return Some(o);
+        }
+        let answer = self.settings.schedule.current_or_next(now);
+        *last = answer.map(|o| (now, o));
+        answer
+    }
 }
 
 /// The pool's governance, as the rules see it.
