@@ -37,7 +37,8 @@ fn slot_of(full: &str, key: Key) -> Option<usize> {
         return None;
     }
     match digits.parse::<usize>() {
-        Ok(slot) if slot > 0 && digits == slot.to_string() => Some(slot),
+        // The canonical spelling only (`key.01` is not slot 1's): no leading zero.
+        Ok(slot) if slot > 0 && !digits.starts_with('0') => Some(slot),
         _ => None,
     }
 }
