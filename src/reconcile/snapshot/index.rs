@@ -1,7 +1,7 @@
 //! The cached claims grouped the way passes read them ([`ClaimIndex`]), with what passes derive
 //! from each claim's spec and status ([`Derived`]), built once per cache version ([`IndexCache`]).
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::api::core::v1::Node;
@@ -16,11 +16,16 @@ use crate::policy::duration::ExpireAfter;
 
 /// The cached claims grouped the way passes read them, built once per cache version instead of
 /// scanning every claim in the cluster on every pool's pass. Each grouping is built on first
-/// use, in the cache's (name) order, so it gives exactly what the scan it replaces gave.
+/// use, in the cache's (name) order, so it gives exactly what the scan it replaces gave. A pool
+/// whose claims and their nodes are the very objects of the previous version keeps that
+/// version's entry, with what was derived from them: a watch event about one pool re-derives
+/// that pool only.
 #[derive(Debug, Default)]
 pub struct ClaimIndex {
     /// Label `karpenter.sh/nodepool` -> its claims, in name order.
-    by_pool: OnceLock<HashMap<String, PoolClaims>>,
+    by_pool: OnceLock<HashMap<String, Arc<PoolClaims>>>,
+    /// The index of the cache version before this one, until `by_pool` is built from it.
+    previous: Mutex<Option<Arc<ClaimIndex>>>,
     /// `status.nodeName` -> the first claim (in name order) that names the node.
     by_node: OnceLock<HashMap<String, Arc<NodeClaim>>>,
     /// `status.providerID` -> the first claim (in name order) with that instance.
@@ -102,10 +107,28 @@ impl Derived {
     }
 }
 
+impl PoolClaims {
+    /// `claims` are this entry's claims, the same objects in the same order, each on the same
+    /// node object as when this entry derived its facts (an entry not derived yet is not kept).
+    fn same_objects(&self, claims: &[Arc<NodeClaim>], cache: &CacheView) -> bool {
+        let Some(derived) = self.derived.get() else { return false };
+        self.claims.len() == claims.len()
+            && self.claims.iter().zip(claims).all(|(a, b)| Arc::ptr_eq(a, b))
+            && derived.iter().zip(claims).all(|(d, c)| {
+                let node = c.status.as_ref().and_then(|s| s.node_name.as_deref());
+                match (node.and_then(|n| cache.nodes.get(n)), &d.node) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                }
+            })
+    }
+}
+
 impl ClaimIndex {
-    fn by_pool(&self, cache: &CacheView) -> &HashMap<String, PoolClaims> {
+    fn by_pool(&self, cache: &CacheView) -> &HashMap<String, Arc<PoolClaims>> {
         self.by_pool.get_or_init(|| {
-            let mut map: HashMap<String, PoolClaims> = HashMap::new();
+            let mut map: HashMap<String, Vec<Arc<NodeClaim>>> = HashMap::new();
             for c in cache.claims.values() {
                 let Some(pool) =
                     c.metadata.labels.as_ref().and_then(|l| l.get(KARPENTER_POOL_LABEL))
@@ -113,14 +136,25 @@ impl ClaimIndex {
                     continue;
                 };
                 match map.get_mut(pool) {
-                    Some(p) => p.claims.push(Arc::clone(c)),
+                    Some(claims) => claims.push(Arc::clone(c)),
                     None => {
-                        let claims = vec![Arc::clone(c)];
-                        map.insert(pool.clone(), PoolClaims { claims, ..Default::default() });
+                        map.insert(pool.clone(), vec![Arc::clone(c)]);
                     }
                 }
             }
-            map
+            let previous = self.previous.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let before = previous.as_ref().and_then(|p| p.by_pool.get());
+            map.into_iter()
+                .map(|(pool, claims)| {
+                    let kept = before
+                        .and_then(|b| b.get(&pool))
+                        .filter(|old| old.same_objects(&claims, cache))
+                        .map(Arc::clone);
+                    let entry = kept
+                        .unwrap_or_else(|| Arc::new(PoolClaims { claims, ..Default::default() }));
+                    (pool, entry)
+                })
+                .collect()
         })
     }
 
@@ -198,8 +232,71 @@ impl IndexCache {
             std::ptr::eq(self.view.as_ptr(), Arc::as_ptr(cache)) && self.view.strong_count() > 0;
         if !same {
             self.view = Arc::downgrade(cache);
-            self.index = Arc::new(ClaimIndex::default());
+            let previous = std::mem::take(&mut self.index);
+            // One version back at most: the previous index lets go of its own.
+            previous.previous.lock().unwrap_or_else(|e| e.into_inner()).take();
+            self.index =
+                Arc::new(ClaimIndex { previous: Mutex::new(Some(previous)), ..Default::default() });
         }
         Arc::clone(&self.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::karpenter::NodeClaimStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn named(name: &str) -> ObjectMeta {
+        ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() }
+    }
+
+    /// Two pools of one claim each, on nodes `na` and `nb`.
+    fn two_pools() -> CacheView {
+        let mut view = CacheView::default();
+        for pool in ["a", "b"] {
+            let node = format!("n{pool}");
+            let mut meta = named(&format!("c{pool}"));
+            meta.labels = Some([(KARPENTER_POOL_LABEL.to_string(), pool.to_string())].into());
+            let status = NodeClaimStatus { node_name: Some(node.clone()), ..Default::default() };
+            let claim = NodeClaim { metadata: meta, status: Some(status), ..Default::default() };
+            view.claims.insert(format!("c{pool}"), Arc::new(claim));
+            view.nodes.insert(
+                node.clone(),
+                Arc::new(Node { metadata: named(&node), ..Default::default() }),
+            );
+        }
+        view
+    }
+
+    fn derived_at(index: &ClaimIndex, cache: &CacheView, pool: &str) -> *const Derived {
+        index.pool_derived(cache, pool).1.as_ptr()
+    }
+
+    #[test]
+    fn a_new_version_keeps_what_was_derived_for_pools_whose_objects_did_not_change() {
+        let mut cache = IndexCache::default();
+        let v1 = Arc::new(two_pools());
+        let i1 = cache.of(&v1);
+        let (a1, b1) = (derived_at(&i1, &v1, "a"), derived_at(&i1, &v1, "b"));
+        // Pool a's node changes (a new object under the same name); pool b's objects do not.
+        let mut v2 = (*v1).clone();
+        v2.nodes
+            .insert("na".into(), Arc::new(Node { metadata: named("na"), ..Default::default() }));
+        let v2 = Arc::new(v2);
+        let i2 = cache.of(&v2);
+        assert!(!Arc::ptr_eq(&i1, &i2), "a new version, a new index");
+        assert_ne!(derived_at(&i2, &v2, "a"), a1, "a's node changed: derived again");
+        assert_eq!(derived_at(&i2, &v2, "b"), b1, "b's claims and nodes are the same objects");
+        let na = &i2.pool_derived(&v2, "a").1[0];
+        assert!(Arc::ptr_eq(na.node.as_ref().unwrap(), &v2.nodes["na"]), "on the new node");
+        // Pool b's claim changes: derived again, and the index holds one version back only.
+        let mut v3 = (*v2).clone();
+        v3.claims.insert("cb".into(), Arc::new((*v2.claims["cb"]).clone()));
+        let v3 = Arc::new(v3);
+        let i3 = cache.of(&v3);
+        assert!(i2.previous.lock().unwrap().is_none(), "the chain is one version long");
+        assert_ne!(derived_at(&i3, &v3, "b"), b1, "b's claim changed: derived again");
     }
 }
