@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 
+use super::index::{FactsDues, UnwrittenKey};
 use super::{ClaimDue, Derived, PolicyView, Snapshot, annotation, marked_in_flight};
 use crate::engine::Key;
 use crate::karpenter::NodeClaim;
@@ -20,12 +21,13 @@ impl Snapshot {
         let Some(policy) = self.policy().cloned() else { return };
         let mut census = 0;
         let mut pick: Option<RotationOrder<'_>> = None;
-        let (facts, derived, dues) = self.facts_and_dues(&policy);
+        let (facts_dues, derived) = self.facts_and_dues(&policy);
+        let FactsDues { facts, dues } = facts_dues.as_ref();
         // A claim another slot already rotates is never picked again (slots: N > 1).
         let anchored: BTreeSet<String> = self.anchors().into_values().map(str::to_string).collect();
         for ((f, d), due) in facts.iter().zip(derived).zip(dues) {
             let Some(f) = f else { continue };
-            let candidacy = derive::candidacy_due(f, &policy.settings, due, self.now);
+            let candidacy = derive::candidacy_due(f, &policy.settings, *due, self.now);
             if candidacy != derive::Candidacy::Candidate {
                 continue;
             }
@@ -93,26 +95,29 @@ impl Snapshot {
 
     /// The pool's claims' candidate facts (after this pass's writes) and due instants (the
     /// burst lookahead's), parallel to the claims the index holds for the pool.
-    #[allow(clippy::type_complexity)]
-    fn facts_and_dues(
-        &self,
-        policy: &PolicyView,
-    ) -> (Vec<Option<ClaimFacts>>, &[Derived], Vec<Option<DateTime<Utc>>>) {
+    fn facts_and_dues(&self, policy: &Arc<PolicyView>) -> (Arc<FactsDues>, &[Derived]) {
         let period = policy.period.unwrap_or(Duration::minutes(1));
         let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
-        // A pass that wrote nothing reads the cached claims and nodes: their facts are derived.
-        let unwritten = self.claims.is_empty() && self.nodes.is_empty();
-        let facts: Vec<Option<ClaimFacts>> = claims
-            .iter()
-            .zip(derived)
-            .map(
-                |(cached, d)| {
-                    if unwritten { d.cached.clone() } else { self.written_facts(cached, d) }
-                },
-            )
-            .collect();
-        let dues = self.lookahead_dues(policy, period, &facts, derived);
-        (facts, derived, dues)
+        let compute = |facts: Vec<Option<ClaimFacts>>| {
+            let dues = self.lookahead_dues(policy, period, &facts, derived);
+            Arc::new(FactsDues { facts, dues })
+        };
+        // A pass that wrote nothing reads the cached claims and nodes: their facts are derived,
+        // and with them the dues, for as long as the policy view, the lanes and the pool's tGP
+        // stay what they were.
+        if self.claims.is_empty() && self.nodes.is_empty() {
+            let key = UnwrittenKey::new(policy, self.lanes, self.pool_tgp());
+            return self.index.pool_unwritten(&self.cache, self.pool_name(), key, || {
+                compute(derived.iter().map(|d| d.cached.clone()).collect())
+            });
+        }
+        let facts = claims.iter().zip(derived).map(|(c, d)| self.written_facts(c, d)).collect();
+        (compute(facts), derived)
+    }
+
+    /// The pool's `spec.template.spec.terminationGracePeriod`, when set and readable.
+    fn pool_tgp(&self) -> Option<Duration> {
+        self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten())
     }
 
     /// Every claim of the pool with its candidate facts and the instant it is due, as a start
@@ -120,14 +125,14 @@ impl Snapshot {
     /// status` count as due. Empty outside a governed pool.
     pub fn claim_dues(&self) -> Vec<ClaimDue<'_>> {
         let Some(policy) = self.policy() else { return Vec::new() };
-        let (facts, _, dues) = self.facts_and_dues(policy);
+        let (facts_dues, _) = self.facts_and_dues(policy);
         let (claims, _) = self.index.pool_derived(&self.cache, self.pool_name());
         claims
             .iter()
             .map(|c| self.live(c))
-            .zip(facts)
-            .zip(dues)
-            .map(|((c, f), d)| (c, f, d))
+            .zip(&facts_dues.facts)
+            .zip(&facts_dues.dues)
+            .map(|((c, f), d)| (c, f.clone(), *d))
             .collect()
     }
 
@@ -167,8 +172,7 @@ impl Snapshot {
             return dues;
         }
         queue.sort();
-        let tgp = self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten());
-        let slot = settings.t_rot_est(tgp) + settings.cooldown_after;
+        let slot = settings.t_rot_est(self.pool_tgp()) + settings.cooldown_after;
         let ordered: Vec<DateTime<Utc>> = queue.iter().filter_map(|(_, i)| dues[*i]).collect();
         let effective = policy.lookahead.effective_dues_lanes(
             self.pool_name(),

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::api::core::v1::Node;
 
-use super::{KARPENTER_POOL_LABEL, annotation, operator_do_not_disrupt, time_annotation};
+use super::{
+    KARPENTER_POOL_LABEL, PolicyView, annotation, operator_do_not_disrupt, time_annotation,
+};
 use crate::cluster::CacheView;
 use crate::engine::Key;
 use crate::karpenter::NodeClaim;
@@ -41,6 +43,40 @@ struct PoolClaims {
     /// [`placeholder::node_worth`] of `claims` (their `status.allocatable`, which no pass
     /// writes), computed once per cache version.
     worth: OnceLock<placeholder::Resources>,
+    /// The candidate facts and dues of a pass that wrote no claim and no node, and what else
+    /// they were computed from.
+    unwritten: Mutex<Option<(UnwrittenKey, Arc<FactsDues>)>>,
+}
+
+/// The pool's claims' candidate facts and their due instants (the burst lookahead's), parallel
+/// to its claims.
+#[derive(Debug)]
+pub(super) struct FactsDues {
+    pub(super) facts: Vec<Option<ClaimFacts>>,
+    pub(super) dues: Vec<Option<DateTime<Utc>>>,
+}
+
+/// What a pool's unwritten [`FactsDues`] depend on besides its claims and their nodes: the
+/// policy view (its settings, window-open time and lookahead; a `Weak` keeps its address from
+/// being reused), the lanes and the pool's tGP.
+#[derive(Debug, Clone)]
+pub(super) struct UnwrittenKey {
+    policy: Weak<PolicyView>,
+    lanes: usize,
+    tgp: Option<Duration>,
+}
+
+impl UnwrittenKey {
+    pub(super) fn new(policy: &Arc<PolicyView>, lanes: usize, tgp: Option<Duration>) -> Self {
+        UnwrittenKey { policy: Arc::downgrade(policy), lanes, tgp }
+    }
+
+    fn matches(&self, other: &UnwrittenKey) -> bool {
+        self.policy.ptr_eq(&other.policy)
+            && self.policy.strong_count() > 0
+            && self.lanes == other.lanes
+            && self.tgp == other.tgp
+    }
 }
 
 /// What a pass reads of a claim apart from its annotations: a pass's own writes change only
@@ -177,6 +213,28 @@ impl ClaimIndex {
             }
             None => (&[], &[]),
         }
+    }
+
+    /// The pool's claims' [`FactsDues`] for a pass that wrote no claim and no node: `compute`'s,
+    /// kept while `key` matches.
+    pub(super) fn pool_unwritten(
+        &self,
+        cache: &CacheView,
+        pool: &str,
+        key: UnwrittenKey,
+        compute: impl FnOnce() -> Arc<FactsDues>,
+    ) -> (Arc<FactsDues>, &[Derived]) {
+        let (_, derived) = self.pool_derived(cache, pool);
+        let Some(p) = self.by_pool(cache).get(pool) else { return (compute(), derived) };
+        let mut kept = p.unwritten.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, v)) = kept.as_ref()
+            && k.matches(&key)
+        {
+            return (Arc::clone(v), derived);
+        }
+        let value = compute();
+        *kept = Some((key, Arc::clone(&value)));
+        (value, derived)
     }
 
     /// One node's worth of the pool's resources ([`placeholder::node_worth`] of its claims).
