@@ -83,7 +83,7 @@ pub(super) fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         ..Default::default()
     };
     if let Some(p) = snap.policy() {
-        g.window_active = p.settings.schedule.in_window(now);
+        g.window_active = p.in_window(now);
         g.window_period = p.period;
         g.max_unavailable = Some(snap.lanes() as u64);
         g.next_window = p.current_or_next(now).map(|o| o.start);

@@ -164,7 +164,7 @@ impl Facts for Snapshot {
         let claim = args.first().and_then(|a| self.claim_of(a));
         match pred {
             Pred::InWindow => match (self.policy(), args.first().and_then(Value::as_time)) {
-                (Some(p), Some(t)) => Value::Bool(p.settings.schedule.in_window(t)),
+                (Some(p), Some(t)) => Value::Bool(p.in_window(t)),
                 _ => Value::Nil,
             },
             Pred::Frozen => match pool_meta.and_then(|m| annotation(m, Key::Freeze)) {

@@ -80,6 +80,20 @@ impl PolicyView {
         *last = answer.map(|o| (now, o));
         answer
     }
+
+    /// [`Schedule::in_window`] of the policy's windows from the occurrence
+    /// [`PolicyView::current_or_next`] keeps: open at `t` exactly when the merged occurrence
+    /// open at or next after `t` contains it (the property tests of `policy::window` hold the
+    /// two to each other).
+    ///
+    /// [`Schedule::in_window`]: crate::policy::window::Schedule::in_window
+    pub fn in_window(&self, t: DateTime<Utc>) -> bool {
+        let schedule = &self.settings.schedule;
+        if schedule.is_always_open() {
+            return true;
+        }
+        self.current_or_next(t).is_some_and(|o| o.contains(t))
+    }
 }
 
 /// The pool's governance, as the rules see it.
@@ -405,4 +419,55 @@ pub fn marked_in_flight(claim: &NodeClaim) -> bool {
 pub fn operator_do_not_disrupt(meta: &ObjectMeta) -> bool {
     annotation(meta, Key::DoNotDisrupt) == Some("true")
         && annotation(meta, Key::DoNotDisruptOwned) != Some("true")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::settings::tests::spec_with;
+
+    fn view(windows: &[(&str, &[&str], &str, &str)]) -> PolicyView {
+        let settings = Effective::from_spec(&spec_with(windows)).expect("valid windows");
+        let now = "2026-03-01T00:00:00Z".parse().unwrap();
+        PolicyView {
+            name: "p".into(),
+            revision: "u/1".into(),
+            period: settings.schedule.period(now),
+            open: OpenTime::of(&settings.schedule, now),
+            settings,
+            lookahead: Default::default(),
+            window: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_kept_occurrence_answers_what_the_schedule_answers() {
+        // Adjacent windows merging across midnight, a DST change in one zone, and 24/7.
+        let fixtures: [&[(&str, &[&str], &str, &str)]; 3] = [
+            &[("UTC", &["Sat"], "22:00", "00:00"), ("UTC", &["Sun"], "00:00", "03:00")],
+            &[
+                ("America/New_York", &["Sun"], "01:00", "04:00"),
+                ("UTC", &["Wed"], "10:00", "11:00"),
+            ],
+            &[(
+                "America/New_York",
+                &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
+                "06:00",
+                "06:00",
+            )],
+        ];
+        let start: DateTime<Utc> = "2026-03-01T00:00:00Z".parse().unwrap();
+        for windows in fixtures {
+            let v = view(windows);
+            // Forward in 7-minute steps over three weeks, then backwards (the kept answer is
+            // only reused forward), each instant against the schedule's own answers.
+            let forward: Vec<DateTime<Utc>> =
+                (0..3 * 7 * 24 * 60 / 7).map(|i| start + Duration::minutes(7 * i)).collect();
+            for t in forward.iter().chain(forward.iter().rev()) {
+                let s = &v.settings.schedule;
+                assert_eq!(v.in_window(*t), s.in_window(*t), "{windows:?} open at {t}");
+                assert_eq!(v.current_or_next(*t), s.current_or_next(*t), "{windows:?} at {t}");
+            }
+        }
+    }
 }

@@ -15,7 +15,7 @@ fn counted_up(mut patch: Patch, meta: &ObjectMeta, incr: &[Key]) -> Decide {
 
 impl PassHost<'_> {
     pub(super) fn in_window(&self, t: DateTime<Utc>) -> bool {
-        self.snap.policy().is_some_and(|p| p.settings.schedule.in_window(t))
+        self.snap.policy().is_some_and(|p| p.in_window(t))
     }
 
     pub(super) fn annotate(&mut self, a: &Action<'_>) -> Result<Outcome, HostError> {
