@@ -256,7 +256,7 @@ impl Host for PassHost<'_> {
     }
 
     fn observe(&mut self, row: &Row, matched: bool) {
-        if matched {
+        if matched && !self.ctx.coverage.contains(&row.id) {
             self.ctx.coverage.insert(row.id.clone());
         }
         self.observed.push((row.id.clone(), matched));
@@ -264,7 +264,11 @@ impl Host for PassHost<'_> {
 
     fn rearm(&mut self, a: &Action<'_>) {
         // Level-triggered warnings re-arm once their condition was seen false (§4.3), for the
-        // object they are about: the pool, or the claim of this rotation.
+        // object they are about: the pool, or the claim of this rotation. Nothing latched,
+        // nothing to re-arm.
+        if self.ctx.latch.is_empty() {
+            return;
+        }
         let (Some(obj), Some(reason)) = (a.target_obj(), a.reason) else { return };
         let Some(object) = self.cluster_ref(obj) else { return };
         self.ctx.latch.clear(&(object.to_string(), reason.name().to_string()));
