@@ -426,7 +426,10 @@ mod tests {
     use super::*;
     use crate::policy::settings::tests::spec_with;
 
-    fn view(windows: &[(&str, &[&str], &str, &str)]) -> PolicyView {
+    /// Maintenance windows as (zone, days, start, end).
+    type Windows<'a> = &'a [(&'a str, &'a [&'a str], &'a str, &'a str)];
+
+    fn view(windows: Windows<'_>) -> PolicyView {
         let settings = Effective::from_spec(&spec_with(windows)).expect("valid windows");
         let now = "2026-03-01T00:00:00Z".parse().unwrap();
         PolicyView {
@@ -443,7 +446,7 @@ mod tests {
     #[test]
     fn the_kept_occurrence_answers_what_the_schedule_answers() {
         // Adjacent windows merging across midnight, a DST change in one zone, and 24/7.
-        let fixtures: [&[(&str, &[&str], &str, &str)]; 3] = [
+        let fixtures: [Windows<'_>; 3] = [
             &[("UTC", &["Sat"], "22:00", "00:00"), ("UTC", &["Sun"], "00:00", "03:00")],
             &[
                 ("America/New_York", &["Sun"], "01:00", "04:00"),
