@@ -107,17 +107,13 @@ impl Snapshot {
         // stay what they were.
         if self.claims.is_empty() && self.nodes.is_empty() {
             let key = UnwrittenKey::new(policy, self.lanes, self.pool_tgp());
-            return self.index.pool_unwritten(&self.cache, self.pool_name(), key, || {
+            let facts_dues = self.index.pool_unwritten(&self.cache, self.pool_name(), key, || {
                 compute(derived.iter().map(|d| d.cached.clone()).collect())
             });
+            return (facts_dues, derived);
         }
         let facts = claims.iter().zip(derived).map(|(c, d)| self.written_facts(c, d)).collect();
         (compute(facts), derived)
-    }
-
-    /// The pool's `spec.template.spec.terminationGracePeriod`, when set and readable.
-    fn pool_tgp(&self) -> Option<Duration> {
-        self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten())
     }
 
     /// Every claim of the pool with its candidate facts and the instant it is due, as a start

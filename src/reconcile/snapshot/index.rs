@@ -59,7 +59,7 @@ pub(super) struct FactsDues {
 /// What a pool's unwritten [`FactsDues`] depend on besides its claims and their nodes: the
 /// policy view (its settings, window-open time and lookahead; a `Weak` keeps its address from
 /// being reused), the lanes and the pool's tGP.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) struct UnwrittenKey {
     policy: Weak<PolicyView>,
     lanes: usize,
@@ -223,18 +223,17 @@ impl ClaimIndex {
         pool: &str,
         key: UnwrittenKey,
         compute: impl FnOnce() -> Arc<FactsDues>,
-    ) -> (Arc<FactsDues>, &[Derived]) {
-        let (_, derived) = self.pool_derived(cache, pool);
-        let Some(p) = self.by_pool(cache).get(pool) else { return (compute(), derived) };
+    ) -> Arc<FactsDues> {
+        let Some(p) = self.by_pool(cache).get(pool) else { return compute() };
         let mut kept = p.unwritten.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((k, v)) = kept.as_ref()
             && k.matches(&key)
         {
-            return (Arc::clone(v), derived);
+            return Arc::clone(v);
         }
         let value = compute();
         *kept = Some((key, Arc::clone(&value)));
-        (value, derived)
+        value
     }
 
     /// One node's worth of the pool's resources ([`placeholder::node_worth`] of its claims).

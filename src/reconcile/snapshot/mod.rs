@@ -386,9 +386,12 @@ impl Snapshot {
     }
 
     fn tgp(&self, claim: &NodeClaim) -> Option<Duration> {
-        claim.termination_grace_period().ok().flatten().or_else(|| {
-            self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten())
-        })
+        claim.termination_grace_period().ok().flatten().or_else(|| self.pool_tgp())
+    }
+
+    /// The pool's `spec.template.spec.terminationGracePeriod`, when set and readable.
+    fn pool_tgp(&self) -> Option<Duration> {
+        self.pool.as_ref().and_then(|p| p.termination_grace_period().ok().flatten())
     }
 }
 
