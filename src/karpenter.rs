@@ -138,6 +138,12 @@ pub struct NodeClaimStatus {
     pub allocatable: BTreeMap<String, Quantity>,
 }
 
+/// The NodeClaim conditions the controller reads (`Ready`, `Initialized`), the only ones a watch
+/// cache keeps (`cluster::projection`).
+pub const CLAIM_CONDITIONS: [&str; 2] = [READY, INITIALIZED];
+const READY: &str = "Ready";
+const INITIALIZED: &str = "Initialized";
+
 /// A status condition as Karpenter writes it. Only `type` and `status` are relied on; the rest is
 /// optional so that a sparse condition never fails decoding.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -237,19 +243,20 @@ impl NodeClaim {
 
     /// The `Ready` condition is True.
     pub fn is_ready(&self) -> bool {
-        self.status
-            .iter()
-            .flat_map(|s| &s.conditions)
-            .any(|c| c.type_ == "Ready" && c.status == "True")
+        self.condition_true(READY)
     }
 
     /// The `Initialized` condition is True: the node turned Ready once (Karpenter never sets
     /// it back, unlike `Ready`).
     pub fn is_initialized(&self) -> bool {
+        self.condition_true(INITIALIZED)
+    }
+
+    fn condition_true(&self, type_: &str) -> bool {
         self.status
             .iter()
             .flat_map(|s| &s.conditions)
-            .any(|c| c.type_ == "Initialized" && c.status == "True")
+            .any(|c| c.type_ == type_ && c.status == "True")
     }
 
     /// `deletionTimestamp` is set.

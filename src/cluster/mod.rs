@@ -22,6 +22,7 @@ pub mod fence;
 pub mod kube;
 pub mod lease;
 pub mod memory;
+pub mod projection;
 
 /// Label on every placeholder pod (§3.3).
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";

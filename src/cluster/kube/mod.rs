@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, Node, NodeStatus, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, ObjectReference, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch as KubePatch, PatchParams,
@@ -48,6 +48,7 @@ use tokio::sync::mpsc;
 
 use super::change::{Change, Watched};
 use super::events::EventSink;
+use super::projection;
 use super::{
     ApiError, ApiResult, CacheView, Cluster, EventRecord, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     NOMINATED_REASON, ObjectKind, ObjectRef, Patch,
@@ -182,24 +183,10 @@ pub struct KubeCluster {
     recorder: EventSink,
 }
 
-/// Removes what the controller never reads before an object enters a store: managed fields
-/// everywhere, and of a Node's status all but `allocatable` and the `Ready` condition (the
-/// image list, `nodeInfo`, addresses, capacity and the other conditions are most of a Node).
+/// Removes what the controller never reads before an object enters a store
+/// ([`super::projection`]): managed fields everywhere, and more of Nodes and NodeClaims.
 fn strip<K: Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
-}
-
-fn strip_node(node: &mut Node) {
-    strip(node);
-    if let Some(status) = node.status.take() {
-        let ready =
-            status.conditions.map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect());
-        node.status = Some(NodeStatus {
-            allocatable: status.allocatable,
-            conditions: ready,
-            ..NodeStatus::default()
-        });
-    }
+    projection::metadata(obj.meta_mut());
 }
 
 /// Where a reflector reports: the cache generation, the change stream, the watch health.
@@ -331,14 +318,14 @@ impl KubeCluster {
             claims: spawn_reflector(
                 Api::<NodeClaim>::all(client.clone()),
                 all.clone(),
-                strip,
+                projection::claim,
                 sinks.clone(),
                 Some((Watched::Claim, ObjectKind::NodeClaim)),
             ),
             nodes: spawn_reflector(
                 Api::<Node>::all(client.clone()),
                 all.clone(),
-                strip_node,
+                projection::node,
                 sinks.clone(),
                 Some((Watched::Node, ObjectKind::Node)),
             ),
@@ -407,8 +394,10 @@ impl KubeCluster {
         let all = ListParams::default();
         let stores = Stores {
             pools: list_into_store(Api::<NodePool>::all(client.clone()), &all, strip).await?,
-            claims: list_into_store(Api::<NodeClaim>::all(client.clone()), &all, strip).await?,
-            nodes: list_into_store(Api::<Node>::all(client.clone()), &all, strip_node).await?,
+            claims: list_into_store(Api::<NodeClaim>::all(client.clone()), &all, projection::claim)
+                .await?,
+            nodes: list_into_store(Api::<Node>::all(client.clone()), &all, projection::node)
+                .await?,
             placeholders: list_into_store(
                 Api::<Pod>::namespaced(client.clone(), &namespace),
                 &ListParams::default().labels(&placeholder_selector()),

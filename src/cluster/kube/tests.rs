@@ -1,16 +1,26 @@
 use super::*;
+use crate::engine::Key;
 
 /// The realistic Node of the bench (an EKS node under Karpenter) keeps what the controller
 /// reads, and loses the rest.
 #[test]
 fn a_cached_node_keeps_what_the_controller_reads() {
     let json = include_str!("../../../benches/suite/fixtures/node.json");
-    let full: Node = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}"));
+    let mut full: Node = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}"));
+    let ours = [(Key::SurgeFor, "a-claim"), (Key::DoNotDisrupt, "true"), (Key::Cordoned, "true")];
+    for (key, value) in ours {
+        full.annotations_mut().insert(key.full().into(), value.into());
+    }
     let mut node = full.clone();
-    strip_node(&mut node);
+    projection::node(&mut node);
     assert_eq!(node.metadata.managed_fields, None);
-    assert_eq!(node.metadata.labels, full.metadata.labels);
-    assert_eq!(node.metadata.annotations, full.metadata.annotations);
+    assert_eq!(node.metadata.labels, full.metadata.labels, "a policy may name any label key");
+    let kept: Vec<(&str, &str)> =
+        node.annotations().iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut want: Vec<(&str, &str)> = ours.iter().map(|(k, v)| (k.full(), *v)).collect();
+    want.sort();
+    assert_eq!(kept, want, "the vocabulary's keys, no other annotation");
+    assert!(full.annotations().len() > want.len(), "the fixture has others");
     assert_eq!(node.spec, full.spec, "providerID, taints, unschedulable");
     assert!(crate::karpenter::node_ready(&full), "the fixture is Ready");
     assert!(crate::karpenter::node_ready(&node), "and still reads Ready");
@@ -24,9 +34,51 @@ fn a_cached_node_keeps_what_the_controller_reads() {
     assert!(before.allocatable.is_some() && before.images.is_some() && before.node_info.is_some());
     assert_eq!(status.allocatable, before.allocatable);
     assert_eq!((status.images, status.node_info, status.addresses), (None, None, None));
-    let types: Vec<String> =
-        status.conditions.unwrap_or_default().into_iter().map(|c| c.type_).collect();
-    assert_eq!(types, ["Ready"]);
+    let conditions: Vec<(String, String, bool)> = status
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.type_, c.status, c.message.is_some() || c.last_heartbeat_time.is_some()))
+        .collect();
+    assert_eq!(conditions, [("Ready".into(), "True".into(), false)]);
+}
+
+/// The realistic NodeClaim of the bench keeps its pool label, spec, the status fields and
+/// conditions the controller reads, and the vocabulary's annotations.
+#[test]
+fn a_cached_claim_keeps_what_the_controller_reads() {
+    let json = include_str!("../../../benches/suite/fixtures/nodeclaim.json");
+    let mut full: NodeClaim = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}"));
+    full.annotations_mut().insert(Key::State.full().into(), "pending".into());
+    full.annotations_mut().insert(Key::StartedAt.full().into(), "2026-01-01T00:00:00Z".into());
+    let mut claim = full.clone();
+    projection::claim(&mut claim);
+    assert_eq!(claim.metadata.managed_fields, None);
+    assert_eq!(claim.metadata.owner_references, None);
+    assert!(full.labels().len() > 1 && full.annotations().len() > 2, "the fixture has more");
+    assert_eq!(claim.node_pool(), full.node_pool());
+    assert_eq!(claim.labels().len(), 1, "only the pool's label");
+    let keys: Vec<&str> = claim.annotations().keys().map(String::as_str).collect();
+    assert_eq!(keys, [Key::StartedAt.full(), Key::State.full()]);
+    assert_eq!(claim.spec, full.spec, "requirements, expireAfter, terminationGracePeriod");
+    assert_eq!(claim.metadata.finalizers, full.metadata.finalizers);
+    assert_eq!(claim.metadata.creation_timestamp, full.metadata.creation_timestamp);
+    let (status, before) =
+        (claim.status.clone().unwrap_or_default(), full.status.clone().unwrap_or_default());
+    assert_eq!((&status.node_name, &status.provider_id), (&before.node_name, &before.provider_id));
+    assert_eq!(status.allocatable, before.allocatable);
+    assert!(full.is_ready() && full.is_initialized(), "the fixture is Ready and Initialized");
+    assert!(claim.is_ready() && claim.is_initialized(), "and still reads so");
+    let types: Vec<&str> = status.conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, ["Initialized", "Ready"]);
+    assert!(
+        status.conditions.iter().all(|c| c.reason.is_none() && c.last_transition_time.is_none())
+    );
+    let (a, b) = (
+        serde_json::to_string(&full).unwrap_or_default(),
+        serde_json::to_string(&claim).unwrap_or_default(),
+    );
+    assert!(b.len() * 3 < a.len(), "{} of {} bytes kept", b.len(), a.len());
 }
 
 #[test]

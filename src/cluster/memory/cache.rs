@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::Resource;
 
 use super::{MemoryCluster, Rng};
 use crate::cluster::change::{self as watch, Watched};
-use crate::cluster::{CacheView, ObjectKind};
+use crate::cluster::{CacheView, ObjectKind, projection};
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::RotationPolicy;
 
@@ -91,7 +92,49 @@ fn set_or_remove<T>(
     }
 }
 
+/// `obj` as `project` leaves it, in an allocation of its own (the store's copy stays whole).
+fn project<T: Clone>(obj: &Arc<T>, project: fn(&mut T)) -> Arc<T> {
+    let mut copy = T::clone(obj);
+    project(&mut copy);
+    Arc::new(copy)
+}
+
+/// `view` with its Nodes and NodeClaims as a controller's reflectors keep them
+/// ([`projection`]), reusing the copies of `kept` at the same resourceVersion (the projection
+/// of the same stored object).
+fn projected(mut view: CacheView, kept: Option<&CacheView>) -> CacheView {
+    fn reuse<T: Resource + Clone>(
+        objects: &mut BTreeMap<String, Arc<T>>,
+        kept: Option<&BTreeMap<String, Arc<T>>>,
+        projection: fn(&mut T),
+    ) {
+        for (name, obj) in objects.iter_mut() {
+            let version = obj.meta().resource_version.as_deref();
+            *obj = match kept.and_then(|k| k.get(name)) {
+                Some(copy) if copy.meta().resource_version.as_deref() == version => {
+                    Arc::clone(copy)
+                }
+                _ => project(obj, projection),
+            };
+        }
+    }
+    reuse(&mut view.claims, kept.map(|k| &k.claims), projection::claim);
+    reuse(&mut view.nodes, kept.map(|k| &k.nodes), projection::node);
+    view
+}
+
 impl Change {
+    /// The change as a controller's reflector stores it ([`projection`]).
+    pub(super) fn projected(self) -> Change {
+        match self {
+            Change::Claim(name, Some(c)) => {
+                Change::Claim(name, Some(project(&c, projection::claim)))
+            }
+            Change::Node(name, Some(n)) => Change::Node(name, Some(project(&n, projection::node))),
+            other => other,
+        }
+    }
+
     fn apply(self, view: &mut CacheView) -> Option<watch::Change> {
         match self {
             Change::Pool(name, obj) => set_or_remove(&mut view.pools, name, obj, Watched::Pool),
@@ -113,6 +156,9 @@ impl Change {
 /// One controller's reflector view and the watch events still in flight to it.
 pub(super) struct ClientCache {
     pub(super) view: Arc<CacheView>,
+    /// The view holds whole objects, not what a controller's reflectors keep
+    /// ([`MemoryCluster::see_whole_objects`]: the simulated world's own view).
+    whole: bool,
     queues: [VecDeque<Pending>; KINDS],
     lag: CacheLag,
     rng: Rng,
@@ -127,14 +173,21 @@ struct Pending {
 }
 
 impl ClientCache {
+    /// A controller's cache over `view` (the store's objects, projected here).
     pub(super) fn new(view: CacheView, lag: CacheLag) -> Self {
         ClientCache {
-            view: Arc::new(view),
+            view: Arc::new(projected(view, None)),
+            whole: false,
             queues: Default::default(),
             lag,
             rng: lag.rng(),
             outbox: None,
         }
+    }
+
+    /// The view holds whole objects (else as a controller's reflectors keep them).
+    pub(super) fn whole(&self) -> bool {
+        self.whole
     }
 
     pub(super) fn push(&mut self, kind: ObjectKind, change: Change, now: DateTime<Utc>) {
@@ -172,6 +225,18 @@ impl ClientCache {
 }
 
 impl MemoryCluster {
+    /// This handle's cache shows whole objects from now on, not what a controller's reflectors
+    /// keep of them ([`projection`]): for the simulated world's own view (its actors, the
+    /// invariant checker, the trace), never for a controller's.
+    pub fn see_whole_objects(&self) {
+        let mut st = self.lock();
+        let view = st.view();
+        let cache = &mut st.clients[self.client];
+        cache.whole = true;
+        cache.view = Arc::new(view);
+        cache.queues = Default::default(); // the store's state, everything in flight included
+    }
+
     /// A second controller instance on the same store (leader change): its own cache, starting
     /// from a fresh list of the store, with `lag`.
     pub fn connect_controller(&self, lag: CacheLag) -> MemoryCluster {
@@ -210,7 +275,7 @@ impl MemoryCluster {
         let mut st = self.lock();
         let view = st.view();
         let cache = &mut st.clients[self.client];
-        cache.view = Arc::new(view);
+        cache.view = Arc::new(if cache.whole { view } else { projected(view, Some(&cache.view)) });
         cache.queues = Default::default();
         if let Some(out) = cache.outbox.as_mut() {
             // A fresh list of every kind: each reflector reports its initial list done.
@@ -259,7 +324,45 @@ mod tests {
     use super::*;
     use crate::cluster::memory::fixtures::*;
     use crate::cluster::{ApiError, Cluster, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+    use crate::engine::Key;
     use crate::karpenter::NodePoolSpec;
+    use kube::ResourceExt;
+
+    /// Keys of the rules' vocabulary: what a controller's cache keeps of annotations.
+    const KEY: &str = Key::State.full();
+    const COUNT: &str = Key::RetryCount.full();
+
+    /// A controller's cache holds what the production reflectors keep (`projection`), on its
+    /// first list, on each watch event and on a relist; the simulated world's own view holds
+    /// whole objects.
+    #[test]
+    fn a_controller_cache_keeps_what_the_reflectors_keep_the_world_sees_everything() {
+        let (c, _) = cluster();
+        let annotate_both = |name: &str| {
+            c.update_claim(name, |cl| {
+                let a = cl.metadata.annotations.get_or_insert_default();
+                a.insert(KEY.into(), "pending".into());
+                a.insert("karpenter.sh/nodeclaim-termination-timestamp".into(), "x".into());
+            })
+        };
+        c.apply_claim(claim("listed")).unwrap();
+        annotate_both("listed");
+        let late = c.connect_controller(CacheLag::None);
+        c.apply_claim(claim("watched")).unwrap();
+        annotate_both("watched");
+        let world = c.connect_controller(CacheLag::None);
+        world.see_whole_objects();
+        for name in ["listed", "watched"] {
+            for cache in [c.cache(), late.cache()] {
+                let kept: Vec<&String> = cache.claims[name].annotations().keys().collect();
+                assert_eq!(kept, [KEY], "{name}: the vocabulary's keys only");
+            }
+            assert_eq!(world.cache().claims[name].annotations().len(), 2, "{name}: whole");
+            assert_eq!(*world.cache().claims[name], *c.claim(name).unwrap());
+        }
+        late.resync_cache();
+        assert_eq!(late.cache().claims["watched"].annotations().len(), 1, "a relist too");
+    }
 
     #[test]
     fn cache_with_fixed_lag_sees_writes_late() {
@@ -273,15 +376,15 @@ mod tests {
         assert!(c.cache().claims.contains_key("a"));
         // Conditional writes are checked against the store, not the cache.
         let cached_rv = c.cache().claims["a"].metadata.resource_version.clone().unwrap();
-        c.patch(&claim_ref("a"), &annotate("k", "1"), Some(&cached_rv)).unwrap();
+        c.patch(&claim_ref("a"), &annotate(KEY, "1"), Some(&cached_rv)).unwrap();
         assert_eq!(
-            c.patch(&claim_ref("a"), &annotate("k", "2"), Some(&cached_rv)),
+            c.patch(&claim_ref("a"), &annotate(KEY, "2"), Some(&cached_rv)),
             Err(ApiError::Conflict)
         );
-        assert_eq!(annotation(&c.cache().claims["a"], "k"), None);
+        assert_eq!(annotation(&c.cache().claims["a"], KEY), None);
         assert_eq!(c.pending_watch_events(), 1);
         clock.advance(Duration::seconds(10));
-        assert_eq!(annotation(&c.cache().claims["a"], "k").as_deref(), Some("1"));
+        assert_eq!(annotation(&c.cache().claims["a"], KEY).as_deref(), Some("1"));
         assert_eq!(c.pending_watch_events(), 0);
     }
 
@@ -294,10 +397,10 @@ mod tests {
         let mut lagged = false;
         for i in 0..200i64 {
             c.update_claim("a", |cl| {
-                cl.metadata.annotations = Some(BTreeMap::from([("n".into(), i.to_string())]));
+                cl.metadata.annotations = Some(BTreeMap::from([(COUNT.into(), i.to_string())]));
             });
             clock.advance(Duration::milliseconds(250));
-            let seen = c.cache().claims.get("a").and_then(|cl| annotation(cl, "n"));
+            let seen = c.cache().claims.get("a").and_then(|cl| annotation(cl, COUNT));
             let seen = seen.map_or(-1, |s| s.parse::<i64>().unwrap());
             assert!(seen >= last_seen, "cache went back from {last_seen} to {seen}");
             lagged |= seen < i;
@@ -305,7 +408,7 @@ mod tests {
         }
         assert!(lagged, "a 30s lag must show up");
         clock.advance(Duration::seconds(30));
-        assert_eq!(annotation(&c.cache().claims["a"], "n").as_deref(), Some("199"));
+        assert_eq!(annotation(&c.cache().claims["a"], COUNT).as_deref(), Some("199"));
     }
 
     #[test]
@@ -330,16 +433,16 @@ mod tests {
         let (c, _) = cluster();
         c.apply_pool(NodePool::new("general", NodePoolSpec::default())).unwrap();
         c.apply_claim(claim("a")).unwrap();
-        c.patch(&claim_ref("a"), &annotate("k", "v"), None).unwrap();
+        c.patch(&claim_ref("a"), &annotate(KEY, "v"), None).unwrap();
         let view = c.cache();
         assert_eq!(*view.claims["a"], *c.claim("a").unwrap());
         assert_eq!(*view.pools["general"], *c.pool("general").unwrap());
         assert!(Arc::ptr_eq(&view, &c.cache()), "no change, no copy");
-        c.patch(&claim_ref("a"), &annotate("k", "w"), None).unwrap();
+        c.patch(&claim_ref("a"), &annotate(KEY, "w"), None).unwrap();
         let after = c.cache();
         assert!(!Arc::ptr_eq(&view, &after));
         assert_eq!(
-            annotation(&view.claims["a"], "k").as_deref(),
+            annotation(&view.claims["a"], KEY).as_deref(),
             Some("v"),
             "old views are stable"
         );

@@ -363,8 +363,15 @@ impl State {
             return;
         };
         let now = self.now;
+        // Projected once for every controller's cache, not once per cache.
+        let mut projected = None;
         for client in &mut self.clients {
-            client.push(T::KIND, change.clone(), now);
+            let change = if client.whole() {
+                change.clone()
+            } else {
+                projected.get_or_insert_with(|| change.clone().projected()).clone()
+            };
+            client.push(T::KIND, change, now);
         }
     }
 }

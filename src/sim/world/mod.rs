@@ -285,6 +285,7 @@ impl World {
     pub fn new(plan: Arc<Compiled>, seed: u64, end: DateTime<Utc>, faults: bool) -> World {
         let clock = VirtualClock::new(plan.start);
         let cluster = MemoryCluster::new(Arc::new(clock.clone()), CONTROLLER_NS);
+        cluster.see_whole_objects();
         let mut root = Rng::new(seed);
         let fleet_rng = root.fork();
         let rng = root.fork();
