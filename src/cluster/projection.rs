@@ -17,8 +17,8 @@
 //!   timestamps, finalizers; managed fields never;
 //! - annotations: only the keys of the rules' annotation vocabulary (`rules/annotations.ron`,
 //!   ours and Karpenter's `do-not-disrupt`); no other annotation is read;
-//! - Node: every label (a policy's `matchNodeRequirements` may name any node label key, read
-//!   when the placeholder's affinity is built), the whole spec (providerID, taints,
+//! - Node: the `karpenter.sh/nodepool` label (the placeholder's affinity, which may name any
+//!   label key, is built from a fresh read of the node), the whole spec (providerID, taints,
 //!   unschedulable), of the status `allocatable` and the `Ready` condition's type and status;
 //! - NodeClaim: the `karpenter.sh/nodepool` label, the whole spec (requirements, expireAfter,
 //!   terminationGracePeriod), of the status `nodeName`, `providerID`, `allocatable` and the
@@ -46,10 +46,21 @@ fn vocabulary_annotations(meta: &mut ObjectMeta) {
     }
 }
 
+/// Keeps the `karpenter.sh/nodepool` label only (no label at all becomes none).
+fn pool_label(meta: &mut ObjectMeta) {
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|k, _| k == NODEPOOL_LABEL);
+    }
+    if meta.labels.as_ref().is_some_and(BTreeMap::is_empty) {
+        meta.labels = None;
+    }
+}
+
 /// A Node as a watch cache keeps it (see the module docs).
 pub fn node(node: &mut Node) {
     metadata(&mut node.metadata);
     vocabulary_annotations(&mut node.metadata);
+    pool_label(&mut node.metadata);
     if let Some(status) = node.status.take() {
         let ready = status.conditions.map(|c| {
             c.into_iter()
@@ -70,12 +81,7 @@ pub fn claim(claim: &mut NodeClaim) {
     metadata(&mut claim.metadata);
     vocabulary_annotations(&mut claim.metadata);
     claim.metadata.owner_references = None;
-    if let Some(labels) = claim.metadata.labels.as_mut() {
-        labels.retain(|k, _| k == NODEPOOL_LABEL);
-    }
-    if claim.metadata.labels.as_ref().is_some_and(BTreeMap::is_empty) {
-        claim.metadata.labels = None;
-    }
+    pool_label(&mut claim.metadata);
     if let Some(status) = claim.status.as_mut() {
         status.conditions.retain(|c| CLAIM_CONDITIONS.contains(&c.type_.as_str()));
         for c in &mut status.conditions {

@@ -4,6 +4,38 @@
 
 use super::*;
 
+/// The placeholder asks for the old node's zone and architecture (the policy's default
+/// `matchNodeRequirements`) although the claim's requirements name neither and the controller's
+/// cache keeps only the pool's label of a Node: the verb reads the node fresh.
+#[test]
+pub fn the_placeholder_matches_the_labels_of_the_old_node_read_fresh() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    let cached = fx.cache().nodes["node-c1"].metadata.labels.clone().unwrap_or_default();
+    assert!(!cached.contains_key("topology.kubernetes.io/zone"), "the cache keeps no zone");
+    let pod = fx.placeholder("c1").expect("the placeholder");
+    let terms = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+        .map(|r| r.node_selector_terms.clone())
+        .unwrap_or_default();
+    let required: Vec<(String, Vec<String>)> = terms
+        .iter()
+        .flat_map(|t| t.match_expressions.iter().flatten())
+        .map(|e| (e.key.clone(), e.values.clone().unwrap_or_default()))
+        .collect();
+    for (key, value) in [("topology.kubernetes.io/zone", "zone-a"), ("kubernetes.io/arch", "amd64")]
+    {
+        assert!(
+            required.contains(&(key.to_string(), vec![value.to_string()])),
+            "{key} In [{value}] in {required:?}"
+        );
+    }
+}
+
 #[test]
 pub fn an_unschedulable_placeholder_is_warned_once_with_the_schedulers_reason() {
     let mut fx = Fx::new();

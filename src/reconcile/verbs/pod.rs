@@ -24,7 +24,13 @@ impl PassHost<'_> {
             }
         }
         let node_name = self.snap.claim_node(&claim).map(str::to_string);
-        let node = node_name.as_deref().and_then(|n| self.snap.node(n)).cloned();
+        // Read fresh: the node's labels decide the placeholder's affinity (a policy's
+        // `matchNodeRequirements` may name any label key), and a controller's cache keeps only
+        // the pool's label of a Node (`cluster::projection`). One read per placeholder created.
+        let node = match &node_name {
+            Some(n) => self.ctx.cluster.get_node(n).map_err(|e| fail(a.verb, e))?,
+            None => None,
+        };
         let pods = match &node_name {
             Some(n) => self.ctx.cluster.pods_on_node(n).map_err(|e| fail(a.verb, e))?,
             None => Vec::new(),
