@@ -51,6 +51,8 @@ pub struct Config {
     /// Length of each measured phase.
     pub steady: Duration,
     pub binary: PathBuf,
+    /// How the report names `binary`.
+    pub binary_label: String,
     pub repo: PathBuf,
     /// A command the operator runs under (a profiler).
     pub wrapper: Option<String>,
@@ -94,6 +96,8 @@ impl Phase {
 
 pub struct Apiserver {
     pub shape: Shape,
+    /// Which `noderotation` binary ran: the release build beside the bench, or the path given.
+    pub binary: String,
     pub nodes: usize,
     pub claims: usize,
     pub pools: usize,
@@ -672,6 +676,7 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
     };
     let result = Apiserver {
         shape: c.shape,
+        binary: c.binary_label.clone(),
         nodes: c.nodes,
         claims,
         pools,

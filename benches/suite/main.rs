@@ -5,6 +5,8 @@
 //! cargo bench --bench suite -- --apiserver   # also part 3 against a real kube-apiserver (~30 min:
 //!                                            # realistic and minimal object shapes, one run each)
 //! cargo bench --bench suite -- --only decision --no-write
+//! cargo bench --bench suite -- --only apiserver --operator-binary \
+//!     target/x86_64-unknown-linux-musl/release/noderotation   # the image's build (musl)
 //! ```
 //!
 //! A bench target (`harness = false`) rather than a subcommand so that the counting allocator
@@ -108,6 +110,12 @@ pub struct Args {
     /// --tool=massif --massif-out-file=docs/perf/massif.out"); RSS then measures the wrapper.
     #[arg(long, value_name = "CMD")]
     operator_wrapper: Option<String>,
+    /// Apiserver part: run this `noderotation` binary instead of the release build next to the
+    /// bench, e.g. the static musl build the image ships (`cargo build --release --locked
+    /// --target x86_64-unknown-linux-musl`, with the linker and C compiler deploy/Dockerfile
+    /// sets): its allocator, not glibc's, decides the RSS users see.
+    #[arg(long, value_name = "PATH")]
+    operator_binary: Option<std::path::PathBuf>,
     /// Apiserver part: seconds of steady state to measure.
     #[arg(long, default_value_t = 180)]
     steady_seconds: u64,
@@ -171,7 +179,14 @@ fn run(args: &Args) -> anyhow::Result<()> {
                 nodes: args.nodes,
                 pods: args.pods,
                 steady: Duration::from_secs(args.steady_seconds),
-                binary: env!("CARGO_BIN_EXE_noderotation").into(),
+                binary: args
+                    .operator_binary
+                    .clone()
+                    .unwrap_or_else(|| env!("CARGO_BIN_EXE_noderotation").into()),
+                binary_label: args
+                    .operator_binary
+                    .as_ref()
+                    .map_or_else(|| "release build".to_string(), |p| format!("`{}`", p.display())),
                 repo: env!("CARGO_MANIFEST_DIR").into(),
                 wrapper: args.operator_wrapper.clone(),
             })?;

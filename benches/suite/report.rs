@@ -390,13 +390,14 @@ impl Report {
         let _ = writeln!(md, "{}\n", shape_note(a.shape));
         let _ = writeln!(
             md,
-            "The apiserver tier (`tests/k8s-harness`: kube-apiserver v1.35 + etcd on loopback) loaded with {} NodePools, {} NodeClaims (Ready), {} Nodes and {} pods bound to them (created in {}, {} requests in flight). `noderotation run` (release build, default flags: 60 s tick, 15 s Lease) talks to it through a counting proxy in front of `kubectl proxy`, so every request it makes is recorded. Its caches were synced {} after start; RSS then {:.1} MiB. Phases: **start-up** (until the end of a {}-second warm-up), **idle** ({}: every pool governed by a policy whose window is closed), **rotating** ({}: five pools under an always-open policy with cooldown 0s, Karpenter and the kubelet played by the bench over its own client).\n",
+            "The apiserver tier (`tests/k8s-harness`: kube-apiserver v1.35 + etcd on loopback) loaded with {} NodePools, {} NodeClaims (Ready), {} Nodes and {} pods bound to them (created in {}, {} requests in flight). `noderotation run` ({}, default flags: 60 s tick, 15 s Lease) talks to it through a counting proxy in front of `kubectl proxy`, so every request it makes is recorded. Its caches were synced {} after start; RSS then {:.1} MiB. Phases: **start-up** (until the end of a {}-second warm-up), **idle** ({}: every pool governed by a policy whose window is closed), **rotating** ({}: five pools under an always-open policy with cooldown 0s, Karpenter and the kubelet played by the bench over its own client).\n",
             a.pools,
             a.claims,
             a.nodes,
             a.pods,
             ms(a.load),
             32,
+            a.binary,
             ms(a.sync),
             mib(a.rss_after_sync),
             crate::apiserver::WARM_UP.as_secs(),
