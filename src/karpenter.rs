@@ -141,7 +141,8 @@ pub struct NodeClaimStatus {
 /// The NodeClaim conditions the controller reads (`Ready`, `Initialized`), the only ones a watch
 /// cache keeps (`cluster::projection`).
 pub const CLAIM_CONDITIONS: [&str; 2] = [READY, INITIALIZED];
-const READY: &str = "Ready";
+/// The `Ready` condition's type, on NodeClaims and Nodes alike.
+pub const READY: &str = "Ready";
 const INITIALIZED: &str = "Initialized";
 
 /// A status condition as Karpenter writes it. Only `type` and `status` are relied on; the rest is
@@ -271,7 +272,7 @@ pub fn node_ready(node: &Node) -> bool {
     node.status
         .iter()
         .flat_map(|s| s.conditions.iter().flatten())
-        .any(|c| c.type_ == "Ready" && c.status == "True")
+        .any(|c| c.type_ == READY && c.status == "True")
 }
 
 /// A Kubernetes quantity (`500m`, `4`, `16Gi`, `1e3`) in thousandths, rounded up like

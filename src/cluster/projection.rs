@@ -29,31 +29,31 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::engine::Key;
-use crate::karpenter::{CLAIM_CONDITIONS, NODEPOOL_LABEL, NodeClaim};
+use crate::karpenter::{CLAIM_CONDITIONS, NODEPOOL_LABEL, NodeClaim, READY};
 
 /// Managed fields go from every cached object (all kinds).
 pub fn metadata(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
 }
 
-/// Keeps the annotations of the rules' vocabulary only (an empty map becomes none).
-fn vocabulary_annotations(meta: &mut ObjectMeta) {
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|k, _| Key::ALL.iter().any(|key| key.full() == k));
+/// Keeps the entries of `map` whose key `keep` accepts (an empty map becomes none).
+fn retain_keys(map: &mut Option<BTreeMap<String, String>>, keep: impl Fn(&str) -> bool) {
+    if let Some(entries) = map.as_mut() {
+        entries.retain(|k, _| keep(k));
     }
-    if meta.annotations.as_ref().is_some_and(BTreeMap::is_empty) {
-        meta.annotations = None;
+    if map.as_ref().is_some_and(BTreeMap::is_empty) {
+        *map = None;
     }
 }
 
-/// Keeps the `karpenter.sh/nodepool` label only (no label at all becomes none).
+/// Keeps the annotations of the rules' vocabulary only.
+fn vocabulary_annotations(meta: &mut ObjectMeta) {
+    retain_keys(&mut meta.annotations, |k| Key::ALL.iter().any(|key| key.full() == k));
+}
+
+/// Keeps the `karpenter.sh/nodepool` label only.
 fn pool_label(meta: &mut ObjectMeta) {
-    if let Some(labels) = meta.labels.as_mut() {
-        labels.retain(|k, _| k == NODEPOOL_LABEL);
-    }
-    if meta.labels.as_ref().is_some_and(BTreeMap::is_empty) {
-        meta.labels = None;
-    }
+    retain_keys(&mut meta.labels, |k| k == NODEPOOL_LABEL);
 }
 
 /// A Node as a watch cache keeps it (see the module docs).
@@ -64,7 +64,7 @@ pub fn node(node: &mut Node) {
     if let Some(status) = node.status.take() {
         let ready = status.conditions.map(|c| {
             c.into_iter()
-                .filter(|c| c.type_ == "Ready")
+                .filter(|c| c.type_ == READY)
                 .map(|c| NodeCondition { type_: c.type_, status: c.status, ..Default::default() })
                 .collect()
         });

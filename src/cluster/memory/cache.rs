@@ -227,14 +227,12 @@ impl ClientCache {
 impl MemoryCluster {
     /// This handle's cache shows whole objects from now on, not what a controller's reflectors
     /// keep of them ([`projection`]): for the simulated world's own view (its actors, the
-    /// invariant checker, the trace), never for a controller's.
+    /// invariant checker, the trace), never for a controller's. It relists, so what it holds
+    /// already is whole too.
     pub fn see_whole_objects(&self) {
-        let mut st = self.lock();
-        let view = st.view();
-        let cache = &mut st.clients[self.client];
-        cache.whole = true;
-        cache.view = Arc::new(view);
-        cache.queues = Default::default(); // the store's state, everything in flight included
+        let client = self.client;
+        self.lock().clients[client].whole = true;
+        self.resync_cache();
     }
 
     /// A second controller instance on the same store (leader change): its own cache, starting
