@@ -19,32 +19,35 @@ impl Snapshot {
         }
         self.selected = Some(self.version);
         let Some(policy) = self.policy().cloned() else { return };
-        let mut census = 0;
-        let mut pick: Option<RotationOrder<'_>> = None;
         let (facts_dues, derived) = self.facts_and_dues(&policy);
         let FactsDues { facts, dues } = facts_dues.as_ref();
-        // A claim another slot already rotates is never picked again (slots: N > 1).
-        let anchored: BTreeSet<String> = self.anchors().into_values().map(str::to_string).collect();
+        let mut candidates: Vec<RotationOrder<'_>> = Vec::new();
         for ((f, d), due) in facts.iter().zip(derived).zip(dues) {
             let Some(f) = f else { continue };
             let candidacy = derive::candidacy_due(f, &policy.settings, *due, self.now);
             if candidacy != derive::Candidacy::Candidate {
                 continue;
             }
-            census += 1;
-            let order = RotationOrder {
+            candidates.push(RotationOrder {
                 deadline: derive::deadline(f.created, f.expire_after),
                 created: f.created,
                 name: &d.name,
-            };
-            // The first of the candidates in rotation order (names are unique: a total order),
-            // never one whose node another rotation stands or lands on.
-            if pick.is_none_or(|p| order < p)
-                && !anchored.contains(&d.name)
-                && !self.lands_another(&d.name)
-            {
-                pick = Some(order);
+            });
+        }
+        let census = candidates.len() as i64;
+        // The first of the candidates in rotation order (names are unique: a total order),
+        // never a claim another slot already rotates (slots: N > 1) nor one whose node another
+        // rotation stands or lands on. Those are rare: the filters run on the first in order
+        // until one passes, not on every candidate.
+        let anchors = self.anchors();
+        let mut pick = None;
+        while let Some((i, first)) = candidates.iter().enumerate().min_by_key(|(_, o)| **o) {
+            let rotated = anchors.values().any(|a| *a == first.name);
+            if !rotated && !self.lands_another(first.name) {
+                pick = Some(*first);
+                break;
             }
+            candidates.swap_remove(i);
         }
         let pick = pick.map(|p| p.name.to_string());
         self.census = census;
