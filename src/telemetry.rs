@@ -9,7 +9,8 @@
 //! *removed* rather than set to a made-up number: absence is how Prometheus says "unknown".
 //!
 //! Pure bookkeeping: no I/O, no clock. Durations and timestamps come in as values.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Duration, Utc};
 use prometheus::{
@@ -167,6 +168,9 @@ impl PoolGauges {
 pub struct Telemetry {
     registry: Registry,
     gauges: BTreeMap<PoolGauge, GaugeVec>,
+    /// What `set_pool_gauges` last exported per pool: a pass that changes no value touches no
+    /// series (a gauge vector hashes the label on every access; most passes change nothing).
+    exported: Arc<Mutex<HashMap<String, PoolGauges>>>,
     completed: IntCounterVec,
     forceful_fallback: IntCounterVec,
     nothing_to_reserve: IntCounterVec,
@@ -229,6 +233,7 @@ impl Telemetry {
         Telemetry {
             registry,
             gauges,
+            exported: Arc::default(),
             completed,
             forceful_fallback,
             nothing_to_reserve,
@@ -244,6 +249,11 @@ impl Telemetry {
 
     /// Sets every gauge of `pool`; a `None` field removes that series.
     pub fn set_pool_gauges(&self, pool: &str, values: &PoolGauges) {
+        let mut exported = self.exported.lock().unwrap_or_else(|e| e.into_inner());
+        if exported.get(pool) == Some(values) {
+            return;
+        }
+        exported.insert(pool.to_string(), values.clone());
         for (gauge, vec) in &self.gauges {
             match values.get(*gauge) {
                 Some(v) => vec.with_label_values(&[pool]).set(v),
@@ -286,6 +296,7 @@ impl Telemetry {
 
     /// Removes every series of `pool` (deleted, or no longer governed).
     pub fn forget_pool(&self, pool: &str) {
+        self.exported.lock().unwrap_or_else(|e| e.into_inner()).remove(pool);
         for vec in self.gauges.values() {
             let _ = vec.remove_label_values(&[pool]);
         }
@@ -685,6 +696,21 @@ mod tests {
         // Forgetting twice, or an unknown pool, is harmless.
         t.forget_pool("gone");
         t.forget_pool("never");
+    }
+
+    #[test]
+    fn the_same_values_again_after_forget_pool_export_again() {
+        // Unchanged values are not re-exported; a forgotten pool's are, in full.
+        let t = Telemetry::new();
+        t.set_pool_gauges("p", &full());
+        t.set_pool_gauges("p", &full());
+        assert_eq!(t.pool_gauge("p", PoolGauge::WindowActive), Some(1.0));
+        t.forget_pool("p");
+        assert_eq!(t.pool_gauge("p", PoolGauge::WindowActive), None);
+        t.set_pool_gauges("p", &full());
+        for g in PoolGauge::ALL {
+            assert!(t.pool_gauge("p", g).is_some(), "{g:?}");
+        }
     }
 
     #[test]
