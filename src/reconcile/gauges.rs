@@ -2,9 +2,9 @@
 //! warnings of the pool's feasibility and short-lead claims (§4.3). Observability only.
 use std::collections::BTreeSet;
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 
-use super::snapshot::{self, annotation};
+use super::snapshot::annotation;
 use super::{Controller, GovernanceView, Snapshot};
 use crate::engine::Key;
 use crate::policy::feasibility;
@@ -36,23 +36,16 @@ impl Controller {
                 }
             }
         }
-        if let Some(p) = snap.policy() {
-            let period = p.period.unwrap_or(Duration::minutes(1));
-            for (c, d) in snap.pool_claims_derived() {
-                let expire = d.expire_after.unwrap_or(crate::policy::duration::ExpireAfter::Never);
-                let tgp = d.termination_grace_period;
-                let listed = p.open.occurrences();
-                let short =
-                    feasibility::short_lead(&p.settings, expire, tgp, period, d.created(), listed);
-                let Some(f) = short else { continue };
-                let Some(name) = c.metadata.name.clone() else { continue };
-                let reason = f.reason.event_reason().to_string();
-                let key = (format!("{pool}|claim/{name}"), reason.clone());
-                raised.insert(key.clone());
-                if self.ctx.latch.should_fire(key, &f.fix) {
-                    let object = ObjectRef::cluster(ObjectKind::NodeClaim, name);
-                    events.push((object, reason, format!("{} Fix: {}", f.message, f.fix)));
-                }
+        let short_leads = snap.short_leads();
+        for ((c, _), f) in snap.pool_claims_derived().zip(short_leads.iter()) {
+            let Some(f) = f else { continue };
+            let Some(name) = c.metadata.name.clone() else { continue };
+            let reason = f.reason.event_reason().to_string();
+            let key = (format!("{pool}|claim/{name}"), reason.clone());
+            raised.insert(key.clone());
+            if self.ctx.latch.should_fire(key, &f.fix) {
+                let object = ObjectRef::cluster(ObjectKind::NodeClaim, name);
+                events.push((object, reason, format!("{} Fix: {}", f.message, f.fix)));
             }
         }
         let feasibility_key = format!("{pool}|feasibility");
@@ -87,14 +80,7 @@ pub(super) fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         g.window_period = p.period;
         g.max_unavailable = Some(snap.lanes() as u64);
         g.next_window = p.current_or_next(now).map(|o| o.start);
-        let period = p.period.unwrap_or(Duration::minutes(1));
-        let short = |(_, d): &(&crate::karpenter::NodeClaim, &snapshot::Derived)| {
-            let expire = d.expire_after.unwrap_or(crate::policy::duration::ExpireAfter::Never);
-            let tgp = d.termination_grace_period;
-            let listed = p.open.occurrences();
-            feasibility::short_lead(&p.settings, expire, tgp, period, d.created(), listed).is_some()
-        };
-        g.short_lead_nodes = snap.pool_claims_derived().filter(short).count() as u64;
+        g.short_lead_nodes = snap.short_leads().iter().filter(|f| f.is_some()).count() as u64;
     }
     if let Some(a) = snap.assessment() {
         g.age_threshold = a.derived.age_threshold;

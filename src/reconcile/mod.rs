@@ -332,7 +332,7 @@ impl Controller {
             return snap;
         };
         let nodes = snap.pool_nodes();
-        let short = pool.limits_without_room_for(&snap.node_worth());
+        let short = pool.limits_without_room_for(snap.node_worth());
         let assessment = self.assessment(pool, &policy, nodes, short, now);
         snap.assessed(assessment)
     }

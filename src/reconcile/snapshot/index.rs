@@ -15,6 +15,7 @@ use crate::karpenter::NodeClaim;
 use crate::placeholder;
 use crate::policy::derive::{self, ClaimFacts};
 use crate::policy::duration::ExpireAfter;
+use crate::policy::feasibility::Finding;
 
 /// The cached claims grouped the way passes read them, built once per cache version instead of
 /// scanning every claim in the cluster on every pool's pass. Each grouping is built on first
@@ -46,7 +47,14 @@ struct PoolClaims {
     /// The candidate facts and dues of a pass that wrote no claim and no node, and what else
     /// they were computed from.
     unwritten: Mutex<Option<(UnwrittenKey, Arc<FactsDues>)>>,
+    /// Each claim's short-lead finding (layer 3, parallel to `claims`) under one policy view:
+    /// it reads the claim's `expireAfter`, tGP and creation, and the view's settings, period
+    /// and listed occurrences, nothing a pass writes.
+    short_leads: Mutex<Option<(Weak<PolicyView>, ShortLeads)>>,
 }
+
+/// Each claim's short-lead finding ([`short_lead`](crate::policy::feasibility::short_lead)), parallel to a pool's claims.
+pub(super) type ShortLeads = Arc<[Option<Finding>]>;
 
 /// The pool's claims' candidate facts and their due instants (the burst lookahead's), parallel
 /// to its claims.
@@ -236,14 +244,41 @@ impl ClaimIndex {
         value
     }
 
+    /// The pool's [`ShortLeads`] under `policy`: `compute`'s, kept while the view is the same.
+    pub(super) fn pool_short_leads(
+        &self,
+        cache: &CacheView,
+        pool: &str,
+        policy: &Arc<PolicyView>,
+        compute: impl FnOnce() -> ShortLeads,
+    ) -> ShortLeads {
+        let Some(p) = self.by_pool(cache).get(pool) else { return compute() };
+        let mut kept = p.short_leads.lock().unwrap_or_else(|e| e.into_inner());
+        // Alive, so its address is not reused: the same allocation is the same view.
+        if let Some((view, v)) = kept.as_ref()
+            && view.upgrade().is_some_and(|view| Arc::ptr_eq(&view, policy))
+        {
+            return Arc::clone(v);
+        }
+        let value = compute();
+        *kept = Some((Arc::downgrade(policy), Arc::clone(&value)));
+        value
+    }
+
     /// One node's worth of the pool's resources ([`placeholder::node_worth`] of its claims).
-    pub(super) fn pool_worth(&self, cache: &CacheView, pool: &str) -> placeholder::Resources {
+    pub(super) fn pool_worth<'a>(
+        &'a self,
+        cache: &CacheView,
+        pool: &str,
+    ) -> &'a placeholder::Resources {
+        // A pool without claims: only the node itself is known of its nodes.
+        static NONE: std::sync::LazyLock<placeholder::Resources> =
+            std::sync::LazyLock::new(|| placeholder::node_worth(std::iter::empty()));
         match self.by_pool(cache).get(pool) {
-            Some(p) => p
-                .worth
-                .get_or_init(|| placeholder::node_worth(p.claims.iter().map(|c| c.as_ref())))
-                .clone(),
-            None => placeholder::node_worth(std::iter::empty()),
+            Some(p) => {
+                p.worth.get_or_init(|| placeholder::node_worth(p.claims.iter().map(|c| c.as_ref())))
+            }
+            None => &NONE,
         }
     }
 

@@ -27,7 +27,7 @@ use crate::engine::Key;
 use crate::karpenter::{NodeClaim, NodePool};
 use crate::placeholder;
 use crate::policy::derive::{self, ClaimFacts};
-use crate::policy::feasibility::Assessment;
+use crate::policy::feasibility::{self, Assessment};
 use crate::policy::lookahead::{self, OpenTime};
 use crate::policy::settings::Effective;
 use crate::policy::window::Occurrence;
@@ -310,7 +310,7 @@ impl Snapshot {
     }
 
     /// One node's worth of this pool's resources ([`placeholder::node_worth`]), per cache version.
-    pub fn node_worth(&self) -> placeholder::Resources {
+    pub fn node_worth(&self) -> &placeholder::Resources {
         self.index.pool_worth(&self.cache, self.pool_name())
     }
 
@@ -326,7 +326,7 @@ impl Snapshot {
     /// With several rotations in flight, the claims created since the earliest start count as
     /// replacements, at most one per rotation.
     pub fn pool_nodes(&self) -> usize {
-        let total = self.pool_claims().count();
+        let total = self.index.pool(&self.cache, self.pool_name()).len();
         let anchors = self.anchors();
         let meta = self.pool.as_ref().map(|p| &p.metadata);
         let mut starts = Vec::new();
@@ -344,10 +344,29 @@ impl Snapshot {
         let anchored: BTreeSet<&str> = anchors.values().copied().collect();
         let replacements = self
             .pool_claims()
-            .filter(|c| !anchored.contains(c.metadata.name.as_deref().unwrap_or("")))
             .filter(|c| c.created().is_some_and(|t| t >= earliest))
+            .filter(|c| !anchored.contains(c.metadata.name.as_deref().unwrap_or("")))
             .count();
         total - replacements.min(starts.len())
+    }
+
+    /// Each claim's short-lead finding (layer 3) under the pool's policy, parallel to
+    /// [`Snapshot::pool_claims_derived`]; empty outside a governed pool. Kept per policy view
+    /// and the pool's cached claims: the gauge and the warnings of every pass read it.
+    pub fn short_leads(&self) -> index::ShortLeads {
+        let Some(p) = self.policy() else { return Arc::new([]) };
+        let (_, derived) = self.index.pool_derived(&self.cache, self.pool_name());
+        self.index.pool_short_leads(&self.cache, self.pool_name(), p, || {
+            let period = p.period.unwrap_or(Duration::minutes(1));
+            let listed = p.open.occurrences();
+            let never = crate::policy::duration::ExpireAfter::Never;
+            let finding = |d: &Derived| {
+                let expire = d.expire_after.unwrap_or(never);
+                let tgp = d.termination_grace_period;
+                feasibility::short_lead(&p.settings, expire, tgp, period, d.created(), listed)
+            };
+            derived.iter().map(finding).collect()
+        })
     }
 
     /// Claims of this pool with what passes derive from their spec and status.
