@@ -316,14 +316,24 @@ impl Controller {
         assessment
     }
 
-    fn snapshot(&mut self, cache: Arc<CacheView>, pool: NodePool, now: DateTime<Utc>) -> Snapshot {
+    fn snapshot(
+        &mut self,
+        cache: Arc<CacheView>,
+        pool: Arc<NodePool>,
+        now: DateTime<Utc>,
+    ) -> Snapshot {
         let mut snap = self.prepared(cache, pool, now);
         snap.select_candidates();
         snap
     }
 
     /// A pool's snapshot with its governance, feasibility and lanes, candidates not selected.
-    fn prepared(&mut self, cache: Arc<CacheView>, pool: NodePool, now: DateTime<Utc>) -> Snapshot {
+    fn prepared(
+        &mut self,
+        cache: Arc<CacheView>,
+        pool: Arc<NodePool>,
+        now: DateTime<Utc>,
+    ) -> Snapshot {
         let governance = self.governance(&cache, &pool, now);
         let index = self.index.of(&cache);
         let namespace = self.ctx.config.namespace.clone();
@@ -341,7 +351,7 @@ impl Controller {
     pub fn reconcile_pool(&mut self, pool: &str) -> Result<Duration, ReconcileError> {
         let now = self.clock.now();
         let cache = self.ctx.cluster.cache();
-        let Some(np) = cache.pools.get(pool).map(|p| p.as_ref().clone()) else {
+        let Some(np) = cache.pools.get(pool).cloned() else {
             self.ctx.telemetry.forget_pool(pool);
             return Ok(Duration::zero());
         };

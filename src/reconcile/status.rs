@@ -72,7 +72,7 @@ impl Controller {
         pool: &str,
         now: DateTime<Utc>,
     ) -> Option<summary::PoolSummary> {
-        let np = cache.pools.get(pool)?.as_ref().clone();
+        let np = Arc::clone(cache.pools.get(pool)?);
         let labels = np.metadata.labels.clone().unwrap_or_default();
         let resolved = resolve::resolve(&policy_selectors(cache), &labels);
         let snap = self.prepared(cache.clone(), np, now);

@@ -144,8 +144,9 @@ pub struct Snapshot {
     pub index: Arc<ClaimIndex>,
     /// The controller's namespace (placeholders).
     pub namespace: String,
-    /// The pool of a pool pass (owned: this pass's writes are applied to it).
-    pub pool: Option<NodePool>,
+    /// The pool of a pool pass: the cache's copy, shared until this pass writes to it (its
+    /// writes are applied to its own copy, `Arc::make_mut`).
+    pub pool: Option<Arc<NodePool>>,
     /// Objects this pass wrote, as written (they shadow the cache).
     pub claims: BTreeMap<String, NodeClaim>,
     pub nodes: BTreeMap<String, Node>,
@@ -176,7 +177,7 @@ impl Snapshot {
         cache: Arc<CacheView>,
         index: Arc<ClaimIndex>,
         namespace: String,
-        pool: NodePool,
+        pool: Arc<NodePool>,
         governance: GovernanceView,
     ) -> Snapshot {
         Snapshot {
@@ -199,7 +200,11 @@ impl Snapshot {
         anchors: Arc<BTreeSet<String>>,
     ) -> Snapshot {
         let sweep = Some((subject, anchors));
-        Snapshot { pool, sweep, ..Snapshot::unwritten(now, cache, index, namespace, governance) }
+        Snapshot {
+            pool: pool.map(Arc::new),
+            sweep,
+            ..Snapshot::unwritten(now, cache, index, namespace, governance)
+        }
     }
 
     /// What both kinds of pass start from: no pool, nothing written, no candidates selected.

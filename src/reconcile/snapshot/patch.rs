@@ -14,7 +14,7 @@ impl Snapshot {
     pub fn apply(&mut self, obj: &ObjRef, patch: &Patch) {
         self.version += 1;
         let meta = match obj {
-            ObjRef::Pool => self.pool.as_mut().map(|p| &mut p.metadata),
+            ObjRef::Pool => self.pool.as_mut().map(|p| &mut std::sync::Arc::make_mut(p).metadata),
             ObjRef::Claim(n) => {
                 if !self.claims.contains_key(n) {
                     let Some(c) = self.cache.claims.get(n) else { return };

@@ -69,7 +69,7 @@ impl PassHost<'_> {
                 let Some(fresh_pool) = host.fresh_pool().map_err(|e| fail(a.verb, e))? else {
                     return Ok(Some(Outcome::Gone));
                 };
-                let cached = host.snap.pool.replace(fresh_pool);
+                let cached = host.snap.pool.replace(Arc::new(fresh_pool));
                 let another = host.snap.surge_of_another(&name, fresh);
                 host.snap.pool = cached;
                 if another {

@@ -105,23 +105,29 @@ fn unreadable(meta: &ObjectMeta, key: Key, now: DateTime<Utc>) -> bool {
     }
 }
 
+/// [`swap_meta`](super::slots::swap_meta) on the pass's pool. Slot 0's lens is the identity:
+/// its pool stays the cache's shared copy.
+fn swap_pool_meta(pool: &mut Option<Arc<NodePool>>, slot: usize) {
+    if slot != 0
+        && let Some(p) = pool.as_mut()
+    {
+        super::slots::swap_meta(&mut Arc::make_mut(p).metadata, slot);
+    }
+}
+
 impl<'c> PassHost<'c> {
     /// A run over slot `slot` of the pool pass's snapshot: its pool is seen through the slot's
     /// lens ([`super::slots`]) until [`Self::into_snapshot`] takes the lens off again, the only
     /// way back to the snapshot, so the next slot's run never starts on a lensed pool.
     pub fn through_lens(mut snap: Snapshot, ctx: &'c mut Ctx, slot: usize) -> Self {
-        if let Some(p) = snap.pool.as_mut() {
-            super::slots::swap_meta(&mut p.metadata, slot);
-        }
+        swap_pool_meta(&mut snap.pool, slot);
         Self::for_slot(snap, ctx, slot)
     }
 
     /// The snapshot with this run's writes, its pool without the slot's lens.
     pub fn into_snapshot(self) -> Snapshot {
         let mut snap = self.snap;
-        if let Some(p) = snap.pool.as_mut() {
-            super::slots::swap_meta(&mut p.metadata, self.slot);
-        }
+        swap_pool_meta(&mut snap.pool, self.slot);
         snap
     }
 

@@ -36,7 +36,7 @@ impl PassHost<'_> {
         let meta = self.meta(obj);
         let from_pass = || {
             Some(match obj {
-                ObjRef::Pool => Fresh::Pool(Box::new(self.snap.pool.clone()?)),
+                ObjRef::Pool => Fresh::Pool(Box::new(NodePool::clone(self.snap.pool.as_deref()?))),
                 ObjRef::Claim(n) => Fresh::Claim(Box::new(self.snap.claim(n)?.clone())),
                 ObjRef::Node(n) => Fresh::Node(Box::new(self.snap.node(n)?.clone())),
                 ObjRef::Policy | ObjRef::Pod(..) => return None,
@@ -170,7 +170,7 @@ impl PassHost<'_> {
             },
         };
         let Some(pool) = pool else { return Ok(false) };
-        let cached = self.snap.pool.replace(pool);
+        let cached = self.snap.pool.replace(Arc::new(pool));
         let holds = a.holds_on(&self.snap);
         self.snap.pool = cached;
         holds.map_err(|m| fail(a.verb, m))
