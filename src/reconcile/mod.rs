@@ -141,12 +141,12 @@ pub struct Controller {
     engine: Arc<Engine>,
     /// Policy views by policy name, keyed by (uid, generation, day) so the 53-week window
     /// horizon moves on daily.
-    policies: HashMap<String, (String, Result<Arc<PolicyView>, String>)>,
+    policies: HashMap<String, (PolicyKey, Result<Arc<PolicyView>, String>)>,
     /// Validation errors by policy name, keyed by (uid, generation), for the status view.
     #[allow(clippy::type_complexity)]
     validity: HashMap<String, ((String, Option<i64>), Option<Arc<InvalidPolicy>>)>,
     /// Feasibility by pool, keyed by what it depends on.
-    assessments: HashMap<String, (String, Arc<feasibility::Assessment>)>,
+    assessments: HashMap<String, (AssessmentKey, Arc<feasibility::Assessment>)>,
     /// The cache's claims by pool and by node, rebuilt when the cache changes.
     index: IndexCache,
     /// Each pool's entry of its policy's status, with the cache version, day and window it was
@@ -219,18 +219,18 @@ impl Controller {
         policy: &RotationPolicy,
         now: DateTime<Utc>,
     ) -> Result<Arc<PolicyView>, String> {
-        let name = policy.metadata.name.clone().unwrap_or_default();
-        let revision = format!(
-            "{}/{}",
-            policy.metadata.uid.as_deref().unwrap_or(""),
-            policy.metadata.generation.unwrap_or(0)
-        );
-        let key = format!("{revision}/{}", now.date_naive());
-        if let Some((k, v)) = self.policies.get(&name)
-            && *k == key
+        let name = policy.metadata.name.as_deref().unwrap_or_default();
+        let uid = policy.metadata.uid.as_deref().unwrap_or("");
+        let generation = policy.metadata.generation.unwrap_or(0);
+        let day = now.date_naive();
+        if let Some(((u, g, d), v)) = self.policies.get(name)
+            && (u.as_str(), *g, *d) == (uid, generation, day)
         {
             return v.clone();
         }
+        let name = name.to_string();
+        let revision = format!("{uid}/{generation}");
+        let key = (uid.to_string(), generation, day);
         let view = Effective::from_spec(&policy.spec)
             .map(|settings| {
                 let period = settings.schedule.period(now);
@@ -258,16 +258,14 @@ impl Controller {
         now: DateTime<Utc>,
     ) -> GovernanceView {
         let selectors = policy_selectors(cache);
-        let labels = pool.metadata.labels.clone().unwrap_or_default();
-        match resolve::resolve(&selectors, &labels) {
+        let none = BTreeMap::new();
+        let labels = pool.metadata.labels.as_ref().unwrap_or(&none);
+        match resolve::resolve(&selectors, labels) {
             Governance::Governed { policy, .. } => match cache.policies.get(&policy) {
-                Some(p) => {
-                    let p = p.clone();
-                    match self.policy_view(&p, now) {
-                        Ok(view) => GovernanceView::Governed(view),
-                        Err(e) => GovernanceView::Invalid(e),
-                    }
-                }
+                Some(p) => match self.policy_view(p, now) {
+                    Ok(view) => GovernanceView::Governed(view),
+                    Err(e) => GovernanceView::Invalid(e),
+                },
                 None => GovernanceView::Ungoverned,
             },
             Governance::Conflict { policies, .. } => GovernanceView::Conflict(policies),
@@ -287,21 +285,26 @@ impl Controller {
         short_limits: Vec<String>,
         now: DateTime<Utc>,
     ) -> Arc<feasibility::Assessment> {
-        let name = pool.metadata.name.clone().unwrap_or_default();
-        let key = format!(
-            "{}/{}/{:?}/{}/{nodes}/{:?}/{:?}",
-            policy.name,
-            policy.revision,
-            pool.metadata.generation,
-            now.date_naive(),
-            short_limits,
-            pool.spec.replicas
-        );
-        if let Some((k, v)) = self.assessments.get(&name)
-            && *k == key
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        let (generation, day, replicas) =
+            (pool.metadata.generation, now.date_naive(), pool.spec.replicas);
+        if let Some((k, v)) = self.assessments.get(name)
+            && (k.policy.as_str(), k.revision.as_str()) == (&policy.name, &policy.revision)
+            && (k.generation, k.day, k.nodes, k.replicas) == (generation, day, nodes, replicas)
+            && k.short_limits == short_limits
         {
             return v.clone();
         }
+        let name = name.to_string();
+        let key = AssessmentKey {
+            policy: policy.name.clone(),
+            revision: policy.revision.clone(),
+            generation,
+            day,
+            nodes,
+            short_limits: short_limits.clone(),
+            replicas,
+        };
         let facts = feasibility::PoolFacts {
             expire_after: pool
                 .expire_after()
@@ -427,6 +430,21 @@ impl Controller {
 }
 
 /// Every cached RotationPolicy's name and selector, as policy resolution reads them.
+/// What a [`PolicyView`] is built from besides the policy's name: its uid, generation and the
+/// day (the 53-week window horizon moves on daily).
+type PolicyKey = (String, i64, chrono::NaiveDate);
+
+/// What a pool's feasibility is assessed from besides its name.
+struct AssessmentKey {
+    policy: String,
+    revision: String,
+    generation: Option<i64>,
+    day: chrono::NaiveDate,
+    nodes: usize,
+    short_limits: Vec<String>,
+    replicas: Option<i64>,
+}
+
 fn policy_selectors(cache: &CacheView) -> Vec<PolicySelector<'_>> {
     cache
         .policies
