@@ -168,9 +168,11 @@ impl PoolGauges {
 pub struct Telemetry {
     registry: Registry,
     gauges: BTreeMap<PoolGauge, GaugeVec>,
-    /// What `set_pool_gauges` last exported per pool: a pass that changes no value touches no
-    /// series (a gauge vector hashes the label on every access; most passes change nothing).
-    exported: Arc<Mutex<HashMap<String, PoolGauges>>>,
+    /// Every pool with a series, with what `set_pool_gauges` last exported for it: a pass that
+    /// changes no value touches no series (a gauge vector hashes the label on every access;
+    /// most passes change nothing), and forgetting a pool without series (every pass of an
+    /// ungoverned pool) removes nothing.
+    labelled: Arc<Mutex<HashMap<String, Option<PoolGauges>>>>,
     completed: IntCounterVec,
     forceful_fallback: IntCounterVec,
     nothing_to_reserve: IntCounterVec,
@@ -233,7 +235,7 @@ impl Telemetry {
         Telemetry {
             registry,
             gauges,
-            exported: Arc::default(),
+            labelled: Arc::default(),
             completed,
             forceful_fallback,
             nothing_to_reserve,
@@ -249,11 +251,11 @@ impl Telemetry {
 
     /// Sets every gauge of `pool`; a `None` field removes that series.
     pub fn set_pool_gauges(&self, pool: &str, values: &PoolGauges) {
-        let mut exported = self.exported.lock().unwrap_or_else(|e| e.into_inner());
-        if exported.get(pool) == Some(values) {
+        let mut labelled = self.labelled.lock().unwrap_or_else(|e| e.into_inner());
+        if labelled.get(pool).is_some_and(|last| last.as_ref() == Some(values)) {
             return;
         }
-        exported.insert(pool.to_string(), values.clone());
+        labelled.insert(pool.to_string(), Some(values.clone()));
         for (gauge, vec) in &self.gauges {
             match values.get(*gauge) {
                 Some(v) => vec.with_label_values(&[pool]).set(v),
@@ -267,21 +269,25 @@ impl Telemetry {
 
     /// One finished rotation.
     pub fn completed(&self, pool: &str, outcome: Outcome) {
+        self.label(pool);
         self.completed.with_label_values(&[pool, outcome.as_str()]).inc();
     }
 
     /// One forceful-fallback start.
     pub fn forceful_fallback(&self, pool: &str) {
+        self.label(pool);
         self.forceful_fallback.with_label_values(&[pool]).inc();
     }
 
     /// One surge-less rotation of a node with nothing to reserve.
     pub fn nothing_to_reserve(&self, pool: &str) {
+        self.label(pool);
         self.nothing_to_reserve.with_label_values(&[pool]).inc();
     }
 
     /// One occurrence closed with candidates left (the `missed` window-edge verdict).
     pub fn window_missed(&self, pool: &str) {
+        self.label(pool);
         self.window_missed.with_label_values(&[pool]).inc();
     }
 
@@ -291,12 +297,23 @@ impl Telemetry {
         if secs.is_nan() {
             return;
         }
+        self.label(pool);
         self.duration.with_label_values(&[pool, phase.as_str()]).observe(secs.max(0.0));
+    }
+
+    /// Notes that `pool` has a series (before its first one is created).
+    fn label(&self, pool: &str) {
+        let mut labelled = self.labelled.lock().unwrap_or_else(|e| e.into_inner());
+        if !labelled.contains_key(pool) {
+            labelled.insert(pool.to_string(), None);
+        }
     }
 
     /// Removes every series of `pool` (deleted, or no longer governed).
     pub fn forget_pool(&self, pool: &str) {
-        self.exported.lock().unwrap_or_else(|e| e.into_inner()).remove(pool);
+        if self.labelled.lock().unwrap_or_else(|e| e.into_inner()).remove(pool).is_none() {
+            return;
+        }
         for vec in self.gauges.values() {
             let _ = vec.remove_label_values(&[pool]);
         }
@@ -696,6 +713,21 @@ mod tests {
         // Forgetting twice, or an unknown pool, is harmless.
         t.forget_pool("gone");
         t.forget_pool("never");
+    }
+
+    #[test]
+    fn forget_pool_removes_the_series_of_a_pool_without_gauges() {
+        // Each recorder notes its pool: forgetting skips only pools that never had a series.
+        let t = Telemetry::new();
+        t.completed("c", Outcome::Failure);
+        t.forceful_fallback("f");
+        t.nothing_to_reserve("n");
+        t.window_missed("w");
+        t.duration("d", Phase::Drain, 60.0);
+        for pool in ["c", "f", "n", "w", "d"] {
+            t.forget_pool(pool);
+        }
+        assert!(t.pools().is_empty(), "{:?}", t.pools());
     }
 
     #[test]
