@@ -37,8 +37,7 @@ impl Controller {
             }
         }
         let short_leads = snap.short_leads();
-        for ((c, _), f) in snap.pool_claims_derived().zip(short_leads.iter()) {
-            let Some(f) = f else { continue };
+        for (c, f) in snap.short_lead_claims(&short_leads) {
             let Some(name) = c.metadata.name.clone() else { continue };
             let reason = f.reason.event_reason().to_string();
             let key = (format!("{pool}|claim/{name}"), reason.clone());
@@ -89,11 +88,7 @@ pub(super) fn gauges(snap: &Snapshot) -> crate::telemetry::PoolGauges {
         g.t_rot_estimate = Some(a.derived.t_rot_est);
         g.t_rot_bound = Some(a.derived.t_rot);
     }
-    g.nearest_deadline = snap
-        .pool_claims_derived()
-        .filter(|(c, _)| !c.is_deleting())
-        .filter_map(|(_, d)| crate::policy::derive::deadline(d.created()?, d.expire_after?))
-        .min();
+    g.nearest_deadline = snap.nearest_deadline();
     if let Some(pool) = &snap.pool {
         g.freeze_until = annotation(&pool.metadata, Key::Freeze)
             .and_then(|v| DateTime::parse_from_rfc3339(v).ok())

@@ -20,36 +20,29 @@ impl Snapshot {
         self.selected = Some(self.version);
         let Some(policy) = self.policy().cloned() else { return };
         let (facts_dues, derived) = self.facts_and_dues(&policy);
-        let FactsDues { facts, dues } = facts_dues.as_ref();
-        let mut candidates: Vec<RotationOrder<'_>> = Vec::new();
-        for ((f, d), due) in facts.iter().zip(derived).zip(dues) {
-            let Some(f) = f else { continue };
-            let candidacy = derive::candidacy_due(f, &policy.settings, *due, self.now);
+        let FactsDues { facts, dues, .. } = facts_dues.as_ref();
+        let mut census = 0;
+        let mut pick: Option<&str> = None;
+        let mut anchors = None;
+        // The first of the candidates in rotation order, never a claim another slot already
+        // rotates (slots: N > 1) nor one whose node another rotation stands or lands on.
+        for &i in facts_dues.in_order(derived) {
+            let Some(f) = &facts[i] else { continue };
+            let candidacy = derive::candidacy_due(f, &policy.settings, dues[i], self.now);
             if candidacy != derive::Candidacy::Candidate {
                 continue;
             }
-            candidates.push(RotationOrder {
-                deadline: derive::deadline(f.created, f.expire_after),
-                created: f.created,
-                name: &d.name,
-            });
-        }
-        let census = candidates.len() as i64;
-        // The first of the candidates in rotation order (names are unique: a total order),
-        // never a claim another slot already rotates (slots: N > 1) nor one whose node another
-        // rotation stands or lands on. Those are rare: the filters run on the first in order
-        // until one passes, not on every candidate.
-        let anchors = self.anchors();
-        let mut pick = None;
-        while let Some((i, first)) = candidates.iter().enumerate().min_by_key(|(_, o)| **o) {
-            let rotated = anchors.values().any(|a| *a == first.name);
-            if !rotated && !self.lands_another(first.name) {
-                pick = Some(*first);
-                break;
+            census += 1;
+            let name = derived[i].name.as_str();
+            if pick.is_none() {
+                let anchors = anchors.get_or_insert_with(|| self.anchors());
+                let rotated = anchors.values().any(|a| *a == name);
+                if !rotated && !self.lands_another(name) {
+                    pick = Some(name);
+                }
             }
-            candidates.swap_remove(i);
         }
-        let pick = pick.map(|p| p.name.to_string());
+        let pick = pick.map(str::to_string);
         self.census = census;
         self.pick = pick;
     }
@@ -103,7 +96,7 @@ impl Snapshot {
         let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
         let compute = |facts: Vec<Option<ClaimFacts>>| {
             let dues = self.lookahead_dues(policy, period, &facts, derived);
-            Arc::new(FactsDues { facts, dues })
+            Arc::new(FactsDues::new(facts, dues))
         };
         // A pass that wrote nothing reads the cached claims and nodes: their facts are derived,
         // and with them the dues, for as long as the policy view, the lanes and the pool's tGP

@@ -51,6 +51,8 @@ struct PoolClaims {
     /// it reads the claim's `expireAfter`, tGP and creation, and the view's settings, period
     /// and listed occurrences, nothing a pass writes.
     short_leads: Mutex<Option<(Weak<PolicyView>, ShortLeads)>>,
+    /// The earliest deadline of `claims` not being deleted ([`Snapshot::nearest_deadline`](super::Snapshot::nearest_deadline)).
+    nearest_deadline: OnceLock<Option<DateTime<Utc>>>,
 }
 
 /// Each claim's short-lead finding ([`short_lead`](crate::policy::feasibility::short_lead)), parallel to a pool's claims.
@@ -62,6 +64,34 @@ pub(super) type ShortLeads = Arc<[Option<Finding>]>;
 pub(super) struct FactsDues {
     pub(super) facts: Vec<Option<ClaimFacts>>,
     pub(super) dues: Vec<Option<DateTime<Utc>>>,
+    /// The claims with facts in rotation order ([`FactsDues::in_order`]).
+    order: OnceLock<Box<[usize]>>,
+}
+
+impl FactsDues {
+    pub(super) fn new(facts: Vec<Option<ClaimFacts>>, dues: Vec<Option<DateTime<Utc>>>) -> Self {
+        FactsDues { facts, dues, order: OnceLock::new() }
+    }
+
+    /// The indices of the claims with facts, in [`RotationOrder`](derive::RotationOrder) (their
+    /// deadline, creation and name; names are unique: a total order), sorted once: a pass that
+    /// selects walks them in order instead of comparing every candidate to find the first.
+    /// `derived` is the pool's, parallel to `facts`.
+    pub(super) fn in_order(&self, derived: &[Derived]) -> &[usize] {
+        self.order.get_or_init(|| {
+            let mut keyed: Vec<(derive::RotationOrder<'_>, usize)> = (self.facts.iter())
+                .zip(derived)
+                .enumerate()
+                .filter_map(|(i, (f, d))| {
+                    let f = f.as_ref()?;
+                    let deadline = derive::deadline(f.created, f.expire_after);
+                    Some((derive::RotationOrder { deadline, created: f.created, name: &d.name }, i))
+                })
+                .collect();
+            keyed.sort_unstable();
+            keyed.into_iter().map(|(_, i)| i).collect()
+        })
+    }
 }
 
 /// What a pool's unwritten [`FactsDues`] depend on besides its claims and their nodes: the
@@ -263,6 +293,19 @@ impl ClaimIndex {
         let value = compute();
         *kept = Some((Arc::downgrade(policy), Arc::clone(&value)));
         value
+    }
+
+    /// The pool's `nearest_deadline`: `compute`'s, once per cache version.
+    pub(super) fn pool_nearest_deadline(
+        &self,
+        cache: &CacheView,
+        pool: &str,
+        compute: impl FnOnce() -> Option<DateTime<Utc>>,
+    ) -> Option<DateTime<Utc>> {
+        match self.by_pool(cache).get(pool) {
+            Some(p) => *p.nearest_deadline.get_or_init(compute),
+            None => compute(),
+        }
     }
 
     /// One node's worth of the pool's resources ([`placeholder::node_worth`] of its claims).

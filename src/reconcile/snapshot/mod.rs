@@ -374,6 +374,32 @@ impl Snapshot {
         })
     }
 
+    /// The pool's claims with a short-lead finding in `leads` ([`Snapshot::short_leads`]), as
+    /// this pass sees them. Only those claims are read.
+    pub fn short_lead_claims<'a>(
+        &'a self,
+        leads: &'a index::ShortLeads,
+    ) -> impl Iterator<Item = (&'a NodeClaim, &'a feasibility::Finding)> {
+        let claims = self.index.pool(&self.cache, self.pool_name());
+        leads.iter().zip(claims).filter_map(|(f, c)| Some((self.live(c), f.as_ref()?)))
+    }
+
+    /// The earliest forced-expiry deadline of the pool's claims not being deleted. A pass that
+    /// wrote no claim reads the cached claims only: computed once per cache version.
+    pub fn nearest_deadline(&self) -> Option<DateTime<Utc>> {
+        let nearest = || {
+            self.pool_claims_derived()
+                .filter(|(c, _)| !c.is_deleting())
+                .filter_map(|(_, d)| derive::deadline(d.created()?, d.expire_after?))
+                .min()
+        };
+        if self.claims.is_empty() {
+            self.index.pool_nearest_deadline(&self.cache, self.pool_name(), nearest)
+        } else {
+            nearest()
+        }
+    }
+
     /// Claims of this pool with what passes derive from their spec and status.
     pub fn pool_claims_derived(&self) -> impl Iterator<Item = (&NodeClaim, &Derived)> {
         let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
