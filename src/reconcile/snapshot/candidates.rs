@@ -26,6 +26,7 @@ impl Snapshot {
         let mut anchors = None;
         // The first of the candidates in rotation order, never a claim another slot already
         // rotates (slots: N > 1) nor one whose node another rotation stands or lands on.
+        let claims = self.index.pool(&self.cache, self.pool_name());
         for &i in facts_dues.in_order(derived) {
             let Some(f) = &facts[i] else { continue };
             let candidacy = derive::candidacy_due(f, &policy.settings, dues[i], self.now);
@@ -37,7 +38,7 @@ impl Snapshot {
             if pick.is_none() {
                 let anchors = anchors.get_or_insert_with(|| self.anchors());
                 let rotated = anchors.values().any(|a| *a == name);
-                if !rotated && !self.lands_another(name) {
+                if !rotated && !self.lands_another(name, self.live(&claims[i])) {
                     pick = Some(name);
                 }
             }
@@ -84,9 +85,8 @@ impl Snapshot {
     }
 
     /// The claim's node is where another rotation stands or lands ([`Snapshot::node_of_another`]).
-    fn lands_another(&self, claim: &str) -> bool {
-        let node = self.claim(claim).and_then(|c| self.claim_node(c));
-        node.is_some_and(|n| self.node_of_another(claim, n))
+    fn lands_another(&self, name: &str, claim: &NodeClaim) -> bool {
+        self.claim_node(claim).is_some_and(|n| self.node_of_another(name, n))
     }
 
     /// The pool's claims' candidate facts (after this pass's writes) and due instants (the

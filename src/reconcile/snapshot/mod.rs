@@ -347,10 +347,12 @@ impl Snapshot {
         }
         let Some(earliest) = starts.iter().min().copied() else { return total };
         let anchored: BTreeSet<&str> = anchors.values().copied().collect();
-        let replacements = self
-            .pool_claims()
-            .filter(|c| c.created().is_some_and(|t| t >= earliest))
-            .filter(|c| !anchored.contains(c.metadata.name.as_deref().unwrap_or("")))
+        // A claim's name and creation are what the cache holds, whatever this pass wrote.
+        let (_, derived) = self.index.pool_derived(&self.cache, self.pool_name());
+        let replacements = derived
+            .iter()
+            .filter(|d| d.created().is_some_and(|t| t >= earliest))
+            .filter(|d| !anchored.contains(d.name.as_str()))
             .count();
         total - replacements.min(starts.len())
     }
@@ -407,7 +409,7 @@ impl Snapshot {
     }
 
     /// This pass's copy of a cached claim if it wrote one, else the cached claim.
-    fn live<'a>(&'a self, cached: &'a Arc<NodeClaim>) -> &'a NodeClaim {
+    pub(super) fn live<'a>(&'a self, cached: &'a Arc<NodeClaim>) -> &'a NodeClaim {
         self.claims.get(cached.metadata.name.as_deref().unwrap_or("")).unwrap_or(cached.as_ref())
     }
 
