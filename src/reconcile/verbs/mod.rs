@@ -41,8 +41,6 @@ const ATTEMPTS: usize = 5;
 pub struct PassHost<'c> {
     pub snap: Snapshot,
     pub ctx: &'c mut Ctx,
-    /// Rows fired or evaluated false, for coverage and warning latches.
-    pub observed: Vec<(String, bool)>,
     /// The pool copy the completion write verified (its durations feed `emit(success)`).
     released: Option<NodePool>,
     /// The rotation an anchor write of this pass cleared (its Event names the claim, which may
@@ -134,11 +132,9 @@ impl<'c> PassHost<'c> {
     /// A pass over slot `slot` of the pool; `snap.pool` is already seen through its lens (the
     /// sweep's copy of a pool, lensed once and dropped after its run).
     pub fn for_slot(snap: Snapshot, ctx: &'c mut Ctx, slot: usize) -> Self {
-        let observed = Vec::new();
         PassHost {
             snap,
             ctx,
-            observed,
             released: None,
             cleared: None,
             deleted_placeholder: None,
@@ -265,7 +261,6 @@ impl Host for PassHost<'_> {
         if matched && !self.ctx.coverage.contains(&row.id) {
             self.ctx.coverage.insert(row.id.clone());
         }
-        self.observed.push((row.id.clone(), matched));
     }
 
     fn rearm(&mut self, a: &Action<'_>) {
