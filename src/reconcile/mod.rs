@@ -18,7 +18,7 @@ mod sweep;
 mod verbs;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -145,6 +145,8 @@ pub struct Controller {
     /// Validation errors by policy name, keyed by (uid, generation), for the status view.
     #[allow(clippy::type_complexity)]
     validity: HashMap<String, ((String, Option<i64>), Option<Arc<InvalidPolicy>>)>,
+    /// Each pool's governance, with the cached pool and policies it was resolved from.
+    resolved: HashMap<String, (ResolvedKey, Governance)>,
     /// Feasibility by pool, keyed by what it depends on.
     assessments: HashMap<String, (AssessmentKey, Arc<feasibility::Assessment>)>,
     /// The cache's claims by pool and by node, rebuilt when the cache changes.
@@ -178,6 +180,7 @@ impl Controller {
             engine,
             policies: HashMap::new(),
             validity: HashMap::new(),
+            resolved: HashMap::new(),
             assessments: HashMap::new(),
             index: IndexCache::default(),
             pool_status: HashMap::new(),
@@ -254,13 +257,10 @@ impl Controller {
     fn governance(
         &mut self,
         cache: &CacheView,
-        pool: &NodePool,
+        pool: &Arc<NodePool>,
         now: DateTime<Utc>,
     ) -> GovernanceView {
-        let selectors = policy_selectors(cache);
-        let none = BTreeMap::new();
-        let labels = pool.metadata.labels.as_ref().unwrap_or(&none);
-        match resolve::resolve(&selectors, labels) {
+        match self.resolved(cache, pool) {
             Governance::Governed { policy, .. } => match cache.policies.get(&policy) {
                 Some(p) => match self.policy_view(p, now) {
                     Ok(view) => GovernanceView::Governed(view),
@@ -271,6 +271,32 @@ impl Controller {
             Governance::Conflict { policies, .. } => GovernanceView::Conflict(policies),
             Governance::Ungoverned => GovernanceView::Ungoverned,
         }
+    }
+
+    /// Which policy governs `pool` ([`resolve::resolve`]), kept while the pool and the policies
+    /// are the same cached objects: it reads only their labels and selectors.
+    fn resolved(&mut self, cache: &CacheView, pool: &Arc<NodePool>) -> Governance {
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        let same = |key: &ResolvedKey| {
+            key.pool.upgrade().is_some_and(|p| Arc::ptr_eq(&p, pool))
+                && key.policies.len() == cache.policies.len()
+                && (key.policies.iter().zip(cache.policies.values()))
+                    .all(|(k, p)| k.upgrade().is_some_and(|k| Arc::ptr_eq(&k, p)))
+        };
+        if let Some((key, governance)) = self.resolved.get(name)
+            && same(key)
+        {
+            return governance.clone();
+        }
+        let none = BTreeMap::new();
+        let labels = pool.metadata.labels.as_ref().unwrap_or(&none);
+        let governance = resolve::resolve(&policy_selectors(cache), labels);
+        let key = ResolvedKey {
+            pool: Arc::downgrade(pool),
+            policies: cache.policies.values().map(Arc::downgrade).collect(),
+        };
+        self.resolved.insert(name.to_string(), (key, governance.clone()));
+        governance
     }
 
     /// Feasibility of the pool; `nodes` is `N` ([`Snapshot::pool_nodes`]), `short_limits` the
@@ -433,6 +459,13 @@ impl Controller {
 /// What a [`PolicyView`] is built from besides the policy's name: its uid, generation and the
 /// day (the 53-week window horizon moves on daily).
 type PolicyKey = (String, i64, chrono::NaiveDate);
+
+/// The cached objects a pool's governance was resolved from (a `Weak` keeps an address from
+/// being reused: the same allocation is the same, unchanged object).
+struct ResolvedKey {
+    pool: Weak<NodePool>,
+    policies: Vec<Weak<RotationPolicy>>,
+}
 
 /// What a pool's feasibility is assessed from besides its name.
 struct AssessmentKey {

@@ -146,6 +146,7 @@ impl Controller {
         self.validity.retain(|n, _| cache.policies.contains_key(n));
         self.policies.retain(|n, _| cache.policies.contains_key(n));
         self.assessments.retain(|n, _| cache.pools.contains_key(n));
+        self.resolved.retain(|n, _| cache.pools.contains_key(n));
         self.pool_status.retain(|n, _| cache.pools.contains_key(n));
         for (name, policy) in &cache.policies {
             let invalid = self.validity(policy);

@@ -47,6 +47,29 @@ fn gauges_describe_the_pool_and_are_removed_when_it_loses_its_policy() {
 }
 
 #[test]
+fn governance_follows_a_relabelled_pool_and_an_edited_selector() {
+    use noderotation::telemetry::PoolGauge;
+    let governed = |fx: &Fx| fx.ctl.telemetry().pool_gauge(POOL, PoolGauge::WindowActive).is_some();
+    let mut fx = Fx::new();
+    fx.claim("c1", Duration::days(10));
+    fx.pass();
+    assert!(governed(&fx));
+    // The pool relabelled away from the selector: ungoverned on its next pass.
+    fx.world.update_pool(POOL, |p| {
+        p.metadata.labels = Some([("team".to_string(), "b".to_string())].into());
+    });
+    fx.pass();
+    assert!(!governed(&fx), "relabelled pool still governed");
+    // The policy's selector edited to the new label: governed again.
+    fx.world.update_policy("rotate-a", |p| {
+        p.spec.node_pool_selector.match_labels =
+            Some([("team".to_string(), "b".to_string())].into());
+    });
+    fx.pass();
+    assert!(governed(&fx), "edited selector not followed");
+}
+
+#[test]
 fn policy_status_reports_matched_rotating_and_ready() {
     let mut fx = Fx::new();
     started(&mut fx);
