@@ -263,15 +263,7 @@ impl ClaimIndex {
         compute: impl FnOnce() -> Arc<FactsDues>,
     ) -> Arc<FactsDues> {
         let Some(p) = self.by_pool(cache).get(pool) else { return compute() };
-        let mut kept = p.unwritten.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((k, v)) = kept.as_ref()
-            && k.matches(&key)
-        {
-            return Arc::clone(v);
-        }
-        let value = compute();
-        *kept = Some((key, Arc::clone(&value)));
-        value
+        kept(&p.unwritten, key, UnwrittenKey::matches, compute)
     }
 
     /// The pool's [`ShortLeads`] under `policy`: `compute`'s, kept while the view is the same.
@@ -283,16 +275,11 @@ impl ClaimIndex {
         compute: impl FnOnce() -> ShortLeads,
     ) -> ShortLeads {
         let Some(p) = self.by_pool(cache).get(pool) else { return compute() };
-        let mut kept = p.short_leads.lock().unwrap_or_else(|e| e.into_inner());
         // Alive, so its address is not reused: the same allocation is the same view.
-        if let Some((view, v)) = kept.as_ref()
-            && view.upgrade().is_some_and(|view| Arc::ptr_eq(&view, policy))
-        {
-            return Arc::clone(v);
-        }
-        let value = compute();
-        *kept = Some((Arc::downgrade(policy), Arc::clone(&value)));
-        value
+        let same = |kept: &Weak<PolicyView>, view: &Weak<PolicyView>| {
+            kept.ptr_eq(view) && kept.strong_count() > 0
+        };
+        kept(&p.short_leads, Arc::downgrade(policy), same, compute)
     }
 
     /// The pool's `nearest_deadline`: `compute`'s, once per cache version.
@@ -336,6 +323,24 @@ impl ClaimIndex {
             index_claims(cache, |c| c.status.as_ref().and_then(|s| s.provider_id.as_ref()))
         })
     }
+}
+
+/// `compute`'s value, kept in `slot` with `key` and returned again while `same(kept, key)`.
+fn kept<K, V: Clone>(
+    slot: &Mutex<Option<(K, V)>>,
+    key: K,
+    same: impl FnOnce(&K, &K) -> bool,
+    compute: impl FnOnce() -> V,
+) -> V {
+    let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((k, v)) = slot.as_ref()
+        && same(k, &key)
+    {
+        return v.clone();
+    }
+    let value = compute();
+    *slot = Some((key, value.clone()));
+    value
 }
 
 /// The cached claims keyed by `key`, the first claim (in name order) winning a shared key.
