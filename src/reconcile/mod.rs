@@ -455,7 +455,6 @@ impl Controller {
     }
 }
 
-/// Every cached RotationPolicy's name and selector, as policy resolution reads them.
 /// What a [`PolicyView`] is built from besides the policy's name: its uid, generation and the
 /// day (the 53-week window horizon moves on daily).
 type PolicyKey = (String, i64, chrono::NaiveDate);
@@ -478,6 +477,7 @@ struct AssessmentKey {
     replicas: Option<i64>,
 }
 
+/// Every cached RotationPolicy's name and selector, as policy resolution reads them.
 fn policy_selectors(cache: &CacheView) -> Vec<PolicySelector<'_>> {
     cache
         .policies

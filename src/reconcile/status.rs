@@ -73,8 +73,7 @@ impl Controller {
         now: DateTime<Utc>,
     ) -> Option<summary::PoolSummary> {
         let np = Arc::clone(cache.pools.get(pool)?);
-        let labels = np.metadata.labels.clone().unwrap_or_default();
-        let resolved = resolve::resolve(&policy_selectors(cache), &labels);
+        let resolved = self.resolved(cache, &np);
         let snap = self.prepared(cache.clone(), np, now);
         let governance = match (&snap.governance, resolved) {
             (GovernanceView::Governed(p), _) => {
