@@ -49,7 +49,7 @@ pub mod metrics_auth;
 pub mod preflight;
 pub mod queue;
 
-use crate::trigger::{Keys, Mapper, Retries, STATUS_COALESCE, affects_status};
+use crate::trigger::{Keys, Mapper, Retries, STATUS_COALESCE};
 use lease::LeaderElection;
 use queue::{Next, WorkQueue};
 
@@ -555,11 +555,12 @@ async fn map_changes(
 ) {
     let mut mapper = Mapper::default();
     while let Some(change) = changes.recv().await {
-        if affects_status(&change) {
-            // Coalesced: a burst of pool writes (a rotation's annotations) asks once.
+        let wake = mapper.map(&change, &|claim| cluster.pool_of_claim(claim));
+        if wake.status {
+            // Coalesced: a burst of policy edits asks once.
             queue.request_status_after(STATUS_COALESCE);
         }
-        match mapper.keys(&change, &|claim| cluster.pool_of_claim(claim)) {
+        match wake.pools {
             Keys::None => {}
             Keys::Pool(pool) => queue.add_now(&pool),
             Keys::All => {

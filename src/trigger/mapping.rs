@@ -1,7 +1,7 @@
 //! Watch events to pool keys (spec §5.2): NodeClaim → its pool; placeholder Pod reaching Running
 //! (or gone) → the pool of the claim it surges for; Node reaching Ready → its pool; NodePool →
-//! itself; Karpenter's `Nominated` Event → the pool of the claim it names; any RotationPolicy
-//! change or relist → every pool.
+//! itself; Karpenter's `Nominated` Event → the pool of the claim it names; a RotationPolicy
+//! created, deleted or with a new spec, or any relist → every pool.
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -11,6 +11,7 @@ use crate::cluster::ObjectKind;
 use crate::cluster::change::{Change, Watched};
 use crate::engine::Key;
 use crate::karpenter::{NODEPOOL_LABEL, node_ready};
+use crate::policy::crd::RotationPolicySpec;
 
 /// Which pools a change wakes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,25 +21,36 @@ pub enum Keys {
     All,
 }
 
-/// Whether a change asks for a policy status recompute before the tick: a RotationPolicy
-/// applied, deleted or relisted, so that whoever edits one sees it accepted or rejected at once.
-/// NodePool changes move the view too (§5.4: which pools a policy governs, which of them
-/// rotate, ties), but a rotation changes its pool's annotations several times and every start
-/// and end moves the in-flight counts: those are answered by the tick's recompute, so that the
-/// status is written at most once a tick however many rotations start and end
-/// (docs/decisions/footprint.md).
-pub fn affects_status(change: &Change) -> bool {
-    match change {
-        Change::Resynced(kind) => matches!(kind, ObjectKind::RotationPolicy),
-        Change::Applied(w) | Change::Deleted(w) => matches!(w, Watched::Policy(_)),
+/// What one watch change asks for: the pools it wakes, and whether the policy status is
+/// recomputed before the tick.
+///
+/// `status`: a RotationPolicy applied with another spec, deleted or relisted, so that whoever
+/// edits one sees it accepted or rejected at once. NodePool changes move the view too (§5.4:
+/// which pools a policy governs, which of them rotate, ties), but a rotation changes its pool's
+/// annotations several times and every start and end moves the in-flight counts: those are
+/// answered by the tick's recompute, so that the status is written at most once a tick however
+/// many rotations start and end (docs/decisions/footprint.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wake {
+    pub pools: Keys,
+    pub status: bool,
+}
+
+impl Wake {
+    fn pools(pools: Keys) -> Self {
+        Wake { pools, status: false }
     }
 }
 
-/// Remembers the last phase/readiness seen per object, to fire on the edge only.
+/// Remembers the last phase/readiness seen per object, to fire on the edge only, and the spec
+/// of each policy: a policy applied with the spec it had (its status written, which is this
+/// controller's own write, or its metadata edited) changes nothing a pass or the status view
+/// reads, so it wakes nothing.
 #[derive(Debug, Default)]
 pub struct Mapper {
     running: HashMap<String, bool>,
     ready: HashMap<String, bool>,
+    policies: HashMap<String, (Option<i64>, RotationPolicySpec)>,
 }
 
 fn placeholder_pool(pod: &Pod, pool_of_claim: &dyn Fn(&str) -> Option<String>) -> Keys {
@@ -65,11 +77,35 @@ fn labelled_pool<K: ResourceExt>(obj: &K) -> Keys {
 }
 
 impl Mapper {
-    pub fn keys(
-        &mut self,
-        change: &Change,
-        pool_of_claim: &dyn Fn(&str) -> Option<String>,
-    ) -> Keys {
+    /// What `change` asks for; `pool_of_claim` names the pool of a claim the cache holds.
+    pub fn map(&mut self, change: &Change, pool_of_claim: &dyn Fn(&str) -> Option<String>) -> Wake {
+        let every = Wake { pools: Keys::All, status: true };
+        match change {
+            Change::Resynced(kind) => {
+                Wake { pools: Keys::All, status: matches!(kind, ObjectKind::RotationPolicy) }
+            }
+            Change::Applied(Watched::Policy(p)) => {
+                let name = p.name_any();
+                let generation = p.metadata.generation;
+                match self.policies.get(&name) {
+                    Some((g, spec)) if *g == generation && *spec == p.spec => {
+                        Wake::pools(Keys::None)
+                    }
+                    _ => {
+                        self.policies.insert(name, (generation, p.spec.clone()));
+                        every
+                    }
+                }
+            }
+            Change::Deleted(Watched::Policy(p)) => {
+                self.policies.remove(&p.name_any());
+                every
+            }
+            _ => Wake::pools(self.keys(change, pool_of_claim)),
+        }
+    }
+
+    fn keys(&mut self, change: &Change, pool_of_claim: &dyn Fn(&str) -> Option<String>) -> Keys {
         match change {
             Change::Resynced(_) => Keys::All,
             Change::Applied(Watched::Policy(_)) | Change::Deleted(Watched::Policy(_)) => Keys::All,
@@ -184,26 +220,73 @@ mod tests {
 
     #[test]
     fn policy_changes_ask_for_a_status_update_and_pool_changes_wait_for_the_tick() {
+        let mut m = Mapper::default();
+        let known = |_: &str| Some("general".to_string());
+        let mut status = |change: &Change| m.map(change, &known).status;
         let mut pool = crate::karpenter::NodePool::default();
         pool.metadata.name = Some("general".into());
         let pool = Watched::Pool(Arc::new(pool));
-        let policy = Watched::Policy(Arc::new(crate::policy::crd::RotationPolicy::new(
+        let policy = Watched::Policy(Arc::new(policy(Some(1), "Wed")));
+        assert!(!status(&Change::Applied(pool.clone())));
+        assert!(!status(&Change::Deleted(pool)));
+        assert!(status(&Change::Applied(policy.clone())));
+        assert!(status(&Change::Deleted(policy)));
+        assert!(!status(&Change::Resynced(ObjectKind::NodePool)));
+        assert!(status(&Change::Resynced(ObjectKind::RotationPolicy)));
+        assert!(!status(&Change::Resynced(ObjectKind::NodeClaim)));
+        let n = Change::Applied(Watched::Node(node("n1", "general", true)));
+        assert!(!status(&n));
+        let p = Change::Applied(Watched::Placeholder(placeholder("Running")));
+        assert!(!status(&p));
+    }
+
+    fn policy(generation: Option<i64>, day: &str) -> crate::policy::crd::RotationPolicy {
+        let window = serde_json::json!({
+            "timezone": "Asia/Tokyo", "days": [day], "start": "02:00", "end": "05:00"
+        });
+        let mut p = crate::policy::crd::RotationPolicy::new(
             "p",
             serde_json::from_value(serde_json::json!({
-                "nodePoolSelector": {}, "maintenanceWindows": []
+                "nodePoolSelector": {}, "maintenanceWindows": [window]
             }))
             .unwrap_or_else(|e| panic!("{e}")),
-        )));
-        assert!(!affects_status(&Change::Applied(pool.clone())));
-        assert!(!affects_status(&Change::Deleted(pool)));
-        assert!(affects_status(&Change::Applied(policy.clone())));
-        assert!(affects_status(&Change::Deleted(policy)));
-        assert!(!affects_status(&Change::Resynced(ObjectKind::NodePool)));
-        assert!(affects_status(&Change::Resynced(ObjectKind::RotationPolicy)));
-        assert!(!affects_status(&Change::Resynced(ObjectKind::NodeClaim)));
-        let n = Change::Applied(Watched::Node(node("n1", "general", true)));
-        assert!(!affects_status(&n));
-        let p = Change::Applied(Watched::Placeholder(placeholder("Running")));
-        assert!(!affects_status(&p));
+        );
+        p.metadata.generation = generation;
+        p
+    }
+
+    /// The controller's own status write comes back as a watch event of the policy: it must
+    /// neither ask for another status recompute (a rotation moving the view every second made
+    /// the status a write a second, each answering the last) nor wake every pool.
+    #[test]
+    fn a_policy_applied_with_the_spec_it_had_wakes_nothing() {
+        let mut m = Mapper::default();
+        let known = |_: &str| Some("general".to_string());
+        let applied =
+            |p: crate::policy::crd::RotationPolicy| Change::Applied(Watched::Policy(Arc::new(p)));
+        let every = Wake { pools: Keys::All, status: true };
+        let none = Wake { pools: Keys::None, status: false };
+        let first = policy(Some(1), "Wed");
+        assert_eq!(m.map(&applied(first.clone()), &known), every, "first seen");
+        let mut written = first.clone();
+        written.status = Some(crate::policy::crd::RotationPolicyStatus {
+            in_flight: Some("1/2".into()),
+            ..Default::default()
+        });
+        written.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+        assert_eq!(m.map(&applied(written), &known), none, "status and labels only");
+        let edited = policy(Some(2), "Sat");
+        assert_eq!(m.map(&applied(edited.clone()), &known), every, "the spec edited");
+        assert_eq!(m.map(&applied(edited.clone()), &known), none);
+        let regenerated = policy(Some(3), "Sat");
+        assert_eq!(m.map(&applied(regenerated), &known), every, "a new generation");
+        let deleted = Change::Deleted(Watched::Policy(Arc::new(edited.clone())));
+        assert_eq!(m.map(&deleted, &known), every);
+        assert_eq!(m.map(&applied(edited), &known), every, "created again");
+        assert_eq!(
+            m.map(&Change::Resynced(ObjectKind::RotationPolicy), &known),
+            every,
+            "a relist may hide an edit"
+        );
     }
 }

@@ -7,5 +7,5 @@
 pub mod mapping;
 pub mod schedule;
 
-pub use mapping::{Keys, Mapper, affects_status};
+pub use mapping::{Keys, Mapper, Wake};
 pub use schedule::{Next, Retries, STATUS_COALESCE, Schedule, backoff};

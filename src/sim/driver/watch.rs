@@ -7,7 +7,7 @@ use super::{Driver, DrvEv};
 use crate::cluster::Cluster;
 use crate::cluster::memory::Rng;
 use crate::karpenter::NodeClaim;
-use crate::trigger::{Keys, STATUS_COALESCE, affects_status};
+use crate::trigger::{Keys, STATUS_COALESCE};
 
 impl Driver {
     /// The leader's watch changes up to `now`, through the runtime's [`Mapper`]: each pool
@@ -29,10 +29,11 @@ impl Driver {
         let coalesce = Duration::from_std(STATUS_COALESCE).unwrap_or(Duration::seconds(1));
         let mut woken = Vec::new();
         for change in &changes {
-            if affects_status(change) {
+            let wake = self.mapper.map(change, &pool_of_claim);
+            if wake.status {
                 self.schedule.request_status_at(now + coalesce);
             }
-            match self.mapper.keys(change, &pool_of_claim) {
+            match wake.pools {
                 Keys::None => {}
                 Keys::Pool(name) => woken.extend(self.pools.iter().position(|p| *p == name)),
                 Keys::All => woken.extend(0..self.pools.len()),
