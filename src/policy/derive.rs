@@ -290,13 +290,7 @@ pub fn candidacy_due(
     if claim.operator_do_not_disrupt {
         return Candidacy::OperatorOptOut;
     }
-    let is_due = match (settings.age_threshold, due) {
-        (_, None) => false,
-        (AgeThreshold::Auto, Some(at)) => now > at,
-        // A 24/7 union: `auto`'s instant, and its comparison.
-        (AgeThreshold::Windows, Some(at)) if !settings.schedule.has_gaps() => now > at,
-        (AgeThreshold::Windows | AgeThreshold::Override(_), Some(at)) => now >= at,
-    };
+    let is_due = due.is_some_and(|at| due_reached(settings, at, now));
     if !is_due {
         return Candidacy::NotDue { due_after: due };
     }
@@ -316,6 +310,51 @@ pub fn candidacy_due(
         }
     }
     Candidacy::Candidate
+}
+
+/// Whether `now` has reached the due instant `at`: strictly after it for `auto` (and a 24/7
+/// union of windows, which takes `auto`'s instant and its comparison), at or after it otherwise.
+fn due_reached(settings: &Effective, at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+    let strict = match settings.age_threshold {
+        AgeThreshold::Auto => true,
+        AgeThreshold::Windows => !settings.schedule.has_gaps(),
+        AgeThreshold::Override(_) => false,
+    };
+    if strict { now > at } else { now >= at }
+}
+
+/// When [`candidacy_due`] says `Candidate`, as a function of `now` alone, for the census of a
+/// pool whose facts stay the same from pass to pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CandidateSince {
+    /// Never, whatever `now`: deleting, not Ready, in rotation, opted out, or never due.
+    Never,
+    /// From the instant `now` reaches the due instant ([`candidate_from`]) on, for good.
+    Due(DateTime<Utc>),
+    /// A failed claim: its backoff depends on `now` in more ways; ask [`candidacy_due`].
+    Ask,
+}
+
+/// [`CandidateSince`] of a claim with the due instant `due`, read in the order
+/// [`candidacy_due`] reads the facts.
+pub fn candidate_since(claim: &ClaimFacts, due: Option<DateTime<Utc>>) -> CandidateSince {
+    if claim.deleting
+        || !claim.ready
+        || claim.state == ClaimState::InRotation
+        || claim.operator_do_not_disrupt
+    {
+        return CandidateSince::Never;
+    }
+    match due {
+        None => CandidateSince::Never,
+        Some(_) if claim.state == ClaimState::Failed => CandidateSince::Ask,
+        Some(at) => CandidateSince::Due(at),
+    }
+}
+
+/// Whether a claim whose [`CandidateSince`] is `Due(at)` is a candidate at `now`.
+pub fn candidate_from(settings: &Effective, at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+    due_reached(settings, at, now)
 }
 
 /// Whether the claim takes part in the burst lookahead: it has a deadline and a due instant
@@ -449,6 +488,51 @@ mod tests {
 
     fn claim(created: DateTime<Utc>) -> ClaimFacts {
         ClaimFacts::idle(created, ExpireAfter::After(Duration::days(14)), Some(Duration::hours(1)))
+    }
+
+    /// The census counts candidates by [`candidate_since`]: it must say what
+    /// [`candidacy_due`] says at every instant, for every fact that can make a claim no
+    /// candidate, under each age threshold (the strict `auto` and 24/7 comparisons included).
+    #[test]
+    fn candidate_since_agrees_with_candidacy_at_every_instant() {
+        let created = utc(2026, 1, 1, 0, 0);
+        let at = utc(2026, 1, 10, 3, 0);
+        let windows = settings(&[("UTC", &["Sat"], "02:00", "06:00")]);
+        let all_week = settings(&[]);
+        let mut auto = windows.clone();
+        auto.age_threshold = AgeThreshold::Auto;
+        let mut fixed = windows.clone();
+        fixed.age_threshold = AgeThreshold::Override(Duration::days(7));
+        let mut windowed = windows.clone();
+        windowed.age_threshold = AgeThreshold::Windows;
+        let mut always = all_week.clone();
+        always.age_threshold = AgeThreshold::Windows;
+        let base = claim(created);
+        let variants = [
+            base.clone(),
+            ClaimFacts { deleting: true, ..base.clone() },
+            ClaimFacts { ready: false, ..base.clone() },
+            ClaimFacts { state: ClaimState::InRotation, ..base.clone() },
+            ClaimFacts { operator_do_not_disrupt: true, ..base.clone() },
+            ClaimFacts { state: ClaimState::Failed, failed_at: Some(at), ..base.clone() },
+        ];
+        let instants =
+            [at - Duration::seconds(1), at, at + Duration::seconds(1), at + Duration::days(1)];
+        for s in [&auto, &fixed, &windowed, &always] {
+            for f in &variants {
+                for due in [None, Some(at)] {
+                    for now in instants {
+                        let want = candidacy_due(f, s, due, now) == Candidacy::Candidate;
+                        let got = match candidate_since(f, due) {
+                            CandidateSince::Never => false,
+                            CandidateSince::Due(at) => candidate_from(s, at, now),
+                            CandidateSince::Ask => want,
+                        };
+                        assert_eq!(got, want, "{:?} {f:?} due {due:?} at {now}", s.age_threshold);
+                    }
+                }
+            }
+        }
     }
 
     #[test]

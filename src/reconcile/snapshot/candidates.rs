@@ -21,30 +21,29 @@ impl Snapshot {
         let Some(policy) = self.policy().cloned() else { return };
         let (facts_dues, derived) = self.facts_and_dues(&policy);
         let FactsDues { facts, dues, .. } = facts_dues.as_ref();
-        let mut census = 0;
+        let census = facts_dues.census(&policy.settings, self.now);
         let mut pick: Option<&str> = None;
-        let mut anchors = None;
         // The first of the candidates in rotation order, never a claim another slot already
         // rotates (slots: N > 1) nor one whose node another rotation stands or lands on.
-        let claims = self.index.pool(&self.cache, self.pool_name());
-        for &i in facts_dues.in_order(derived) {
-            let Some(f) = &facts[i] else { continue };
-            let candidacy = derive::candidacy_due(f, &policy.settings, dues[i], self.now);
-            if candidacy != derive::Candidacy::Candidate {
-                continue;
-            }
-            census += 1;
-            let name = derived[i].name.as_str();
-            if pick.is_none() {
-                let anchors = anchors.get_or_insert_with(|| self.anchors());
+        if census > 0 {
+            let claims = self.index.pool(&self.cache, self.pool_name());
+            let anchors = self.anchors();
+            for &i in facts_dues.in_order(derived) {
+                let Some(f) = &facts[i] else { continue };
+                let candidacy = derive::candidacy_due(f, &policy.settings, dues[i], self.now);
+                if candidacy != derive::Candidacy::Candidate {
+                    continue;
+                }
+                let name = derived[i].name.as_str();
                 let rotated = anchors.values().any(|a| *a == name);
                 if !rotated && !self.lands_another(name, self.live(&claims[i])) {
                     pick = Some(name);
+                    break;
                 }
             }
         }
         let pick = pick.map(str::to_string);
-        self.census = census;
+        self.census = i64::try_from(census).unwrap_or(i64::MAX);
         self.pick = pick;
     }
 

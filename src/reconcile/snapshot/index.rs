@@ -16,6 +16,7 @@ use crate::placeholder;
 use crate::policy::derive::{self, ClaimFacts};
 use crate::policy::duration::ExpireAfter;
 use crate::policy::feasibility::Finding;
+use crate::policy::settings::Effective;
 
 /// The cached claims grouped the way passes read them, built once per cache version instead of
 /// scanning every claim in the cluster on every pool's pass. Each grouping is built on first
@@ -66,11 +67,49 @@ pub(super) struct FactsDues {
     pub(super) dues: Vec<Option<DateTime<Utc>>>,
     /// The claims with facts in rotation order ([`FactsDues::in_order`]).
     order: OnceLock<Box<[usize]>>,
+    /// When each claim becomes a candidate ([`FactsDues::census`]).
+    since: OnceLock<CensusIndex>,
+}
+
+/// The claims with facts by [`derive::CandidateSince`]: the due instants of those that become
+/// candidates once `now` reaches them, sorted, and the failed ones, asked each time.
+#[derive(Debug)]
+struct CensusIndex {
+    due: Box<[DateTime<Utc>]>,
+    ask: Box<[usize]>,
 }
 
 impl FactsDues {
     pub(super) fn new(facts: Vec<Option<ClaimFacts>>, dues: Vec<Option<DateTime<Utc>>>) -> Self {
-        FactsDues { facts, dues, order: OnceLock::new() }
+        FactsDues { facts, dues, order: OnceLock::new(), since: OnceLock::new() }
+    }
+
+    /// How many of the claims are candidates at `now` ([`derive::candidacy_due`] says
+    /// `Candidate`), counted without asking each: the facts stay the same from pass to pass,
+    /// and only the failed claims' verdict depends on `now` other than through their due
+    /// instant.
+    pub(super) fn census(&self, settings: &Effective, now: DateTime<Utc>) -> usize {
+        let index = self.since.get_or_init(|| {
+            let (mut due, mut ask) = (Vec::new(), Vec::new());
+            for (i, f) in self.facts.iter().enumerate() {
+                let Some(f) = f else { continue };
+                match derive::candidate_since(f, self.dues[i]) {
+                    derive::CandidateSince::Never => {}
+                    derive::CandidateSince::Due(at) => due.push(at),
+                    derive::CandidateSince::Ask => ask.push(i),
+                }
+            }
+            due.sort_unstable();
+            CensusIndex { due: due.into(), ask: ask.into() }
+        });
+        let reached = index.due.partition_point(|at| derive::candidate_from(settings, *at, now));
+        let asked = index.ask.iter().filter(|&&i| {
+            self.facts[i].as_ref().is_some_and(|f| {
+                derive::candidacy_due(f, settings, self.dues[i], now)
+                    == derive::Candidacy::Candidate
+            })
+        });
+        reached + asked.count()
     }
 
     /// The indices of the claims with facts, in [`RotationOrder`](derive::RotationOrder) (their
