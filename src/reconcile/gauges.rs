@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 
 use super::snapshot::annotation;
-use super::{Controller, GovernanceView, Snapshot};
+use super::{Controller, GovernanceView, Latched, Snapshot};
 use crate::engine::Key;
 use crate::policy::feasibility;
 
@@ -16,7 +16,7 @@ impl Controller {
     pub(super) fn level_warnings(&mut self, snap: &Snapshot) {
         use crate::cluster::{EventRecord, ObjectKind, ObjectRef};
         let pool = snap.pool_name().to_string();
-        let mut raised: BTreeSet<(String, String)> = BTreeSet::new();
+        let mut raised: BTreeSet<(Latched, &'static str)> = BTreeSet::new();
         let mut events = Vec::new();
         if let Some(a) = snap.assessment() {
             // Reasons the rules raise themselves (StaticNodePool at step 1a) stay theirs.
@@ -25,36 +25,34 @@ impl Controller {
                     && crate::engine::Reason::from_name(f.reason.event_reason()).is_none()
             });
             for f in warnings {
-                let key = (format!("{pool}|feasibility"), f.reason.event_reason().to_string());
+                let reason = f.reason.event_reason();
+                let key = (Latched::Finding { pool: pool.clone(), claim: None }, reason);
                 raised.insert(key.clone());
                 // Latched on the remedy, not the message: the message carries the node count,
                 // which moves with every scale-up or consolidation and must not re-raise it.
                 if self.ctx.latch.should_fire(key, &f.fix) {
                     let object = ObjectRef::cluster(ObjectKind::NodePool, pool.clone());
                     let msg = format!("{} Fix: {}", f.message, f.fix);
-                    events.push((object, f.reason.event_reason().to_string(), msg));
+                    events.push((object, reason.to_string(), msg));
                 }
             }
         }
         let short_leads = snap.short_leads();
         for (c, f) in snap.short_lead_claims(&short_leads) {
             let Some(name) = c.metadata.name.clone() else { continue };
-            let reason = f.reason.event_reason().to_string();
-            let key = (format!("{pool}|claim/{name}"), reason.clone());
+            let reason = f.reason.event_reason();
+            let key = (Latched::Finding { pool: pool.clone(), claim: Some(name.clone()) }, reason);
             raised.insert(key.clone());
             if self.ctx.latch.should_fire(key, &f.fix) {
                 let object = ObjectRef::cluster(ObjectKind::NodeClaim, name);
-                events.push((object, reason, format!("{} Fix: {}", f.message, f.fix)));
+                events.push((object, reason.to_string(), format!("{} Fix: {}", f.message, f.fix)));
             }
         }
-        let feasibility_key = format!("{pool}|feasibility");
-        let claim_prefix = format!("{pool}|claim/");
-        // Both kinds of key start with "{pool}|": they sort between it and "{pool}}" ('|' + 1).
-        let range = (format!("{pool}|"), String::new())..(format!("{pool}}}"), String::new());
-        self.ctx.latch.retain_range(range, |k| {
-            let ours = k.0 == feasibility_key || k.0.starts_with(&claim_prefix);
-            !ours || raised.contains(k)
-        });
+        // This pool's findings, and no other pool's: pool names hold no NUL, so every name
+        // that starts with this one and goes on sorts after `{pool}\0`.
+        let first = (Latched::Finding { pool: pool.clone(), claim: None }, "");
+        let beyond = (Latched::Finding { pool: format!("{pool}\0"), claim: None }, "");
+        self.ctx.latch.retain_range(first..beyond, |k| raised.contains(k));
         for (object, reason, message) in events {
             let event = EventRecord { object, reason, message, warning: true, time: snap.now };
             if let Err(e) = self.ctx.cluster.record_event(&event) {

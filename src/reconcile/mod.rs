@@ -23,7 +23,7 @@ use std::sync::{Arc, Weak};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::clock::Clock;
-use crate::cluster::{ApiError, CacheView, Cluster};
+use crate::cluster::{ApiError, CacheView, Cluster, ObjectKind, ObjectRef};
 use crate::engine::{Engine, EngineError};
 use crate::karpenter::NodePool;
 use crate::policy::crd::{NodePoolStatus, RotationPolicy};
@@ -115,12 +115,52 @@ pub struct Announcement {
     pub row: String,
 }
 
+/// What a level-triggered warning is latched on (§4.3), beside its reason: the warning fires
+/// once per key and reason until its condition is seen false.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Latched {
+    /// A `warn_once` about no object of the cluster.
+    Unnamed,
+    /// A warning about the pool, a node or a pod.
+    Object(ObjectRef),
+    /// A pool's feasibility findings (`claim: None`) and its claims' short-lead findings: the
+    /// pass over the pool raises them all again and re-arms the others.
+    Finding { pool: String, claim: Option<String> },
+    /// A warning about a claim (`warn_once`, `SurgeClamped`): forgotten with the claim.
+    Claim(String),
+}
+
+impl Latched {
+    /// The key of a warning about `object`.
+    pub fn about(object: Option<ObjectRef>) -> Self {
+        match object {
+            Some(r) if r.kind == ObjectKind::NodeClaim && r.namespace.is_none() => {
+                Latched::Claim(r.name)
+            }
+            Some(r) => Latched::Object(r),
+            None => Latched::Unnamed,
+        }
+    }
+}
+
+impl std::fmt::Display for Latched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Latched::Unnamed => Ok(()),
+            Latched::Object(r) => r.fmt(f),
+            Latched::Finding { pool, claim: None } => write!(f, "{pool}|feasibility"),
+            Latched::Finding { pool, claim: Some(c) } => write!(f, "{pool}|claim/{c}"),
+            Latched::Claim(name) => write!(f, "{:?} {name}", ObjectKind::NodeClaim),
+        }
+    }
+}
+
 /// What passes share: the cluster, telemetry, dedup latches and the announcement log.
 pub struct Ctx {
     pub cluster: Arc<dyn Cluster>,
     pub config: ControllerConfig,
     pub telemetry: Telemetry,
-    pub latch: WarningLatch,
+    pub latch: WarningLatch<(Latched, &'static str)>,
     pub announcements: Vec<Announcement>,
     /// Ids of every rule row that has fired in this process (tests list the ones that never did).
     pub coverage: BTreeSet<String>,
@@ -444,12 +484,13 @@ impl Controller {
 
     /// Drops what the controller remembers about claims that no longer exist: their warning
     /// latches (which would otherwise grow for the life of the process) and placeholder
-    /// trouble. Claim-scoped latch keys are `NodeClaim <name>`: one range of the latch.
+    /// trouble. Claim-scoped latch keys ([`Latched::Claim`]) sort last: one range of the latch.
     fn forget_gone_claims(&mut self, snap: &Snapshot) {
-        let prefix = "NodeClaim ";
-        let range = (prefix.to_string(), String::new())..("NodeClaim!".to_string(), String::new());
-        self.ctx.latch.retain_range(range, |(object, _)| {
-            object.strip_prefix(prefix).is_none_or(|name| snap.claim(name).is_some())
+        use std::ops::Bound;
+        let range = (Bound::Included((Latched::Claim(String::new()), "")), Bound::Unbounded);
+        self.ctx.latch.retain_range(range, |(latched, _)| match latched {
+            Latched::Claim(name) => snap.claim(name).is_some(),
+            _ => true,
         });
         self.ctx.placeholder_trouble.retain(|name, _| snap.claim(name).is_some());
     }

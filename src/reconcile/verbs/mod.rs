@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::known::{Lookup, Seen};
 use super::snapshot::{Snapshot, annotation, apply_node_patch, apply_patch};
-use super::{Announcement, Ctx};
+use super::{Announcement, Ctx, Latched};
 use crate::cluster::{ApiError, EventRecord, ObjectKind, ObjectRef, Patch};
 use crate::engine::{
     ANCHOR_CLEAR_SET, Action, ClaimState, Facts, Field, Host, HostError, Key, Message, ObjRef,
@@ -242,10 +242,7 @@ impl Host for PassHost<'_> {
                     return Err(fail(a.verb, "warn_once without target or reason"));
                 };
                 let message = self.message(reason, a);
-                let key = (
-                    self.cluster_ref(&obj).map(|r| r.to_string()).unwrap_or_default(),
-                    reason.name().to_string(),
-                );
+                let key = (Latched::about(self.cluster_ref(&obj)), reason.name());
                 if self.ctx.latch.should_fire(key, &message) {
                     tracing::warn!(nodepool = %self.snap.pool_name(), reason = reason.name(), "{message}");
                     self.event(&obj, reason, message);
@@ -272,6 +269,6 @@ impl Host for PassHost<'_> {
         }
         let (Some(obj), Some(reason)) = (a.target_obj(), a.reason) else { return };
         let Some(object) = self.cluster_ref(obj) else { return };
-        self.ctx.latch.clear(&(object.to_string(), reason.name().to_string()));
+        self.ctx.latch.clear(&(Latched::about(Some(object)), reason.name()));
     }
 }

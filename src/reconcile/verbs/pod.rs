@@ -63,7 +63,7 @@ impl PassHost<'_> {
             }
         };
         if !built.clamped.is_empty() {
-            let key = (format!("NodeClaim {name}"), Reason::SurgeClamped.name().to_string());
+            let key = (Latched::Claim(name.clone()), Reason::SurgeClamped.name());
             if self.ctx.latch.should_fire(key, &built.clamped.join(",")) {
                 let claim = self.subject_claim(a).unwrap_or_default();
                 let msg = self.render(Message::SurgeClamped, &claim, &built.clamped);
