@@ -226,6 +226,17 @@ pub fn forceful_fallback_only_when_enabled_and_too_close_to_the_deadline() {
     fx.pass();
     assert!(fx.pool_ann(Key::RotationMode).is_none());
     assert!(fx.placeholder("close").is_some());
+    // The edge (§3.6: `deadline - now < t_rot`, t_rot 1h17m here): a minute inside it is
+    // forceful, the deadline exactly t_rot away is still a surge.
+    for (minutes, forceful) in [(76, true), (77, false)] {
+        let policy = policy_yaml(", forcefulFallback: {enabled: true}", None);
+        let mut fx = Fx::with(policy, pool_yaml(""));
+        fx.claim("edge", Duration::days(14) - Duration::minutes(minutes));
+        fx.pass();
+        let mode = fx.pool_ann(Key::RotationMode);
+        assert_eq!(mode.as_deref() == Some("forceful-fallback"), forceful, "{minutes}m: {mode:?}");
+        assert_eq!(fx.placeholder("edge").is_some(), !forceful, "{minutes}m");
+    }
 }
 
 #[test]
