@@ -405,17 +405,6 @@ impl PartialOrd for RotationOrder<'_> {
     }
 }
 
-/// §3.6: forceful fallback is due when enabled and a graceful surge can no longer finish before
-/// the forced expiry (`deadline - now < t_rot`). A claim without a deadline never qualifies.
-pub fn forceful_fallback_due(
-    enabled: bool,
-    deadline: Option<DateTime<Utc>>,
-    t_rot: Duration,
-    now: DateTime<Utc>,
-) -> bool {
-    enabled && deadline.is_some_and(|d| d - now < t_rot)
-}
-
 /// The derived values of a policy's effective settings for a claim or pool with tGP `tgp`.
 impl Effective {
     /// `t_rot = readyTimeout + tGP + buffer` for a claim or pool with this tGP.
@@ -825,15 +814,5 @@ mod tests {
         keys.sort();
         let names: Vec<&str> = keys.iter().map(|k| k.name).collect();
         assert_eq!(names, ["soonest", "z-older", "a", "b", "never"]);
-    }
-
-    #[test]
-    fn forceful_fallback_trigger() {
-        let now = utc(2026, 6, 1, 0, 0);
-        let t = Duration::minutes(77);
-        assert!(forceful_fallback_due(true, Some(now + Duration::minutes(76)), t, now));
-        assert!(!forceful_fallback_due(true, Some(now + Duration::minutes(77)), t, now));
-        assert!(!forceful_fallback_due(false, Some(now), t, now));
-        assert!(!forceful_fallback_due(true, None, t, now));
     }
 }

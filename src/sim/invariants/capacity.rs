@@ -477,7 +477,7 @@ impl Checker {
             .created()
             .zip(claim.expire_after().ok())
             .and_then(|(c, e)| crate::policy::derive::deadline(c, e));
-        if crate::policy::derive::forceful_fallback_due(true, deadline, s.t_rot(tgp), now) {
+        if inside_fallback(deadline, s.t_rot(tgp), now) {
             Ok(())
         } else {
             Err(format!(
@@ -538,5 +538,28 @@ impl Checker {
                 self.fail(I20, now, detail, vec![name]);
             }
         }
+    }
+}
+
+/// §3.6 as the checker states it, apart from the rules that decide it: a claim is inside the
+/// forceful fallback when a graceful surge can no longer finish before its forced expiry
+/// (`deadline - now < t_rot`); a claim without a deadline never is.
+fn inside_fallback(deadline: Option<DateTime<Utc>>, t_rot: Duration, now: DateTime<Utc>) -> bool {
+    deadline.is_some_and(|d| d - now < t_rot)
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn the_fallback_starts_strictly_inside_t_rot() {
+        let now = Utc.with_ymd_and_hms(2026, 6, 1, 0, 0, 0).single().unwrap_or_else(|| panic!());
+        let t = Duration::minutes(77);
+        assert!(inside_fallback(Some(now + Duration::minutes(76)), t, now));
+        assert!(!inside_fallback(Some(now + Duration::minutes(77)), t, now));
+        assert!(!inside_fallback(None, t, now));
     }
 }
