@@ -80,14 +80,17 @@ impl Mapper {
     /// What `change` asks for; `pool_of_claim` names the pool of a claim the cache holds.
     pub fn map(&mut self, change: &Change, pool_of_claim: &dyn Fn(&str) -> Option<String>) -> Wake {
         let every = Wake { pools: Keys::All, status: true };
-        match change {
+        let pools = match change {
             Change::Resynced(kind) => {
-                Wake { pools: Keys::All, status: matches!(kind, ObjectKind::RotationPolicy) }
+                return Wake {
+                    pools: Keys::All,
+                    status: matches!(kind, ObjectKind::RotationPolicy),
+                };
             }
             Change::Applied(Watched::Policy(p)) => {
                 let name = p.name_any();
                 let generation = p.metadata.generation;
-                match self.policies.get(&name) {
+                return match self.policies.get(&name) {
                     Some((g, spec)) if *g == generation && *spec == p.spec => {
                         Wake::pools(Keys::None)
                     }
@@ -95,20 +98,12 @@ impl Mapper {
                         self.policies.insert(name, (generation, p.spec.clone()));
                         every
                     }
-                }
+                };
             }
             Change::Deleted(Watched::Policy(p)) => {
                 self.policies.remove(&p.name_any());
-                every
+                return every;
             }
-            _ => Wake::pools(self.keys(change, pool_of_claim)),
-        }
-    }
-
-    fn keys(&mut self, change: &Change, pool_of_claim: &dyn Fn(&str) -> Option<String>) -> Keys {
-        match change {
-            Change::Resynced(_) => Keys::All,
-            Change::Applied(Watched::Policy(_)) | Change::Deleted(Watched::Policy(_)) => Keys::All,
             Change::Applied(Watched::Pool(p)) | Change::Deleted(Watched::Pool(p)) => {
                 Keys::Pool(p.name_any())
             }
@@ -141,7 +136,8 @@ impl Mapper {
                 }
             }
             Change::Deleted(Watched::Nomination(_)) => Keys::None,
-        }
+        };
+        Wake::pools(pools)
     }
 }
 
@@ -181,28 +177,32 @@ mod tests {
         Arc::new(p)
     }
 
+    fn pools(m: &mut Mapper, c: &Change, pool_of_claim: &dyn Fn(&str) -> Option<String>) -> Keys {
+        m.map(c, pool_of_claim).pools
+    }
+
     #[test]
     fn maps_edges_to_pools() {
         let mut m = Mapper::default();
         let known = |c: &str| (c == "c1").then(|| "general".to_string());
         let unknown = |_: &str| None;
         let n = |ready| Change::Applied(Watched::Node(node("n1", "general", ready)));
-        assert_eq!(m.keys(&n(false), &known), Keys::None);
-        assert_eq!(m.keys(&n(true), &known), Keys::Pool("general".into()));
-        assert_eq!(m.keys(&n(true), &known), Keys::None);
+        assert_eq!(pools(&mut m, &n(false), &known), Keys::None);
+        assert_eq!(pools(&mut m, &n(true), &known), Keys::Pool("general".into()));
+        assert_eq!(pools(&mut m, &n(true), &known), Keys::None);
         let p = |phase| Change::Applied(Watched::Placeholder(placeholder(phase)));
-        assert_eq!(m.keys(&p("Pending"), &known), Keys::None);
-        assert_eq!(m.keys(&p("Running"), &known), Keys::Pool("general".into()));
-        assert_eq!(m.keys(&p("Running"), &known), Keys::None);
+        assert_eq!(pools(&mut m, &p("Pending"), &known), Keys::None);
+        assert_eq!(pools(&mut m, &p("Running"), &known), Keys::Pool("general".into()));
+        assert_eq!(pools(&mut m, &p("Running"), &known), Keys::None);
         let gone = Change::Deleted(Watched::Placeholder(placeholder("Running")));
-        assert_eq!(m.keys(&gone, &unknown), Keys::Pool("fallback".into()));
+        assert_eq!(pools(&mut m, &gone, &unknown), Keys::Pool("fallback".into()));
         let mut claim = NodeClaim::default();
         claim.metadata.labels = Some([(NODEPOOL_LABEL.to_string(), "gpu".to_string())].into());
         assert_eq!(
-            m.keys(&Change::Applied(Watched::Claim(Arc::new(claim))), &known),
+            pools(&mut m, &Change::Applied(Watched::Claim(Arc::new(claim))), &known),
             Keys::Pool("gpu".into())
         );
-        assert_eq!(m.keys(&Change::Resynced(ObjectKind::NodeClaim), &known), Keys::All);
+        assert_eq!(pools(&mut m, &Change::Resynced(ObjectKind::NodeClaim), &known), Keys::All);
         // Karpenter's nomination of a placeholder wakes the pool of the claim it names.
         let nominated = |message: &str| {
             let e = k8s_openapi::api::core::v1::Event {
@@ -213,9 +213,16 @@ mod tests {
             Change::Applied(Watched::Nomination(Arc::new(e)))
         };
         let launch = nominated("Pod should schedule on: nodeclaim/c1");
-        assert_eq!(m.keys(&launch, &known), Keys::Pool("general".into()));
-        assert_eq!(m.keys(&launch, &unknown), Keys::None, "a claim not seen yet wakes nothing");
-        assert_eq!(m.keys(&nominated("Pod should schedule on: node/n1"), &known), Keys::None);
+        assert_eq!(pools(&mut m, &launch, &known), Keys::Pool("general".into()));
+        assert_eq!(
+            pools(&mut m, &launch, &unknown),
+            Keys::None,
+            "a claim not seen yet wakes nothing"
+        );
+        assert_eq!(
+            pools(&mut m, &nominated("Pod should schedule on: node/n1"), &known),
+            Keys::None
+        );
     }
 
     #[test]
