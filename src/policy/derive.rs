@@ -314,7 +314,8 @@ pub fn candidacy_due(
 
 /// Whether `now` has reached the due instant `at`: strictly after it for `auto` (and a 24/7
 /// union of windows, which takes `auto`'s instant and its comparison), at or after it otherwise.
-fn due_reached(settings: &Effective, at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+/// A claim whose [`CandidateSince`] is `Due(at)` is a candidate exactly then.
+pub fn due_reached(settings: &Effective, at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
     let strict = match settings.age_threshold {
         AgeThreshold::Auto => true,
         AgeThreshold::Windows => !settings.schedule.has_gaps(),
@@ -329,7 +330,7 @@ fn due_reached(settings: &Effective, at: DateTime<Utc>, now: DateTime<Utc>) -> b
 pub enum CandidateSince {
     /// Never, whatever `now`: deleting, not Ready, in rotation, opted out, or never due.
     Never,
-    /// From the instant `now` reaches the due instant ([`candidate_from`]) on, for good.
+    /// From the instant `now` reaches the due instant ([`due_reached`]) on, for good.
     Due(DateTime<Utc>),
     /// A failed claim: its backoff depends on `now` in more ways; ask [`candidacy_due`].
     Ask,
@@ -350,11 +351,6 @@ pub fn candidate_since(claim: &ClaimFacts, due: Option<DateTime<Utc>>) -> Candid
         Some(_) if claim.state == ClaimState::Failed => CandidateSince::Ask,
         Some(at) => CandidateSince::Due(at),
     }
-}
-
-/// Whether a claim whose [`CandidateSince`] is `Due(at)` is a candidate at `now`.
-pub fn candidate_from(settings: &Effective, at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
-    due_reached(settings, at, now)
 }
 
 /// Whether the claim takes part in the burst lookahead: it has a deadline and a due instant
@@ -514,7 +510,7 @@ mod tests {
                         let want = candidacy_due(f, s, due, now) == Candidacy::Candidate;
                         let got = match candidate_since(f, due) {
                             CandidateSince::Never => false,
-                            CandidateSince::Due(at) => candidate_from(s, at, now),
+                            CandidateSince::Due(at) => due_reached(s, at, now),
                             CandidateSince::Ask => want,
                         };
                         assert_eq!(got, want, "{:?} {f:?} due {due:?} at {now}", s.age_threshold);

@@ -102,7 +102,7 @@ impl FactsDues {
             due.sort_unstable();
             CensusIndex { due: due.into(), ask: ask.into() }
         });
-        let reached = index.due.partition_point(|at| derive::candidate_from(settings, *at, now));
+        let reached = index.due.partition_point(|at| derive::due_reached(settings, *at, now));
         let asked = index.ask.iter().filter(|&&i| {
             self.facts[i].as_ref().is_some_and(|f| {
                 derive::candidacy_due(f, settings, self.dues[i], now)
