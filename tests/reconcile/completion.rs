@@ -152,6 +152,29 @@ fn the_completion_deletes_a_placeholder_the_view_does_not_show_yet() {
     assert_eq!(fx.announced("emit:expired"), 1);
 }
 
+/// Karpenter force-expires a pending claim just after its placeholder was created; a view that
+/// lags the pod and the claim's deletion but shows the old node's pods gone (evicted by that
+/// expiry) takes the surge-less path: the anchor's mirror says draining, though nothing deleted
+/// the placeholder. When the claim is gone, the completion must still delete the pod its view
+/// does not show: a draining mirror proves the placeholder gone only after a surge escalation
+/// (`lagging-takeovers.yaml --faults`, seed 61: I7).
+#[test]
+fn a_surgeless_drain_after_a_placeholder_was_created_deletes_it_at_completion() {
+    let mut fx = Fx::new();
+    started(&mut fx);
+    assert!(fx.placeholder("c1").is_some());
+    fx.world.delete_now(&noderotation::cluster::ObjectRef::pod("apps", "web-c1"));
+    let hook = fx.intercept();
+    hook.stale_cache(|view| view.placeholders.clear());
+    fx.pass();
+    assert_eq!(fx.pool_ann(Key::RotationMode).as_deref(), Some("nothing-to-reserve"));
+    assert!(fx.deleting("c1"));
+    fx.finalize("c1");
+    fx.pass();
+    assert!(fx.pool_ann(Key::ActiveRotation).is_none(), "completed");
+    assert!(fx.placeholder("c1").is_none(), "no placeholder outlives its rotation");
+}
+
 /// A started rotation of c1 whose placeholder Karpenter launched the never-Ready claim s1 for,
 /// two minutes in.
 fn launched_for_c1() -> Fx {

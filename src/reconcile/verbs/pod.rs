@@ -147,11 +147,23 @@ impl PassHost<'_> {
         });
         if fresh.is_none() && drained && self.snap.placeholder_named(&owner).is_none() {
             // The rotation's claim is gone after its drain and this pass sees no pod under the
-            // name: the escalation deleted it before the claim (or a surge-less drain never had
-            // one), and a DELETE would only answer 404. A claim gone while pending (an
-            // interruption, a forced expiry) may leave a pod created a moment ago that the view
-            // does not show yet: that one is deleted by name.
-            return Ok(Outcome::Gone);
+            // name: the escalation deleted it before the claim, or a surge-less drain never had
+            // one, and a DELETE would only answer 404. Neither is proven by the view: a
+            // surge-less drain may follow a placeholder created a moment before the old node's
+            // pods left (a forced expiry the view did not show yet), and a view that lags may
+            // not show that pod. One read decides; a pod of this rotation found is deleted by
+            // its uid (docs/decisions/footprint.md).
+            let ns = self.ctx.config.namespace.clone();
+            let name = placeholder::placeholder_name(&owner);
+            let read = self.ctx.cluster.get_pod(&ns, &name).map_err(|e| fail(a.verb, e))?;
+            let Some(uid) = read
+                .filter(|p| annotation(&p.metadata, Key::SurgeFor) == Some(owner.as_str()))
+                .and_then(|p| p.metadata.uid)
+            else {
+                return Ok(Outcome::Gone);
+            };
+            self.deleted_placeholder = Some((owner.clone(), uid.clone()));
+            return self.delete(a.verb, ObjectRef::pod(ns, name), Some(uid));
         }
         let recorded = |claim: &NodeClaim| {
             annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string)
