@@ -23,7 +23,7 @@ impl World {
         let snap = Arc::clone(&self.snap);
         // The three maps are keyed by node name: walked side by side instead of looked up.
         let mut cached = snap.nodes.iter().peekable();
-        let mut bound = self.node_pods.iter().peekable();
+        let mut bound = self.node_requests.iter().peekable();
         for (name, n) in &self.nodes {
             if !n.ready || n.disrupted {
                 continue;
@@ -37,11 +37,8 @@ impl World {
             }
             let mut free = self.plan.pools[n.pool].allocatable.clone();
             while bound.next_if(|(k, _)| k.as_str() < name.as_str()).is_some() {}
-            let pods = bound.peek().filter(|(k, _)| *k == name).map(|(_, v)| *v);
-            for key in pods.into_iter().flatten() {
-                if let Some(p) = self.pods.get(key) {
-                    sub(&mut free, &p.requests);
-                }
+            if let Some((_, used)) = bound.peek().filter(|(k, _)| *k == name) {
+                sub(&mut free, used);
             }
             out.insert(name.clone(), (n.pool, free));
         }

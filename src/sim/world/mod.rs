@@ -227,6 +227,9 @@ pub struct World {
     pub nodes: BTreeMap<String, NodeSim>,
     pub pods: BTreeMap<PodKey, PodSim>,
     pub node_pods: BTreeMap<String, BTreeSet<PodKey>>,
+    /// The requests of each node's `node_pods` summed, kept with the set: the scheduler's free
+    /// capacity of a node is its allocatable minus this, without a lookup per bound pod.
+    pub node_requests: BTreeMap<String, Resources>,
     pub pending: BTreeSet<PodKey>,
     /// Placeholder requests parsed once per incarnation (uid).
     pub placeholder_requests: BTreeMap<String, Arc<Resources>>,
@@ -306,6 +309,7 @@ impl World {
             nodes: BTreeMap::new(),
             pods: BTreeMap::new(),
             node_pods: BTreeMap::new(),
+            node_requests: BTreeMap::new(),
             pending: BTreeSet::new(),
             placeholder_requests: BTreeMap::new(),
             provision_queued: BTreeSet::new(),

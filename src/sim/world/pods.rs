@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::{APPS_NS, PodKey, PodSim, SYSTEM_NS, World, ZONE_LABEL, quantities};
+use super::{APPS_NS, PodKey, PodSim, SYSTEM_NS, World, ZONE_LABEL, add, quantities, sub};
 use crate::karpenter::NODEPOOL_LABEL;
 use crate::policy::resolve::to_time;
 
@@ -148,7 +148,9 @@ impl World {
     /// Binds a world pod and marks it Running; ends its pending time.
     pub fn bind_pod(&mut self, key: &PodKey, node: &str, now: DateTime<Utc>) {
         let Some(p) = self.pods.get_mut(key) else { return };
+        debug_assert!(p.node.is_none(), "{key:?} is bound already");
         p.node = Some(node.to_string());
+        let requests = Arc::clone(&p.requests);
         if let Some(since) = p.pending_since.take() {
             let secs = (now - since).num_milliseconds() as f64 / 1000.0;
             if let Some(acc) = self.metrics.pending_pod_seconds.get_mut(p.pool) {
@@ -165,7 +167,9 @@ impl World {
         if workload {
             self.request_drain_step(pool);
         }
-        self.node_pods.entry(node.to_string()).or_default().insert(key.clone());
+        if self.node_pods.entry(node.to_string()).or_default().insert(key.clone()) {
+            add(self.node_requests.entry(node.to_string()).or_default(), &requests);
+        }
         for c in self.claims.values_mut() {
             c.nominated.remove(key);
         }
@@ -179,9 +183,14 @@ impl World {
             && let Some(node) = &p.node
             && let Some(set) = self.node_pods.get_mut(node)
         {
-            set.remove(key);
+            if set.remove(key)
+                && let Some(sum) = self.node_requests.get_mut(node)
+            {
+                sub(sum, &p.requests);
+            }
             if set.is_empty() {
                 self.node_pods.remove(node);
+                self.node_requests.remove(node);
             }
         }
         self.pending.remove(key);
