@@ -42,6 +42,9 @@ struct PoolClaims {
     claims: Vec<Arc<NodeClaim>>,
     /// Parallel to `claims`, computed on the first pass over the pool in this cache version.
     derived: OnceLock<Vec<Derived>>,
+    /// The pool's entry of the cache version before, until `derived` is computed: a claim
+    /// still the same object on the same node object keeps what was derived of it there.
+    before: Mutex<Option<Arc<PoolClaims>>>,
     /// [`placeholder::node_worth`] of `claims` (their `status.allocatable`, which no pass
     /// writes), computed once per cache version.
     worth: OnceLock<placeholder::Resources>,
@@ -160,7 +163,7 @@ impl UnwrittenKey {
 /// annotations (see [`apply_patch`]), so these hold for its overlay copy as well.
 ///
 /// [`apply_patch`]: super::apply_patch
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Derived {
     /// `metadata.name` (empty when unset).
     pub(super) name: String,
@@ -203,6 +206,16 @@ impl Derived {
         d
     }
 
+    /// `claim`'s node in `cache` is the node object this was derived with.
+    fn on_same_node(&self, claim: &NodeClaim, cache: &CacheView) -> bool {
+        let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
+        match (node.and_then(|n| cache.nodes.get(n)), &self.node) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
     /// The candidate facts of `claim` (§3.2; this claim, as cached or as written) on `node`:
     /// the one place a pass builds them.
     pub(super) fn facts(&self, claim: &NodeClaim, node: Option<&Node>) -> Option<ClaimFacts> {
@@ -227,14 +240,33 @@ impl PoolClaims {
         let Some(derived) = self.derived.get() else { return false };
         self.claims.len() == claims.len()
             && self.claims.iter().zip(claims).all(|(a, b)| Arc::ptr_eq(a, b))
-            && derived.iter().zip(claims).all(|(d, c)| {
-                let node = c.status.as_ref().and_then(|s| s.node_name.as_deref());
-                match (node.and_then(|n| cache.nodes.get(n)), &d.node) {
-                    (None, None) => true,
-                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                    _ => false,
+            && derived.iter().zip(claims).all(|(d, c)| d.on_same_node(c, cache))
+    }
+}
+
+impl PoolClaims {
+    /// What is derived of `claims` in `cache`, this entry's (an earlier version's) kept for each
+    /// claim that is still the same object on the same node object: [`Derived::of`] reads
+    /// nothing else. Both lists are in name order.
+    fn rederive(&self, claims: &[Arc<NodeClaim>], cache: &CacheView) -> Vec<Derived> {
+        let old = self.derived.get().map(Vec::as_slice).unwrap_or_default();
+        let mut at = 0;
+        claims
+            .iter()
+            .map(|c| {
+                let name = c.metadata.name.as_deref().unwrap_or_default();
+                while at < old.len() && old[at].name.as_str() < name {
+                    at += 1;
+                }
+                let same = old
+                    .get(at)
+                    .filter(|d| Arc::ptr_eq(&self.claims[at], c) && d.on_same_node(c, cache));
+                match same {
+                    Some(d) => d.clone(),
+                    None => Derived::of(c, cache),
                 }
             })
+            .collect()
     }
 }
 
@@ -259,12 +291,15 @@ impl ClaimIndex {
             let before = previous.as_ref().and_then(|p| p.by_pool.get());
             map.into_iter()
                 .map(|(pool, claims)| {
-                    let kept = before
-                        .and_then(|b| b.get(&pool))
-                        .filter(|old| old.same_objects(&claims, cache))
-                        .map(Arc::clone);
-                    let entry = kept
-                        .unwrap_or_else(|| Arc::new(PoolClaims { claims, ..Default::default() }));
+                    let old = before.and_then(|b| b.get(&pool));
+                    let entry = match old {
+                        Some(old) if old.same_objects(&claims, cache) => Arc::clone(old),
+                        _ => Arc::new(PoolClaims {
+                            claims,
+                            before: Mutex::new(old.filter(|o| o.derived.get().is_some()).cloned()),
+                            ..Default::default()
+                        }),
+                    };
                     (pool, entry)
                 })
                 .collect()
@@ -283,9 +318,13 @@ impl ClaimIndex {
     ) -> (&[Arc<NodeClaim>], &[Derived]) {
         match self.by_pool(cache).get(pool) {
             Some(p) => {
-                let derived = p
-                    .derived
-                    .get_or_init(|| p.claims.iter().map(|c| Derived::of(c, cache)).collect());
+                let derived = p.derived.get_or_init(|| {
+                    let before = p.before.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    match before.as_deref() {
+                        Some(b) => b.rederive(&p.claims, cache),
+                        None => p.claims.iter().map(|c| Derived::of(c, cache)).collect(),
+                    }
+                });
                 (&p.claims, derived)
             }
             None => (&[], &[]),
