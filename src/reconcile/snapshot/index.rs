@@ -517,4 +517,54 @@ mod tests {
         assert!(i2.previous.lock().unwrap().is_none(), "the chain is one version long");
         assert_ne!(derived_at(&i3, &v3, "b"), b1, "b's claim changed: derived again");
     }
+
+    /// A pool of `names`, each claim on node `n<name>`.
+    fn one_pool(names: &[&str]) -> CacheView {
+        let mut view = CacheView::default();
+        for name in names {
+            let node = format!("n{name}");
+            let mut meta = named(name);
+            meta.labels = Some([(KARPENTER_POOL_LABEL.to_string(), "a".to_string())].into());
+            meta.creation_timestamp = Some(crate::policy::resolve::to_time(Utc::now()));
+            let status = NodeClaimStatus { node_name: Some(node.clone()), ..Default::default() };
+            let claim = NodeClaim { metadata: meta, status: Some(status), ..Default::default() };
+            view.claims.insert(name.to_string(), Arc::new(claim));
+            view.nodes.insert(
+                node.clone(),
+                Arc::new(Node { metadata: named(&node), ..Default::default() }),
+            );
+        }
+        view
+    }
+
+    #[test]
+    fn a_changed_pool_derives_again_only_its_changed_claims_and_matches_a_full_derivation() {
+        let mut cache = IndexCache::default();
+        let v1 = Arc::new(one_pool(&["c1", "c2", "c3", "c4"]));
+        let i1 = cache.of(&v1);
+        let d1 = i1.pool_derived(&v1, "a").1.to_vec();
+        // c1 gone, c2 annotated (a new object), c3's node replaced, c4 untouched, c5 new.
+        let mut v2 = (*v1).clone();
+        v2.claims.remove("c1");
+        let mut c2 = (*v2.claims["c2"]).clone();
+        c2.metadata.annotations = Some([(Key::State.full().to_string(), "failed".into())].into());
+        v2.claims.insert("c2".into(), Arc::new(c2));
+        let mut n3 = (*v2.nodes["nc3"]).clone();
+        n3.metadata.annotations =
+            Some([("karpenter.sh/do-not-disrupt".into(), "true".into())].into());
+        v2.nodes.insert("nc3".into(), Arc::new(n3));
+        let v5 = one_pool(&["c5"]);
+        v2.claims.insert("c5".into(), Arc::clone(&v5.claims["c5"]));
+        v2.nodes.insert("nc5".into(), Arc::clone(&v5.nodes["nc5"]));
+        let v2 = Arc::new(v2);
+        let i2 = cache.of(&v2);
+        let (claims, d2) = i2.pool_derived(&v2, "a");
+        let full: Vec<Derived> = claims.iter().map(|c| Derived::of(c, &v2)).collect();
+        assert_eq!(format!("{d2:?}"), format!("{full:?}"), "the same as deriving every claim");
+        let names: Vec<&str> = d2.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["c2", "c3", "c4", "c5"]);
+        assert_ne!(format!("{:?}", d2[0]), format!("{:?}", d1[1]), "c2's state changed");
+        assert_ne!(format!("{:?}", d2[1]), format!("{:?}", d1[2]), "c3's node changed");
+        assert!(Arc::ptr_eq(d2[2].node.as_ref().unwrap(), d1[3].node.as_ref().unwrap()));
+    }
 }
