@@ -33,11 +33,21 @@ pub fn footprints<'a>(candidates: impl IntoIterator<Item = &'a NodeClaim>) -> Re
 /// One node's worth of the pool's resources: per resource, the largest [`footprint`] among its
 /// claims (at least one node). What a surge would take from `spec.limits` (`NoLimitsHeadroom`).
 pub fn node_worth<'a>(claims: impl Iterator<Item = &'a NodeClaim>) -> Resources {
+    worth_of(claims.map(footprint).collect::<Vec<_>>().iter())
+}
+
+/// [`node_worth`] from the claims' [`footprint`]s, computed once each.
+pub fn worth_of<'a>(footprints: impl Iterator<Item = &'a Resources>) -> Resources {
     let mut out = Resources::from([(NODES_RESOURCE.to_string(), 1000)]);
-    for claim in claims {
-        for (resource, amount) in footprint(claim) {
-            let held = out.entry(resource).or_insert(0);
-            *held = (*held).max(amount);
+    for footprint in footprints {
+        for (resource, amount) in footprint {
+            // The key is cloned only when it is new (not on every claim).
+            match out.get_mut(resource) {
+                Some(held) => *held = (*held).max(*amount),
+                None => {
+                    out.insert(resource.clone(), 0.max(*amount));
+                }
+            }
         }
     }
     out

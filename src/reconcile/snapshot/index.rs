@@ -45,8 +45,8 @@ struct PoolClaims {
     /// The pool's entry of the cache version before, until `derived` is computed: a claim
     /// still the same object on the same node object keeps what was derived of it there.
     before: Mutex<Option<Arc<PoolClaims>>>,
-    /// [`placeholder::node_worth`] of `claims` (their `status.allocatable`, which no pass
-    /// writes), computed once per cache version.
+    /// [`placeholder::node_worth`] of `claims` from their derived footprints, computed once
+    /// per cache version.
     worth: OnceLock<placeholder::Resources>,
     /// The candidate facts and dues of a pass that wrote no claim and no node, and what else
     /// they were computed from.
@@ -178,6 +178,8 @@ pub struct Derived {
     deleting: bool,
     /// The candidate facts of the cached claim and node: those of a pass that wrote neither.
     pub(super) cached: Option<ClaimFacts>,
+    /// [`placeholder::footprint`] of the claim (its `status.allocatable`, which no pass writes).
+    footprint: Arc<placeholder::Resources>,
 }
 
 impl Derived {
@@ -201,6 +203,7 @@ impl Derived {
             ready: claim.is_ready(),
             deleting: claim.is_deleting(),
             cached: None,
+            footprint: Arc::new(placeholder::footprint(claim)),
         };
         d.cached = d.facts(claim, d.node.as_deref());
         d
@@ -383,9 +386,10 @@ impl ClaimIndex {
         static NONE: std::sync::LazyLock<placeholder::Resources> =
             std::sync::LazyLock::new(|| placeholder::node_worth(std::iter::empty()));
         match self.by_pool(cache).get(pool) {
-            Some(p) => {
-                p.worth.get_or_init(|| placeholder::node_worth(p.claims.iter().map(|c| c.as_ref())))
-            }
+            Some(p) => p.worth.get_or_init(|| {
+                let (_, derived) = self.pool_derived(cache, pool);
+                placeholder::worth_of(derived.iter().map(|d| d.footprint.as_ref()))
+            }),
             None => &NONE,
         }
     }
