@@ -529,7 +529,8 @@ mod tests {
             let node = format!("n{name}");
             let mut meta = named(name);
             meta.labels = Some([(KARPENTER_POOL_LABEL.to_string(), "a".to_string())].into());
-            meta.creation_timestamp = Some(crate::policy::resolve::to_time(Utc::now()));
+            let created = DateTime::<Utc>::from_timestamp(1_795_000_000, 0).expect("an instant");
+            meta.creation_timestamp = Some(crate::policy::resolve::to_time(created));
             let status = NodeClaimStatus { node_name: Some(node.clone()), ..Default::default() };
             let claim = NodeClaim { metadata: meta, status: Some(status), ..Default::default() };
             view.claims.insert(name.to_string(), Arc::new(claim));
