@@ -7,6 +7,7 @@ use chrono::{DateTime, Duration, Utc};
 use super::{Checker, I7, StepInfo, anchored, fmt, state_of};
 use crate::cluster::CacheView;
 use crate::sim::actors::{CORDONED_MARKER, OWNED_MARKER, SURGE_FOR, anchors, annotation};
+use crate::sim::observe::Diff;
 use crate::sim::world::World;
 
 /// How long debris may stay (I7) before the controller must have repaired it: a tick (1m, when
@@ -37,7 +38,17 @@ impl Checker {
     /// I7 debris in `post`: a placeholder, `surge-for`, owned do-not-disrupt or owned cordon
     /// without the anchor that references it (or a claim still draining), and a claim left `pending` (or `draining` with no
     /// delete issued) without its pool's anchor, which nothing would ever pick again.
-    fn debris_in(&self, post: &CacheView, world: &World) -> Vec<(String, String, Option<String>)> {
+    ///
+    /// `unchanged`: the step's changes, when `post` follows the view of the last call that had
+    /// them; the nodes' part of that call is taken over while no node and no pool changed and
+    /// the same claims drain (the only inputs it reads besides each node's claim, which a node
+    /// keeps). Debug builds check it against the whole walk.
+    fn debris_in(
+        &mut self,
+        post: &CacheView,
+        world: &World,
+        unchanged: Option<&Diff>,
+    ) -> Vec<(String, String, Option<String>)> {
         // Legitimate when any slot of the pool anchors what it serves.
         let anchors_of: BTreeMap<&str, BTreeSet<String>> =
             post.pools.iter().map(|(n, p)| (n.as_str(), anchored(Some(p)))).collect();
@@ -66,40 +77,28 @@ impl Checker {
                 ));
             }
         }
-        for (name, node) in &post.nodes {
-            let pool =
-                node.metadata.labels.as_ref().and_then(|l| l.get(crate::karpenter::NODEPOOL_LABEL));
-            let a = pool.map_or(&none, |p| anchor(p));
-            let surge_for = annotation(&node.metadata, SURGE_FOR);
-            if let Some(s) = surge_for
-                && !a.contains(s)
-                && !draining.contains(s)
-            {
-                bad.push((
-                    format!("node {name} frozen for {s} (surge-for) without that anchor"),
-                    name.clone(),
-                    pool.cloned(),
-                ));
+        let kept = self.node_debris.take().filter(|kept| {
+            unchanged.is_some_and(|d| d.nodes.is_empty() && d.pools.is_empty())
+                && kept.draining.iter().map(String::as_str).eq(draining.iter().copied())
+        });
+        let nodes = match kept {
+            Some(kept) => {
+                #[cfg(debug_assertions)]
+                assert_eq!(
+                    kept.found,
+                    node_debris(post, world, &anchors_of, &draining),
+                    "the nodes' debris taken over differs from the walk"
+                );
+                kept
             }
-            if annotation(&node.metadata, OWNED_MARKER) == Some("true") && surge_for.is_none() {
-                bad.push((
-                    format!("node {name} keeps our do-not-disrupt without surge-for"),
-                    name.clone(),
-                    pool.cloned(),
-                ));
-            }
-            if annotation(&node.metadata, CORDONED_MARKER) == Some("true") {
-                let claim = world.nodes.get(name).map(|n| n.claim.as_str());
-                let refers =
-                    |c: Option<&str>| c.is_some_and(|c| a.contains(c) || draining.contains(c));
-                if !refers(claim) && !refers(surge_for) {
-                    bad.push((
-                        format!("node {name} keeps our cordon without an anchor referencing it"),
-                        name.clone(),
-                        pool.cloned(),
-                    ));
-                }
-            }
+            None => NodeDebris {
+                found: node_debris(post, world, &anchors_of, &draining),
+                draining: draining.iter().map(|c| c.to_string()).collect(),
+            },
+        };
+        bad.extend(nodes.found.iter().cloned());
+        if unchanged.is_some() {
+            self.node_debris = Some(nodes);
         }
         for (name, c) in &post.claims {
             let state = state_of(c);
@@ -125,11 +124,12 @@ impl Checker {
     pub(super) fn track_debris(
         &mut self,
         post: &CacheView,
+        d: &Diff,
         now: DateTime<Utc>,
         world: &World,
         answers: &Answers,
     ) {
-        let found = self.debris_in(post, world);
+        let found = self.debris_in(post, world, Some(d));
         let mut next = BTreeMap::new();
         let mut added = Vec::new();
         for (detail, object, pool) in found {
@@ -184,7 +184,7 @@ impl Checker {
 
     /// I7 at rest: no debris at all.
     pub(super) fn quiescence(&mut self, post: &CacheView, now: DateTime<Utc>, world: &World) {
-        for (detail, obj, _) in self.debris_in(post, world) {
+        for (detail, obj, _) in self.debris_in(post, world, None) {
             if self.flagged.insert((I7.to_string(), detail.clone())) {
                 self.fail(I7, now, detail, vec![obj]);
             }
@@ -208,4 +208,58 @@ impl Checker {
             }
         }
     }
+}
+
+/// I7 debris on nodes: `surge-for`, owned do-not-disrupt or owned cordon without the anchor
+/// (`anchors_of`, per pool) or the draining claim that references it.
+fn node_debris(
+    post: &CacheView,
+    world: &World,
+    anchors_of: &BTreeMap<&str, BTreeSet<String>>,
+    draining: &BTreeSet<&str>,
+) -> Vec<(String, String, Option<String>)> {
+    let none = BTreeSet::new();
+    let mut bad = Vec::new();
+    for (name, node) in &post.nodes {
+        let pool =
+            node.metadata.labels.as_ref().and_then(|l| l.get(crate::karpenter::NODEPOOL_LABEL));
+        let a = pool.map_or(&none, |p| anchors_of.get(p.as_str()).unwrap_or(&none));
+        let surge_for = annotation(&node.metadata, SURGE_FOR);
+        if let Some(s) = surge_for
+            && !a.contains(s)
+            && !draining.contains(s)
+        {
+            bad.push((
+                format!("node {name} frozen for {s} (surge-for) without that anchor"),
+                name.clone(),
+                pool.cloned(),
+            ));
+        }
+        if annotation(&node.metadata, OWNED_MARKER) == Some("true") && surge_for.is_none() {
+            bad.push((
+                format!("node {name} keeps our do-not-disrupt without surge-for"),
+                name.clone(),
+                pool.cloned(),
+            ));
+        }
+        if annotation(&node.metadata, CORDONED_MARKER) == Some("true") {
+            let claim = world.nodes.get(name).map(|n| n.claim.as_str());
+            let refers = |c: Option<&str>| c.is_some_and(|c| a.contains(c) || draining.contains(c));
+            if !refers(claim) && !refers(surge_for) {
+                bad.push((
+                    format!("node {name} keeps our cordon without an anchor referencing it"),
+                    name.clone(),
+                    pool.cloned(),
+                ));
+            }
+        }
+    }
+    bad
+}
+
+/// The nodes' part of the last debris found, and the claims then draining.
+#[derive(Debug)]
+pub(super) struct NodeDebris {
+    found: Vec<(String, String, Option<String>)>,
+    draining: BTreeSet<String>,
 }

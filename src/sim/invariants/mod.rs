@@ -199,6 +199,9 @@ pub struct Checker {
     /// I7: what the store holds without the anchor that references it, keyed by detail, since
     /// when.
     debris: BTreeMap<String, Debris>,
+    /// I7: the nodes' part of the last debris found and the draining claims it was found with,
+    /// while no node and no pool changed since ([`leftovers::NodeDebris`]).
+    node_debris: Option<leftovers::NodeDebris>,
     /// How long debris may stay.
     debris_grace: Duration,
     /// I10: uids of the placeholder pods that appeared during controller steps.
@@ -273,6 +276,7 @@ impl Checker {
             anchor_since: BTreeMap::new(),
             flagged: BTreeSet::new(),
             debris: BTreeMap::new(),
+            node_debris: None,
             debris_grace: if faults { DEBRIS_GRACE_FAULTS } else { DEBRIS_GRACE },
             controller_placeholders: BTreeSet::new(),
             surge_in_use: BTreeMap::new(),
@@ -364,7 +368,7 @@ impl Checker {
                 (true, false, Some(p)) => Answers::Pool(p),
                 (true, false, None) => Answers::Nothing,
             };
-            self.track_debris(post, now, world, &answers);
+            self.track_debris(post, d, now, world, &answers);
         }
         self.aged_debris(now);
         if calm && (!d.is_empty() || fresh_calm) {
