@@ -141,6 +141,10 @@ impl PassHost<'_> {
             Ok(_) => None,
             Err(e) => return Err(fail(a.verb, e)),
         };
+        let pod = ObjectRef::pod(
+            self.ctx.config.namespace.clone(),
+            placeholder::placeholder_name(&owner),
+        );
         let drained = self.snap.pool.as_ref().is_some_and(|p| {
             annotation(&p.metadata, Key::ActiveRotation) == Some(owner.as_str())
                 && annotation(&p.metadata, Key::ActiveRotationState) == Some("draining")
@@ -153,17 +157,11 @@ impl PassHost<'_> {
             // pods left (a forced expiry the view did not show yet), and a view that lags may
             // not show that pod. One read decides; a pod of this rotation found is deleted by
             // its uid (docs/decisions/footprint.md).
-            let ns = self.ctx.config.namespace.clone();
-            let name = placeholder::placeholder_name(&owner);
-            let read = self.ctx.cluster.get_pod(&ns, &name).map_err(|e| fail(a.verb, e))?;
-            let Some(uid) = read
-                .filter(|p| annotation(&p.metadata, Key::SurgeFor) == Some(owner.as_str()))
-                .and_then(|p| p.metadata.uid)
-            else {
+            let Some(uid) = self.read_placeholder_uid(a, &pod, &owner)? else {
                 return Ok(Outcome::Gone);
             };
             self.deleted_placeholder = Some((owner.clone(), uid.clone()));
-            return self.delete(a.verb, ObjectRef::pod(ns, name), Some(uid));
+            return self.delete(a.verb, pod, Some(uid));
         }
         let recorded = |claim: &NodeClaim| {
             annotation(&claim.metadata, Key::PlaceholderUid).map(str::to_string)
@@ -173,21 +171,12 @@ impl PassHost<'_> {
             .clone()
             .or_else(|| self.snap.placeholder_named(&owner).and_then(|p| p.metadata.uid.clone()))
             .or_else(|| self.snap.claim(&owner).and_then(recorded));
-        let pod = ObjectRef::pod(
-            self.ctx.config.namespace.clone(),
-            placeholder::placeholder_name(&owner),
-        );
         // Nothing names the pod's uid (the claim is gone or its record cleared, the view lags
         // the pod): read it. The mark that follows a cleanup's delete lists the nominations of
         // the pod this delete removes.
         let uid = match uid {
             Some(uid) => Some(uid),
-            None => {
-                let ns = self.ctx.config.namespace.clone();
-                let read = self.ctx.cluster.get_pod(&ns, &pod.name).map_err(|e| fail(a.verb, e))?;
-                let ours = read.filter(|p| annotation(&p.metadata, Key::SurgeFor) == Some(&owner));
-                ours.and_then(|p| p.metadata.uid)
-            }
+            None => self.read_placeholder_uid(a, &pod, &owner)?,
         };
         if let Some(uid) = &uid {
             self.deleted_placeholder = Some((owner.clone(), uid.clone()));
@@ -206,5 +195,19 @@ impl PassHost<'_> {
             return self.delete(a.verb, pod, now.metadata.uid.clone());
         }
         Ok(outcome)
+    }
+
+    /// The uid of the pod under the placeholder's name `pod`, read fresh, if it is `owner`'s
+    /// (its `surge-for`); `None` when there is no such pod.
+    fn read_placeholder_uid(
+        &self,
+        a: &Action<'_>,
+        pod: &ObjectRef,
+        owner: &str,
+    ) -> Result<Option<String>, HostError> {
+        let ns = pod.namespace.as_deref().unwrap_or_default();
+        let read = self.ctx.cluster.get_pod(ns, &pod.name).map_err(|e| fail(a.verb, e))?;
+        let ours = read.filter(|p| annotation(&p.metadata, Key::SurgeFor) == Some(owner));
+        Ok(ours.and_then(|p| p.metadata.uid))
     }
 }
