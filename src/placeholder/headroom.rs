@@ -30,13 +30,9 @@ pub fn footprints<'a>(candidates: impl IntoIterator<Item = &'a NodeClaim>) -> Re
     total
 }
 
-/// One node's worth of the pool's resources: per resource, the largest [`footprint`] among its
-/// claims (at least one node). What a surge would take from `spec.limits` (`NoLimitsHeadroom`).
-pub fn node_worth<'a>(claims: impl Iterator<Item = &'a NodeClaim>) -> Resources {
-    worth_of(claims.map(footprint).collect::<Vec<_>>().iter())
-}
-
-/// [`node_worth`] from the claims' [`footprint`]s, computed once each.
+/// One node's worth of the pool's resources, from its claims' [`footprint`]s: per resource, the
+/// largest among them (at least one node). What a surge would take from `spec.limits`
+/// (`NoLimitsHeadroom`).
 pub fn worth_of<'a>(footprints: impl Iterator<Item = &'a Resources>) -> Resources {
     let mut out = Resources::from([(NODES_RESOURCE.to_string(), 1000)]);
     for footprint in footprints {

@@ -65,9 +65,7 @@ pub use affinity::{
 pub use census::{HOSTNAME_LABEL, MIRROR_POD_ANNOTATION, PodClass, classify, required_node_terms};
 pub use clamp::{Clamp, clamp, clamp_limit, is_container_resource};
 pub use class::{NEVER, class_problems, class_safe};
-pub use headroom::{
-    NODES_RESOURCE, Shortfall, footprint, footprints, node_worth, surge_headroom, worth_of,
-};
+pub use headroom::{NODES_RESOURCE, Shortfall, footprint, footprints, surge_headroom, worth_of};
 pub use name::{PLACEHOLDER_PREFIX, created_for_attempt, placeholder_name, surge_for};
 pub use pod::{
     PAUSE_CONTAINER, PLACEHOLDER_UID, Placeholder, PlaceholderInput, PlaceholderRefused,

@@ -45,8 +45,8 @@ struct PoolClaims {
     /// The pool's entry of the cache version before, until `derived` is computed: a claim
     /// still the same object on the same node object keeps what was derived of it there.
     before: Mutex<Option<Arc<PoolClaims>>>,
-    /// [`placeholder::node_worth`] of `claims` from their derived footprints, computed once
-    /// per cache version.
+    /// One node's worth of `claims` ([`placeholder::worth_of`] their derived footprints), computed
+    /// once per cache version.
     worth: OnceLock<placeholder::Resources>,
     /// The candidate facts and dues of a pass that wrote no claim and no node, and what else
     /// they were computed from.
@@ -245,9 +245,7 @@ impl PoolClaims {
             && self.claims.iter().zip(claims).all(|(a, b)| Arc::ptr_eq(a, b))
             && derived.iter().zip(claims).all(|(d, c)| d.on_same_node(c, cache))
     }
-}
 
-impl PoolClaims {
     /// What is derived of `claims` in `cache`, this entry's (an earlier version's) kept for each
     /// claim that is still the same object on the same node object: [`Derived::of`] reads
     /// nothing else. Both lists are in name order.
@@ -376,7 +374,7 @@ impl ClaimIndex {
         }
     }
 
-    /// One node's worth of the pool's resources ([`placeholder::node_worth`] of its claims).
+    /// One node's worth of the pool's resources ([`placeholder::worth_of`] its claims' footprints).
     pub(super) fn pool_worth<'a>(
         &'a self,
         cache: &CacheView,
@@ -384,7 +382,7 @@ impl ClaimIndex {
     ) -> &'a placeholder::Resources {
         // A pool without claims: only the node itself is known of its nodes.
         static NONE: std::sync::LazyLock<placeholder::Resources> =
-            std::sync::LazyLock::new(|| placeholder::node_worth(std::iter::empty()));
+            std::sync::LazyLock::new(|| placeholder::worth_of(std::iter::empty()));
         match self.by_pool(cache).get(pool) {
             Some(p) => p.worth.get_or_init(|| {
                 let (_, derived) = self.pool_derived(cache, pool);

@@ -314,7 +314,7 @@ impl Snapshot {
             .filter_map(move |n| self.claim(n).filter(|c| c.node_pool() == Some(pool)))
     }
 
-    /// One node's worth of this pool's resources ([`placeholder::node_worth`]), per cache version.
+    /// One node's worth of this pool's resources ([`placeholder::worth_of`]), per cache version.
     pub fn node_worth(&self) -> &placeholder::Resources {
         self.index.pool_worth(&self.cache, self.pool_name())
     }
