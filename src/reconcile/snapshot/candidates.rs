@@ -6,8 +6,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 
 use super::index::{FactsDues, UnwrittenKey};
-use super::{ClaimDue, Derived, PolicyView, Snapshot, annotation, marked_in_flight};
-use crate::engine::Key;
+use super::{ClaimDue, Derived, PolicyView, Snapshot, deleting_or_draining, marked_in_flight};
 use crate::karpenter::NodeClaim;
 use crate::policy::derive::{self, ClaimFacts, RotationOrder};
 
@@ -51,9 +50,7 @@ impl Snapshot {
     /// being deleted (a drain goes on after its anchor is lost).
     pub fn in_flight_claim(&self, claim: &str) -> bool {
         self.anchors().values().any(|a| *a == claim)
-            || self.claim(claim).is_some_and(|c| {
-                c.is_deleting() || annotation(&c.metadata, Key::State) == Some("draining")
-            })
+            || self.claim(claim).is_some_and(deleting_or_draining)
     }
 
     /// The claims of the pool marked pending or draining without an anchor naming them (an
@@ -73,13 +70,16 @@ impl Snapshot {
     /// The claims of the pool in a rotation ([`Snapshot::in_flight_claim`]).
     pub fn claims_in_flight(&self) -> BTreeSet<String> {
         let mut out: BTreeSet<String> = self.anchors().into_values().map(str::to_string).collect();
-        out.extend(
-            self.pool_claims()
-                .filter(|c| {
-                    c.is_deleting() || annotation(&c.metadata, Key::State) == Some("draining")
-                })
-                .filter_map(|c| c.metadata.name.clone()),
-        );
+        // The cached claims marked in flight that this pass did not write, then the pool's
+        // claims it wrote, as written: what walking every claim as this pass sees it finds.
+        let (claims, marked) = self.index.pool_marked(&self.cache, self.pool_name());
+        let names = marked.iter().filter_map(|&i| claims[i].metadata.name.as_deref());
+        out.extend(names.filter(|n| !self.claims.contains_key(*n)).map(str::to_string));
+        let pool = Some(self.pool_name());
+        let written = (self.claims.iter())
+            .filter(|(n, _)| self.cache.claims.get(*n).is_some_and(|c| c.node_pool() == pool))
+            .filter(|(_, c)| deleting_or_draining(c));
+        out.extend(written.map(|(n, _)| n.clone()));
         out
     }
 

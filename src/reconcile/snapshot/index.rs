@@ -7,7 +7,8 @@ use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::api::core::v1::Node;
 
 use super::{
-    KARPENTER_POOL_LABEL, PolicyView, annotation, operator_do_not_disrupt, time_annotation,
+    KARPENTER_POOL_LABEL, PolicyView, annotation, deleting_or_draining, operator_do_not_disrupt,
+    time_annotation,
 };
 use crate::cluster::CacheView;
 use crate::engine::Key;
@@ -57,6 +58,9 @@ struct PoolClaims {
     short_leads: Mutex<Option<(Weak<PolicyView>, ShortLeads)>>,
     /// The earliest deadline of `claims` not being deleted ([`Snapshot::nearest_deadline`](super::Snapshot::nearest_deadline)).
     nearest_deadline: OnceLock<Option<DateTime<Utc>>>,
+    /// The indices of `claims` being deleted or marked draining, as cached
+    /// ([`Snapshot::claims_in_flight`](super::Snapshot::claims_in_flight)).
+    marked: OnceLock<Box<[usize]>>,
 }
 
 /// Each claim's short-lead finding ([`short_lead`](crate::policy::feasibility::short_lead)), parallel to a pool's claims.
@@ -371,6 +375,27 @@ impl ClaimIndex {
         match self.by_pool(cache).get(pool) {
             Some(p) => *p.nearest_deadline.get_or_init(compute),
             None => compute(),
+        }
+    }
+
+    /// The pool's claims and the indices of those being deleted or marked draining in the
+    /// cache ([`deleting_or_draining`]), found once per cache version.
+    pub(super) fn pool_marked(
+        &self,
+        cache: &CacheView,
+        pool: &str,
+    ) -> (&[Arc<NodeClaim>], &[usize]) {
+        match self.by_pool(cache).get(pool) {
+            Some(p) => {
+                let marked = p.marked.get_or_init(|| {
+                    (p.claims.iter().enumerate())
+                        .filter(|(_, c)| deleting_or_draining(c))
+                        .map(|(i, _)| i)
+                        .collect()
+                });
+                (&p.claims, marked)
+            }
+            None => (&[], &[]),
         }
     }
 

@@ -469,6 +469,12 @@ pub fn marked_in_flight(claim: &NodeClaim) -> bool {
     matches!(annotation(&claim.metadata, Key::State), Some("pending" | "draining"))
 }
 
+/// `claim` is being deleted or marked draining: in a rotation whether or not an anchor names it
+/// ([`Snapshot::in_flight_claim`]).
+fn deleting_or_draining(claim: &NodeClaim) -> bool {
+    claim.is_deleting() || annotation(&claim.metadata, Key::State) == Some("draining")
+}
+
 /// `karpenter.sh/do-not-disrupt: "true"` set by someone else (no owned marker reading "true",
 /// §3.4; a person hands it back by setting the marker to `false`).
 pub fn operator_do_not_disrupt(meta: &ObjectMeta) -> bool {
