@@ -31,11 +31,30 @@ pub struct ClaimIndex {
     by_pool: OnceLock<HashMap<String, Arc<PoolClaims>>>,
     /// The index of the cache version before this one, until `by_pool` is built from it.
     previous: Mutex<Option<Arc<ClaimIndex>>>,
+    /// What this version's cache held, recorded with `by_pool` for the next version's index.
+    seen: OnceLock<Seen>,
+    /// The nodes that differ from the previous version's, found with `by_pool`.
+    moved: OnceLock<MovedNodes>,
     /// `status.nodeName` -> the first claim (in name order) that names the node.
     by_node: OnceLock<HashMap<String, Arc<NodeClaim>>>,
     /// `status.providerID` -> the first claim (in name order) with that instance.
     by_provider: OnceLock<HashMap<String, Arc<NodeClaim>>>,
 }
+
+/// What one cache version held, kept with its index: the next version's index walks it in step
+/// with its own cache (both in name order), comparing objects by address, to find what changed
+/// without looking each name up.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Every cached claim, with its `karpenter.sh/nodepool` label.
+    claims: Vec<(Arc<NodeClaim>, Option<Arc<str>>)>,
+    /// Every cached node (a cache keys its nodes by name).
+    nodes: Vec<Arc<Node>>,
+}
+
+/// The names of the nodes that are not the previous version's objects (changed, added or gone),
+/// sorted; `None` when no previous version was seen, and every node is looked up.
+type MovedNodes = Option<Vec<String>>;
 
 /// One pool's cached claims, and what passes derive from their spec and status.
 #[derive(Debug, Default)]
@@ -213,9 +232,15 @@ impl Derived {
         d
     }
 
-    /// `claim`'s node in `cache` is the node object this was derived with.
-    fn on_same_node(&self, claim: &NodeClaim, cache: &CacheView) -> bool {
+    /// `claim`'s node in `cache` is the node object this was derived with, for a `self` that
+    /// held in the previous version's cache: a node not `moved` since is still that object.
+    fn on_same_node(&self, claim: &NodeClaim, cache: &CacheView, moved: &MovedNodes) -> bool {
         let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
+        if let (Some(n), Some(moved)) = (node, moved)
+            && moved.binary_search_by(|m| m.as_str().cmp(n)).is_err()
+        {
+            return true;
+        }
         match (node.and_then(|n| cache.nodes.get(n)), &self.node) {
             (None, None) => true,
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
@@ -243,17 +268,27 @@ impl Derived {
 impl PoolClaims {
     /// `claims` are this entry's claims, the same objects in the same order, each on the same
     /// node object as when this entry derived its facts (an entry not derived yet is not kept).
-    fn same_objects(&self, claims: &[Arc<NodeClaim>], cache: &CacheView) -> bool {
+    fn same_objects(
+        &self,
+        claims: &[Arc<NodeClaim>],
+        cache: &CacheView,
+        moved: &MovedNodes,
+    ) -> bool {
         let Some(derived) = self.derived.get() else { return false };
         self.claims.len() == claims.len()
             && self.claims.iter().zip(claims).all(|(a, b)| Arc::ptr_eq(a, b))
-            && derived.iter().zip(claims).all(|(d, c)| d.on_same_node(c, cache))
+            && derived.iter().zip(claims).all(|(d, c)| d.on_same_node(c, cache, moved))
     }
 
     /// What is derived of `claims` in `cache`, this entry's (an earlier version's) kept for each
     /// claim that is still the same object on the same node object: [`Derived::of`] reads
     /// nothing else. Both lists are in name order.
-    fn rederive(&self, claims: &[Arc<NodeClaim>], cache: &CacheView) -> Vec<Derived> {
+    fn rederive(
+        &self,
+        claims: &[Arc<NodeClaim>],
+        cache: &CacheView,
+        moved: &MovedNodes,
+    ) -> Vec<Derived> {
         let old = self.derived.get().map(Vec::as_slice).unwrap_or_default();
         let mut at = 0;
         claims
@@ -263,9 +298,9 @@ impl PoolClaims {
                 while at < old.len() && old[at].name.as_str() < name {
                     at += 1;
                 }
-                let same = old
-                    .get(at)
-                    .filter(|d| Arc::ptr_eq(&self.claims[at], c) && d.on_same_node(c, cache));
+                let same = old.get(at).filter(|d| {
+                    Arc::ptr_eq(&self.claims[at], c) && d.on_same_node(c, cache, moved)
+                });
                 match same {
                     Some(d) => d.clone(),
                     None => Derived::of(c, cache),
@@ -278,37 +313,34 @@ impl PoolClaims {
 impl ClaimIndex {
     fn by_pool(&self, cache: &CacheView) -> &HashMap<String, Arc<PoolClaims>> {
         self.by_pool.get_or_init(|| {
-            let mut map: HashMap<String, Vec<Arc<NodeClaim>>> = HashMap::new();
-            for c in cache.claims.values() {
-                let Some(pool) =
-                    c.metadata.labels.as_ref().and_then(|l| l.get(KARPENTER_POOL_LABEL))
-                else {
-                    continue;
-                };
-                match map.get_mut(pool) {
-                    Some(claims) => claims.push(Arc::clone(c)),
-                    None => {
-                        map.insert(pool.clone(), vec![Arc::clone(c)]);
-                    }
-                }
-            }
             let previous = self.previous.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let seen_before = previous.as_ref().and_then(|p| p.seen.get());
+            let (seen, map) = group_by_pool(cache, seen_before);
+            let moved = seen_before.map(|before| moved_nodes(&before.nodes, cache));
+            let moved = self.moved.get_or_init(|| moved);
+            let _ = self.seen.set(seen);
             let before = previous.as_ref().and_then(|p| p.by_pool.get());
             map.into_iter()
                 .map(|(pool, claims)| {
-                    let old = before.and_then(|b| b.get(&pool));
+                    let old = before.and_then(|b| b.get(&*pool));
                     let entry = match old {
-                        Some(old) if old.same_objects(&claims, cache) => Arc::clone(old),
+                        Some(old) if old.same_objects(&claims, cache, moved) => Arc::clone(old),
                         _ => Arc::new(PoolClaims {
                             claims,
                             before: Mutex::new(old.filter(|o| o.derived.get().is_some()).cloned()),
                             ..Default::default()
                         }),
                     };
-                    (pool, entry)
+                    (pool.to_string(), entry)
                 })
                 .collect()
         })
+    }
+
+    /// The nodes moved since the previous version's index ([`MovedNodes`]; `None` before
+    /// `by_pool` is built).
+    fn moved(&self) -> &MovedNodes {
+        self.moved.get().unwrap_or(&None)
     }
 
     pub(super) fn pool(&self, cache: &CacheView, pool: &str) -> &[Arc<NodeClaim>] {
@@ -326,7 +358,7 @@ impl ClaimIndex {
                 let derived = p.derived.get_or_init(|| {
                     let before = p.before.lock().unwrap_or_else(|e| e.into_inner()).take();
                     match before.as_deref() {
-                        Some(b) => b.rederive(&p.claims, cache),
+                        Some(b) => b.rederive(&p.claims, cache, self.moved()),
                         None => p.claims.iter().map(|c| Derived::of(c, cache)).collect(),
                     }
                 });
@@ -460,6 +492,88 @@ fn index_claims(
         }
     }
     map
+}
+
+/// The cached claims grouped by their `karpenter.sh/nodepool` label, in name order, and what the
+/// cache held ([`Seen`]). A claim that is the very object `before` held keeps the label read
+/// there: only the claims that changed are looked into.
+fn group_by_pool(
+    cache: &CacheView,
+    before: Option<&Seen>,
+) -> (Seen, HashMap<Arc<str>, Vec<Arc<NodeClaim>>>) {
+    let before = before.map(|b| b.claims.as_slice()).unwrap_or_default();
+    let mut seen = Seen {
+        claims: Vec::with_capacity(cache.claims.len()),
+        nodes: cache.nodes.values().cloned().collect(),
+    };
+    let mut map: HashMap<Arc<str>, Vec<Arc<NodeClaim>>> = HashMap::new();
+    let mut at = 0;
+    for (name, c) in &cache.claims {
+        let mut kept = None;
+        while let Some((old, label)) = before.get(at) {
+            if Arc::ptr_eq(old, c) {
+                kept = Some(label.clone());
+                at += 1;
+                break;
+            }
+            if old.metadata.name.as_deref().unwrap_or_default() >= name.as_str() {
+                break;
+            }
+            at += 1;
+        }
+        let pool = kept.unwrap_or_else(|| {
+            let labels = c.metadata.labels.as_ref();
+            labels.and_then(|l| l.get(KARPENTER_POOL_LABEL)).map(|p| Arc::from(p.as_str()))
+        });
+        if let Some(pool) = &pool {
+            match map.get_mut(pool) {
+                Some(claims) => claims.push(Arc::clone(c)),
+                None => {
+                    map.insert(Arc::clone(pool), vec![Arc::clone(c)]);
+                }
+            }
+        }
+        seen.claims.push((Arc::clone(c), pool));
+    }
+    (seen, map)
+}
+
+/// The names of the nodes of `cache` that are not the objects `before` held, and of those
+/// `before` held that `cache` no longer has, sorted: both lists walked in step, in name order,
+/// comparing addresses (a name is compared only where they differ).
+fn moved_nodes(before: &[Arc<Node>], cache: &CacheView) -> Vec<String> {
+    let name = |n: &Arc<Node>| n.metadata.name.clone().unwrap_or_default();
+    let mut moved = Vec::new();
+    let mut at = 0;
+    for (key, node) in &cache.nodes {
+        debug_assert_eq!(node.metadata.name.as_ref(), Some(key), "a cache keys nodes by name");
+        loop {
+            let Some(old) = before.get(at) else {
+                moved.push(key.clone()); // added
+                break;
+            };
+            if Arc::ptr_eq(old, node) {
+                at += 1;
+                break;
+            }
+            match old.metadata.name.as_deref().unwrap_or_default().cmp(key.as_str()) {
+                std::cmp::Ordering::Less => moved.push(name(old)), // gone
+                std::cmp::Ordering::Equal => {
+                    moved.push(key.clone()); // changed
+                    at += 1;
+                    break;
+                }
+                std::cmp::Ordering::Greater => {
+                    moved.push(key.clone()); // added
+                    break;
+                }
+            }
+            at += 1;
+        }
+    }
+    moved.extend(before[at..].iter().map(name));
+    moved.sort_unstable();
+    moved
 }
 
 /// The [`ClaimIndex`] of the last cache version a controller read. The version is the view's
