@@ -294,15 +294,21 @@ impl PoolClaims {
         claims
             .iter()
             .map(|c| {
-                let name = c.metadata.name.as_deref().unwrap_or_default();
-                while at < old.len() && old[at].name.as_str() < name {
-                    at += 1;
+                // The very object next in line needs no name compared.
+                if self.claims.get(at).is_none_or(|o| !Arc::ptr_eq(o, c)) {
+                    let name = c.metadata.name.as_deref().unwrap_or_default();
+                    while at < old.len() && old[at].name.as_str() < name {
+                        at += 1;
+                    }
                 }
                 let same = old.get(at).filter(|d| {
                     Arc::ptr_eq(&self.claims[at], c) && d.on_same_node(c, cache, moved)
                 });
                 match same {
-                    Some(d) => d.clone(),
+                    Some(d) => {
+                        at += 1;
+                        d.clone()
+                    }
                     None => Derived::of(c, cache),
                 }
             })
@@ -494,19 +500,23 @@ fn index_claims(
     map
 }
 
+/// Each pool's label and its claims, in name order.
+type PoolGroups = Vec<(Arc<str>, Vec<Arc<NodeClaim>>)>;
+
 /// The cached claims grouped by their `karpenter.sh/nodepool` label, in name order, and what the
 /// cache held ([`Seen`]). A claim that is the very object `before` held keeps the label read
 /// there: only the claims that changed are looked into.
-fn group_by_pool(
-    cache: &CacheView,
-    before: Option<&Seen>,
-) -> (Seen, HashMap<Arc<str>, Vec<Arc<NodeClaim>>>) {
+fn group_by_pool(cache: &CacheView, before: Option<&Seen>) -> (Seen, PoolGroups) {
     let before = before.map(|b| b.claims.as_slice()).unwrap_or_default();
     let mut seen = Seen {
         claims: Vec::with_capacity(cache.claims.len()),
         nodes: cache.nodes.values().cloned().collect(),
     };
-    let mut map: HashMap<Arc<str>, Vec<Arc<NodeClaim>>> = HashMap::new();
+    // The groups in order of appearance; a label is one shared string, so a claim of the pool
+    // of the claim before it is placed by address.
+    let mut groups: PoolGroups = Vec::new();
+    let mut group_of: HashMap<Arc<str>, usize> = HashMap::new();
+    let mut last: Option<usize> = None;
     let mut at = 0;
     for (name, c) in &cache.claims {
         let mut kept = None;
@@ -526,16 +536,21 @@ fn group_by_pool(
             labels.and_then(|l| l.get(KARPENTER_POOL_LABEL)).map(|p| Arc::from(p.as_str()))
         });
         if let Some(pool) = &pool {
-            match map.get_mut(pool) {
-                Some(claims) => claims.push(Arc::clone(c)),
-                None => {
-                    map.insert(Arc::clone(pool), vec![Arc::clone(c)]);
-                }
-            }
+            let g = match last.filter(|&g| Arc::ptr_eq(&groups[g].0, pool)) {
+                Some(g) => g,
+                None => *group_of.entry(Arc::clone(pool)).or_insert_with(|| {
+                    groups.push((Arc::clone(pool), Vec::new()));
+                    groups.len() - 1
+                }),
+            };
+            groups[g].1.push(Arc::clone(c));
+            last = Some(g);
         }
+        // The group's own string, shared by every claim of the pool from now on.
+        let pool = last.filter(|_| pool.is_some()).map(|g| Arc::clone(&groups[g].0));
         seen.claims.push((Arc::clone(c), pool));
     }
-    (seen, map)
+    (seen, groups)
 }
 
 /// The names of the nodes of `cache` that are not the objects `before` held, and of those
