@@ -211,7 +211,7 @@ impl Derived {
         self.created
     }
 
-    fn of(claim: &NodeClaim, cache: &CacheView) -> Derived {
+    fn of(claim: &NodeClaim, cache: &CacheView, shapes: &mut Shapes) -> Derived {
         let mut d = Derived {
             name: claim.metadata.name.clone().unwrap_or_default(),
             node: claim
@@ -226,7 +226,7 @@ impl Derived {
             ready: claim.is_ready(),
             deleting: claim.is_deleting(),
             cached: None,
-            footprint: Arc::new(placeholder::footprint(claim)),
+            footprint: shapes.share(placeholder::footprint(claim)),
         };
         d.cached = d.facts(claim, d.node.as_deref());
         d
@@ -265,6 +265,46 @@ impl Derived {
     }
 }
 
+/// The distinct footprints of a pool's claims, up to [`Shapes::MAX`]: claims of one shape share
+/// one footprint, so that a pool's worth folds each shape once (an instance type or two in most
+/// pools), not each claim.
+#[derive(Default)]
+struct Shapes(Vec<Arc<placeholder::Resources>>);
+
+impl Shapes {
+    const MAX: usize = 16;
+
+    /// The distinct footprints among `footprints` (by address), up to [`Shapes::MAX`].
+    fn of<'a>(footprints: impl Iterator<Item = &'a Arc<placeholder::Resources>>) -> Self {
+        let mut shapes = Shapes::default();
+        for f in footprints {
+            if shapes.0.len() == Self::MAX {
+                break;
+            }
+            if !shapes.holds(f) {
+                shapes.0.push(Arc::clone(f));
+            }
+        }
+        shapes
+    }
+
+    fn holds(&self, footprint: &Arc<placeholder::Resources>) -> bool {
+        self.0.iter().any(|s| Arc::ptr_eq(s, footprint))
+    }
+
+    /// `footprint`, shared with an equal one already held.
+    fn share(&mut self, footprint: placeholder::Resources) -> Arc<placeholder::Resources> {
+        if let Some(same) = self.0.iter().find(|s| ***s == footprint) {
+            return Arc::clone(same);
+        }
+        let footprint = Arc::new(footprint);
+        if self.0.len() < Self::MAX {
+            self.0.push(Arc::clone(&footprint));
+        }
+        footprint
+    }
+}
+
 impl PoolClaims {
     /// `claims` are this entry's claims, the same objects in the same order, each on the same
     /// node object as when this entry derived its facts (an entry not derived yet is not kept).
@@ -290,6 +330,7 @@ impl PoolClaims {
         moved: &MovedNodes,
     ) -> Vec<Derived> {
         let old = self.derived.get().map(Vec::as_slice).unwrap_or_default();
+        let mut shapes = Shapes::of(old.iter().map(|d| &d.footprint));
         let mut at = 0;
         claims
             .iter()
@@ -309,7 +350,7 @@ impl PoolClaims {
                         at += 1;
                         d.clone()
                     }
-                    None => Derived::of(c, cache),
+                    None => Derived::of(c, cache, &mut shapes),
                 }
             })
             .collect()
@@ -365,7 +406,10 @@ impl ClaimIndex {
                     let before = p.before.lock().unwrap_or_else(|e| e.into_inner()).take();
                     match before.as_deref() {
                         Some(b) => b.rederive(&p.claims, cache, self.moved()),
-                        None => p.claims.iter().map(|c| Derived::of(c, cache)).collect(),
+                        None => {
+                            let mut shapes = Shapes::default();
+                            p.claims.iter().map(|c| Derived::of(c, cache, &mut shapes)).collect()
+                        }
                     }
                 });
                 (&p.claims, derived)
@@ -449,7 +493,9 @@ impl ClaimIndex {
         match self.by_pool(cache).get(pool) {
             Some(p) => p.worth.get_or_init(|| {
                 let (_, derived) = self.pool_derived(cache, pool);
-                placeholder::worth_of(derived.iter().map(|d| d.footprint.as_ref()))
+                let shapes = Shapes::of(derived.iter().map(|d| &d.footprint));
+                let rest = derived.iter().map(|d| &d.footprint).filter(|f| !shapes.holds(f));
+                placeholder::worth_of(shapes.0.iter().chain(rest).map(Arc::as_ref))
             }),
             None => &NONE,
         }
@@ -716,7 +762,8 @@ mod tests {
         let v2 = Arc::new(v2);
         let i2 = cache.of(&v2);
         let (claims, d2) = i2.pool_derived(&v2, "a");
-        let full: Vec<Derived> = claims.iter().map(|c| Derived::of(c, &v2)).collect();
+        let full: Vec<Derived> =
+            claims.iter().map(|c| Derived::of(c, &v2, &mut Shapes::default())).collect();
         assert_eq!(format!("{d2:?}"), format!("{full:?}"), "the same as deriving every claim");
         let names: Vec<&str> = d2.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["c2", "c3", "c4", "c5"]);
