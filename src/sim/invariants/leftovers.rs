@@ -54,12 +54,21 @@ impl Checker {
             post.pools.iter().map(|(n, p)| (n.as_str(), anchored(Some(p)))).collect();
         let none = BTreeSet::new();
         let anchor = |pool: &str| anchors_of.get(pool).unwrap_or(&none);
+        // The claims marked pending or draining: the last call's, updated with the step's changed
+        // claims (`claim_pool` only grows with them too). Debug builds check the whole walk.
+        let marks = match (self.claim_marks.take(), unchanged) {
+            (Some(mut marks), Some(d)) => {
+                marks.update(d);
+                #[cfg(debug_assertions)]
+                assert_eq!(marks, ClaimMarks::of(post), "the claims' marks updated differ");
+                marks
+            }
+            _ => ClaimMarks::of(post),
+        };
         // A claim marked draining whose delete is under way drains on without its anchor (lost by
         // hand, the pool replaced, governance lost): its node markers are live until it is gone.
-        let draining: BTreeSet<&str> = post
-            .claims
-            .iter()
-            .filter(|(_, c)| c.is_deleting() && state_of(c) == Some("draining"))
+        let draining: BTreeSet<&str> = (marks.0.iter())
+            .filter(|(_, m)| m.deleting && m.state == Mark::Draining)
             .map(|(n, _)| n.as_str())
             .collect();
         let mut bad = Vec::new();
@@ -100,22 +109,21 @@ impl Checker {
         if unchanged.is_some() {
             self.node_debris = Some(nodes);
         }
-        for (name, c) in &post.claims {
-            let state = state_of(c);
-            let stranded =
-                state == Some("pending") || (state == Some("draining") && !c.is_deleting());
+        for (name, m) in &marks.0 {
+            let stranded = m.state == Mark::Pending || (m.state == Mark::Draining && !m.deleting);
             let pool = self.claim_pool.get(name);
             if stranded && !pool.is_some_and(|p| anchor(p).contains(name)) {
                 bad.push((
                     format!(
                         "claim {name} is {} without its pool's anchor: never picked again",
-                        state.unwrap_or_default()
+                        m.state.as_str()
                     ),
                     name.clone(),
                     pool.cloned(),
                 ));
             }
         }
+        self.claim_marks = Some(marks);
         bad
     }
 
@@ -262,4 +270,63 @@ fn node_debris(
 pub(super) struct NodeDebris {
     found: Vec<(String, String, Option<String>)>,
     draining: BTreeSet<String>,
+}
+
+/// The claims of a view marked `pending` or `draining` (our `state`), whether each is being
+/// deleted: what I7 reads of the claims, kept from step to step and updated with the claims a
+/// step changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct ClaimMarks(BTreeMap<String, ClaimMark>);
+
+#[derive(Debug, PartialEq, Eq)]
+struct ClaimMark {
+    state: Mark,
+    deleting: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    Pending,
+    Draining,
+}
+
+impl Mark {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mark::Pending => "pending",
+            Mark::Draining => "draining",
+        }
+    }
+}
+
+impl ClaimMarks {
+    fn of(view: &CacheView) -> ClaimMarks {
+        let marked = view.claims.iter().filter_map(|(n, c)| Some((n.clone(), ClaimMark::of(c)?)));
+        ClaimMarks(marked.collect())
+    }
+
+    /// Takes in the claims `d` changed (added, updated or gone).
+    fn update(&mut self, d: &Diff) {
+        for (name, _, after) in &d.claims {
+            match after.as_deref().and_then(ClaimMark::of) {
+                Some(m) => {
+                    self.0.insert(name.clone(), m);
+                }
+                None => {
+                    self.0.remove(name);
+                }
+            }
+        }
+    }
+}
+
+impl ClaimMark {
+    fn of(claim: &crate::karpenter::NodeClaim) -> Option<ClaimMark> {
+        let state = match state_of(claim)? {
+            "pending" => Mark::Pending,
+            "draining" => Mark::Draining,
+            _ => return None,
+        };
+        Some(ClaimMark { state, deleting: claim.is_deleting() })
+    }
 }

@@ -202,6 +202,8 @@ pub struct Checker {
     /// I7: the nodes' part of the last debris found and the draining claims it was found with,
     /// while no node and no pool changed since ([`leftovers::NodeDebris`]).
     node_debris: Option<leftovers::NodeDebris>,
+    /// The claims' part of I7, kept from the last step ([`leftovers::ClaimMarks`]).
+    claim_marks: Option<leftovers::ClaimMarks>,
     /// How long debris may stay.
     debris_grace: Duration,
     /// I10: uids of the placeholder pods that appeared during controller steps.
@@ -277,6 +279,7 @@ impl Checker {
             flagged: BTreeSet::new(),
             debris: BTreeMap::new(),
             node_debris: None,
+            claim_marks: None,
             debris_grace: if faults { DEBRIS_GRACE_FAULTS } else { DEBRIS_GRACE },
             controller_placeholders: BTreeSet::new(),
             surge_in_use: BTreeMap::new(),
