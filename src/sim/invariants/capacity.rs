@@ -1,7 +1,7 @@
 //! Capacity first: the surge path a rotation reports (I9), the placeholder it escalates on
 //! (I10), what a failed surge bills (I11, I20), the nodes rotations drain onto kept (I16), and
 //! an old claim deleted without a Ready surge only as the policy's forceful fallback (I17).
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -111,6 +111,9 @@ fn mode_of<'v>(views: [&'v CacheView; 2], pool: &str, claim: &str) -> Option<&'v
         slot_annotation(&np.metadata, Key::RotationMode, slot)
     })
 }
+
+/// A pool's anchors (by slot) and its readyTimeout, for I20.
+type PoolSurgeFacts<'a> = (Option<BTreeMap<usize, &'a str>>, Option<Duration>);
 
 impl Checker {
     /// I9: a surge rotation that reached draining says how its capacity came about: the mirror
@@ -494,11 +497,18 @@ impl Checker {
         let default_timeout = Duration::minutes(15);
         self.surge_in_use.retain(|c, _| world.surge_launched.contains(c));
         let mut bad = Vec::new();
+        // Per pool, once per step: its anchors and its readyTimeout.
+        let mut pools: BTreeMap<usize, PoolSurgeFacts<'_>> = BTreeMap::new();
         for name in &world.surge_launched {
             let Some(sc) = world.claims.get(name) else { continue };
-            let np = post.pools.get(world.pool_name(sc.pool));
-            let in_flight = np.is_some_and(|np| {
-                let rotations = anchors(np);
+            let (rotations, ready_timeout) = pools.entry(sc.pool).or_insert_with(|| {
+                let np = post.pools.get(world.pool_name(sc.pool));
+                let ready_timeout =
+                    np.and_then(|np| self.gov.of(post, np).settings().map(|s| s.ready_timeout));
+                (np.map(|np| anchors(np)), ready_timeout)
+            });
+            let ready_timeout = *ready_timeout;
+            let in_flight = rotations.as_ref().is_some_and(|rotations| {
                 sc.placeholders_for.iter().any(|r| {
                     rotations.values().any(|a| a == r)
                         && post
@@ -507,8 +517,6 @@ impl Checker {
                             .is_none_or(|c| !matches!(state_of(c), Some("failed" | "expired")))
                 })
             });
-            let ready_timeout =
-                np.and_then(|np| self.gov.of(post, np).settings().map(|s| s.ready_timeout));
             let entry = self
                 .surge_in_use
                 .entry(name.clone())
