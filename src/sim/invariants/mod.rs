@@ -204,6 +204,8 @@ pub struct Checker {
     node_debris: Option<leftovers::NodeDebris>,
     /// The claims' part of I7, kept from the last step ([`leftovers::ClaimMarks`]).
     claim_marks: Option<leftovers::ClaimMarks>,
+    /// I1's findings of the last step, with the claim each names.
+    anchor_faults: Option<Vec<(String, String)>>,
     /// How long debris may stay.
     debris_grace: Duration,
     /// I10: uids of the placeholder pods that appeared during controller steps.
@@ -280,6 +282,7 @@ impl Checker {
             debris: BTreeMap::new(),
             node_debris: None,
             claim_marks: None,
+            anchor_faults: None,
             debris_grace: if faults { DEBRIS_GRACE_FAULTS } else { DEBRIS_GRACE },
             controller_placeholders: BTreeSet::new(),
             surge_in_use: BTreeMap::new(),
@@ -331,7 +334,7 @@ impl Checker {
                 self.claim_pool.entry(name.clone()).or_insert_with(|| p.to_string());
             }
         }
-        self.anchors(post, now);
+        self.anchors(post, d, now);
         self.lanes(d, post, now);
         self.surge_paths(d, now);
         if step.controller {
