@@ -5,7 +5,7 @@
 //! This file holds the vocabulary (the constants, [`PolicyView`], [`GovernanceView`],
 //! [`SweepSubject`]), the [`Snapshot`] type, its two constructors and its reads of the pool (the
 //! anchors, the pool's claims, the drains), and the annotation readers; by concern:
-//! `index.rs` (the claims grouped per cache version), `candidates.rs` (candidate selection, the
+//! `index/` (the claims grouped per cache version), `candidates.rs` (candidate selection, the
 //! candidate facts and due instants), `surge.rs` (placeholder, surge-host and nomination
 //! lookups), `patch.rs` (applying a won write to the pass's copy), `facts.rs` (the `Facts`
 //! implementation: roots, fields, predicates).
