@@ -100,3 +100,34 @@ fn a_changed_pool_derives_again_only_its_changed_claims_and_matches_a_full_deriv
     assert_ne!(format!("{:?}", d2[1]), format!("{:?}", d1[2]), "c3's node changed");
     assert!(Arc::ptr_eq(d2[2].node.as_ref().unwrap(), d1[3].node.as_ref().unwrap()));
 }
+
+#[test]
+fn the_nodes_moved_since_a_version_are_the_changed_the_added_and_the_gone() {
+    let v1 = one_pool(&["c1", "c2", "c3", "c4"]);
+    let before: Vec<Arc<Node>> = v1.nodes.values().cloned().collect();
+    let mut v2 = v1.clone();
+    assert_eq!(moved_nodes(&before, &v2), Vec::<String>::new(), "the same objects");
+    v2.nodes.insert("nc2".into(), Arc::new((*v1.nodes["nc2"]).clone()));
+    v2.nodes.remove("nc1");
+    v2.nodes.remove("nc4");
+    for added in ["nc0", "nc9"] {
+        v2.nodes
+            .insert(added.into(), Arc::new(Node { metadata: named(added), ..Default::default() }));
+    }
+    assert_eq!(moved_nodes(&before, &v2), ["nc0", "nc1", "nc2", "nc4", "nc9"]);
+}
+
+#[test]
+fn a_claim_whose_node_is_gone_is_derived_again_though_the_claim_did_not_change() {
+    let mut cache = IndexCache::default();
+    let v1 = Arc::new(one_pool(&["c1", "c2"]));
+    let i1 = cache.of(&v1);
+    assert!(i1.pool_derived(&v1, "a").1[0].node.is_some());
+    let mut v2 = (*v1).clone();
+    v2.nodes.remove("nc1");
+    let v2 = Arc::new(v2);
+    let i2 = cache.of(&v2);
+    let d2 = i2.pool_derived(&v2, "a").1;
+    assert!(d2[0].node.is_none(), "c1's node is gone");
+    assert!(Arc::ptr_eq(d2[1].node.as_ref().unwrap(), &v2.nodes["nc2"]), "c2's is kept");
+}
