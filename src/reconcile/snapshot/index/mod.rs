@@ -400,22 +400,18 @@ impl ClaimIndex {
         cache: &CacheView,
         pool: &str,
     ) -> (&[Arc<NodeClaim>], &[Derived]) {
-        match self.by_pool(cache).get(pool) {
-            Some(p) => {
-                let derived = p.derived.get_or_init(|| {
-                    let before = p.before.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    match before.as_deref() {
-                        Some(b) => b.rederive(&p.claims, cache, self.moved()),
-                        None => {
-                            let mut shapes = Shapes::default();
-                            p.claims.iter().map(|c| Derived::of(c, cache, &mut shapes)).collect()
-                        }
-                    }
-                });
-                (&p.claims, derived)
+        let Some(p) = self.by_pool(cache).get(pool) else { return (&[], &[]) };
+        let derived = p.derived.get_or_init(|| {
+            let before = p.before.lock().unwrap_or_else(|e| e.into_inner()).take();
+            match before.as_deref() {
+                Some(b) => b.rederive(&p.claims, cache, self.moved()),
+                None => {
+                    let mut shapes = Shapes::default();
+                    p.claims.iter().map(|c| Derived::of(c, cache, &mut shapes)).collect()
+                }
             }
-            None => (&[], &[]),
-        }
+        });
+        (&p.claims, derived)
     }
 
     /// The pool's claims' [`FactsDues`] for a pass that wrote no claim and no node: `compute`'s,
@@ -454,10 +450,8 @@ impl ClaimIndex {
         pool: &str,
         compute: impl FnOnce() -> Option<DateTime<Utc>>,
     ) -> Option<DateTime<Utc>> {
-        match self.by_pool(cache).get(pool) {
-            Some(p) => *p.nearest_deadline.get_or_init(compute),
-            None => compute(),
-        }
+        let Some(p) = self.by_pool(cache).get(pool) else { return compute() };
+        *p.nearest_deadline.get_or_init(compute)
     }
 
     /// The pool's claims and the indices of those being deleted or marked draining in the
@@ -467,18 +461,14 @@ impl ClaimIndex {
         cache: &CacheView,
         pool: &str,
     ) -> (&[Arc<NodeClaim>], &[usize]) {
-        match self.by_pool(cache).get(pool) {
-            Some(p) => {
-                let marked = p.marked.get_or_init(|| {
-                    (p.claims.iter().enumerate())
-                        .filter(|(_, c)| deleting_or_draining(c))
-                        .map(|(i, _)| i)
-                        .collect()
-                });
-                (&p.claims, marked)
-            }
-            None => (&[], &[]),
-        }
+        let Some(p) = self.by_pool(cache).get(pool) else { return (&[], &[]) };
+        let marked = p.marked.get_or_init(|| {
+            (p.claims.iter().enumerate())
+                .filter(|(_, c)| deleting_or_draining(c))
+                .map(|(i, _)| i)
+                .collect()
+        });
+        (&p.claims, marked)
     }
 
     /// One node's worth of the pool's resources ([`placeholder::worth_of`] its claims' footprints).
@@ -490,15 +480,13 @@ impl ClaimIndex {
         // A pool without claims: only the node itself is known of its nodes.
         static NONE: std::sync::LazyLock<placeholder::Resources> =
             std::sync::LazyLock::new(|| placeholder::worth_of(std::iter::empty()));
-        match self.by_pool(cache).get(pool) {
-            Some(p) => p.worth.get_or_init(|| {
-                let (_, derived) = self.pool_derived(cache, pool);
-                let shapes = Shapes::of(derived.iter().map(|d| &d.footprint));
-                let rest = derived.iter().map(|d| &d.footprint).filter(|f| !shapes.holds(f));
-                placeholder::worth_of(shapes.0.iter().chain(rest).map(Arc::as_ref))
-            }),
-            None => &NONE,
-        }
+        let Some(p) = self.by_pool(cache).get(pool) else { return &NONE };
+        p.worth.get_or_init(|| {
+            let (_, derived) = self.pool_derived(cache, pool);
+            let shapes = Shapes::of(derived.iter().map(|d| &d.footprint));
+            let rest = derived.iter().map(|d| &d.footprint).filter(|f| !shapes.holds(f));
+            placeholder::worth_of(shapes.0.iter().chain(rest).map(Arc::as_ref))
+        })
     }
 
     pub(super) fn by_node(&self, cache: &CacheView) -> &HashMap<String, Arc<NodeClaim>> {
