@@ -122,17 +122,23 @@ pub fn by_slot(meta: &ObjectMeta, key: Key) -> BTreeMap<usize, &str> {
 /// `key.` and `key/`, between which the suffixed copies of `key` sort, made once per key
 /// (passes ask for them many times each).
 fn suffix_bounds(key: Key) -> (&'static str, &'static str) {
-    static BOUNDS: std::sync::LazyLock<std::collections::HashMap<Key, (String, String)>> =
+    // Indexed by the key's discriminant: hashing the key cost more than the range it bounds.
+    static BOUNDS: std::sync::LazyLock<Vec<Option<(String, String)>>> =
         std::sync::LazyLock::new(|| {
-            PER_ROTATION_KEYS
-                .iter()
-                .map(|k| (*k, (format!("{}.", k.full()), format!("{}/", k.full()))))
-                .collect()
+            let mut bounds = Vec::new();
+            for k in PER_ROTATION_KEYS {
+                let i = *k as usize;
+                if bounds.len() <= i {
+                    bounds.resize(i + 1, None);
+                }
+                bounds[i] = Some((format!("{}.", k.full()), format!("{}/", k.full())));
+            }
+            bounds
         });
-    match BOUNDS.get(&key) {
-        Some((from, to)) => (from.as_str(), to.as_str()),
+    match BOUNDS.get(key as usize) {
+        Some(Some((from, to))) => (from.as_str(), to.as_str()),
         // Not a per-rotation key: it has no suffixed copies (an empty range).
-        None => ("", ""),
+        _ => ("", ""),
     }
 }
 
