@@ -1,6 +1,6 @@
 //! Which policy governs a pool in a store snapshot, with its effective settings (memoized per
 //! policy resourceVersion: compiling a window schedule is not free).
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
@@ -33,10 +33,53 @@ impl Governed {
 #[derive(Debug, Default)]
 pub struct Gov {
     memo: BTreeMap<(String, String), Result<Arc<Effective>, String>>,
+    /// Each pool's last resolution, kept while its labels and the policies (names and
+    /// resourceVersions) it was resolved against are the same: the invariants ask for it
+    /// several times a step, and resolving walks every policy's selector.
+    last: HashMap<String, Resolved>,
+}
+
+#[derive(Debug)]
+struct Resolved {
+    labels: Option<BTreeMap<String, String>>,
+    policies: Vec<(String, String)>,
+    governed: Governed,
+}
+
+/// The policies of `view` by name and resourceVersion, `None` if one has no resourceVersion
+/// (nothing then says it did not change).
+fn policy_versions(view: &CacheView) -> Option<Vec<(String, String)>> {
+    (view.policies.iter())
+        .map(|(name, p)| Some((name.clone(), p.metadata.resource_version.clone()?)))
+        .collect()
+}
+
+fn same_policies(kept: &[(String, String)], view: &CacheView) -> bool {
+    kept.len() == view.policies.len()
+        && kept.iter().zip(&view.policies).all(|((n, rv), (name, p))| {
+            n == name && p.metadata.resource_version.as_deref() == Some(rv.as_str())
+        })
 }
 
 impl Gov {
     pub fn of(&mut self, view: &CacheView, pool: &NodePool) -> Governed {
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        if let Some(r) = self.last.get(name)
+            && r.labels == pool.metadata.labels
+            && same_policies(&r.policies, view)
+        {
+            return r.governed.clone();
+        }
+        let governed = self.resolve(view, pool);
+        if let Some(policies) = policy_versions(view) {
+            let labels = pool.metadata.labels.clone();
+            let kept = Resolved { labels, policies, governed: governed.clone() };
+            self.last.insert(name.to_string(), kept);
+        }
+        governed
+    }
+
+    fn resolve(&mut self, view: &CacheView, pool: &NodePool) -> Governed {
         let labels = pool.metadata.labels.clone().unwrap_or_default();
         let selectors: Vec<PolicySelector<'_>> = view
             .policies
