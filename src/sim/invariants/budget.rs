@@ -89,6 +89,41 @@ fn shared_host(pool: &str, np: &NodePool) -> Option<String> {
     })
 }
 
+/// I1's findings for one pool.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct AnchorFaults {
+    /// Each anchor naming a claim of another pool or no claim ever seen, with that claim.
+    faults: Vec<(String, String)>,
+    /// One of `faults` names a claim never seen (a claim appearing later may answer it).
+    unseen: bool,
+    /// The pool's anchors ([`anchors`]) by slot.
+    pub(super) anchors: Vec<(usize, String)>,
+}
+
+impl AnchorFaults {
+    fn of(claim_pool: &BTreeMap<String, String>, pool: &str, np: &NodePool) -> AnchorFaults {
+        let mut found = AnchorFaults { faults: Vec::new(), unseen: false, anchors: Vec::new() };
+        for (slot, a) in anchors(np) {
+            found.anchors.push((slot, a.to_string()));
+            match claim_pool.get(a) {
+                Some(p) if p == pool => {}
+                Some(p) => found.faults.push((
+                    format!("pool {pool} is anchored on {a}, a claim of pool {p}"),
+                    a.to_string(),
+                )),
+                None => {
+                    found.unseen = true;
+                    found.faults.push((
+                        format!("pool {pool} is anchored on {a}, which never was a claim"),
+                        a.to_string(),
+                    ));
+                }
+            }
+        }
+        found
+    }
+}
+
 /// I14: every claim two slots anchor at once, with the (pool, slot)s naming it.
 fn shared_claims(view: &CacheView) -> Vec<(String, Vec<String>)> {
     let mut by_claim: BTreeMap<&str, Vec<String>> = BTreeMap::new();
@@ -101,35 +136,36 @@ fn shared_claims(view: &CacheView) -> Vec<(String, Vec<String>)> {
 }
 
 impl Checker {
-    /// I1: every anchor names a claim of its own pool; I14: no claim is anchored twice. Both read
-    /// only the pools' anchors and the claims' pools: a step that changed neither finds what the
-    /// step before found (I1 fails it again; I14 fails a claim once).
+    /// I1: every anchor names a claim of its own pool; I14: no claim is anchored twice. I1 reads
+    /// a pool's anchors and the pools of the claims they name, which never change once known: a
+    /// pool's findings are judged again when the pool changed, or when a claim changed and one
+    /// of them names a claim never seen. I14 reads only the pools' anchors: a step that changed
+    /// no pool finds what the step before found (flagged already).
     pub(super) fn anchors(&mut self, post: &CacheView, d: &Diff, now: DateTime<Utc>) {
-        let kept = self.anchor_faults.take().filter(|_| d.pools.is_empty() && d.claims.is_empty());
-        let fresh = kept.is_none();
-        let bad = kept.unwrap_or_else(|| {
-            let mut bad = Vec::new();
-            for (pool, np) in &post.pools {
-                for a in anchors(np).into_values() {
-                    match self.claim_pool.get(a) {
-                        Some(p) if p == pool => {}
-                        Some(p) => bad.push((
-                            format!("pool {pool} is anchored on {a}, a claim of pool {p}"),
-                            a.to_string(),
-                        )),
-                        None => bad.push((
-                            format!("pool {pool} is anchored on {a}, which never was a claim"),
-                            a.to_string(),
-                        )),
-                    }
-                }
+        let fresh = self.anchor_faults.is_none() || !d.pools.is_empty();
+        let mut by_pool = self.anchor_faults.take().unwrap_or_default();
+        for (pool, _, _) in &d.pools {
+            by_pool.remove(pool);
+        }
+        if !d.claims.is_empty() {
+            by_pool.retain(|_, f| !f.unseen);
+        }
+        for (pool, np) in &post.pools {
+            if !by_pool.contains_key(pool) {
+                by_pool.insert(pool.clone(), AnchorFaults::of(&self.claim_pool, pool, np));
             }
-            bad
-        });
-        for (detail, claim) in &bad {
+        }
+        debug_assert!(
+            by_pool.len() == post.pools.len()
+                && (post.pools.iter().zip(&by_pool)).all(|((pool, np), (kept, f))| {
+                    pool == kept && *f == AnchorFaults::of(&self.claim_pool, pool, np)
+                }),
+            "I1's findings kept per pool differ from a walk of every pool"
+        );
+        for (detail, claim) in by_pool.values().flat_map(|f| &f.faults) {
             self.fail(I1, now, detail.clone(), vec![claim.clone()]);
         }
-        self.anchor_faults = Some(bad);
+        self.anchor_faults = Some(by_pool);
         if !fresh {
             return;
         }
@@ -162,7 +198,9 @@ impl Checker {
         // Surge nodes change on node writes: judged over every pool after any change.
         if !d.nodes.is_empty() || !d.pools.is_empty() {
             for (pool, np) in &post.pools {
-                if anchors(np).is_empty() {
+                // Kept by `anchors` for this very view.
+                let kept = self.anchor_faults.as_ref().and_then(|k| k.get(pool));
+                if kept.is_none_or(|f| f.anchors.is_empty()) {
                     continue;
                 }
                 let gov = &mut self.gov;

@@ -204,8 +204,8 @@ pub struct Checker {
     node_debris: Option<leftovers::NodeDebris>,
     /// The claims' part of I7, kept from the last step ([`leftovers::ClaimMarks`]).
     claim_marks: Option<leftovers::ClaimMarks>,
-    /// I1's findings of the last step, with the claim each names.
-    anchor_faults: Option<Vec<(String, String)>>,
+    /// I1's findings of the last step per pool (`None` before the first).
+    anchor_faults: Option<BTreeMap<String, budget::AnchorFaults>>,
     /// How long debris may stay.
     debris_grace: Duration,
     /// I10: uids of the placeholder pods that appeared during controller steps.

@@ -1,7 +1,6 @@
 //! The start gates and liveness: no rotation starts while a gate is closed (I2), every
 //! rotation finishes within its bound and no claim that had its window chances is
 //! force-expired (I8).
-use std::collections::BTreeSet;
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -132,15 +131,16 @@ impl Checker {
     /// I8: every rotation finishes within readyTimeout + tGP + buffer (and slack for requeues).
     pub(super) fn durations(&mut self, post: &CacheView, world: &World, now: DateTime<Utc>) {
         let mut bad = Vec::new();
-        let live: BTreeSet<(String, usize)> = post
-            .pools
-            .iter()
-            .flat_map(|(pool, np)| anchors(np).into_keys().map(|slot| (pool.clone(), slot)))
-            .collect();
-        self.anchor_since.retain(|k, _| live.contains(k));
-        for (pool, np) in &post.pools {
-            for (slot, a) in anchors(np) {
-                let key = (pool.clone(), slot);
+        // The anchors of `post`, kept per pool by `anchors` this very step.
+        let kept = self.anchor_faults.take().unwrap_or_default();
+        let live = |pool: &str, slot: usize| {
+            kept.get(pool).is_some_and(|f| f.anchors.iter().any(|(s, _)| *s == slot))
+        };
+        self.anchor_since.retain(|(pool, slot), _| live(pool, *slot));
+        for (pool, f) in &kept {
+            let Some(np) = post.pools.get(pool) else { continue };
+            for (slot, a) in &f.anchors {
+                let key = (pool.clone(), *slot);
                 let known = self.anchor_since.get(&key).is_some_and(|(c, _, _)| c == a);
                 if !known {
                     let bound = self.gov.of(post, np).settings().map(|s| {
@@ -173,6 +173,7 @@ impl Checker {
                 }
             }
         }
+        self.anchor_faults = Some(kept);
         for (detail, claim) in bad {
             self.fail(I8, now, detail, vec![claim]);
         }
