@@ -289,8 +289,14 @@ pub fn quantity_millis(q: &Quantity) -> Option<i128> {
     if whole.is_empty() && frac.is_empty() {
         return None;
     }
-    let digits = format!("{whole}{frac}");
-    let mantissa: i128 = digits.parse().ok()?;
+    // The digits of `whole` then `frac`, read in place (passes read the pool's limits often).
+    let mut mantissa: i128 = 0;
+    for b in whole.bytes().chain(frac.bytes()) {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        mantissa = mantissa.checked_mul(10)?.checked_add(i128::from(b - b'0'))?;
+    }
     let (factor, mut exponent): (i128, i32) = match suffix {
         "Ki" => (1 << 10, 0),
         "Mi" => (1 << 20, 0),
@@ -574,5 +580,11 @@ status:
         assert_eq!(m("-2"), Some(-2000));
         assert_eq!(m("abc"), None);
         assert_eq!(m("1Qi"), None);
+        assert_eq!(m(".5"), Some(500));
+        assert_eq!(m("2."), Some(2000));
+        assert_eq!(m("0.0015"), Some(2), "rounded up");
+        assert_eq!(m("1.2.3"), None, "a second point");
+        assert_eq!(m("."), None);
+        assert_eq!(m("170141183460469231731687303715884105728"), None, "past i128");
     }
 }
