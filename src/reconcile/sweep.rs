@@ -104,9 +104,11 @@ impl Controller {
                 subjects.push((Handler::SweepClaim, SweepSubject::Claim(name.clone()), None, 0));
             }
         }
-        let ours = Key::ALL.iter().copied().filter(|k| k.is_ours() && k.on_nodes());
+        // Listed once, not filtered out of every key again for each node.
+        let ours: Vec<Key> =
+            Key::ALL.iter().copied().filter(|k| k.is_ours() && k.on_nodes()).collect();
         for (name, n) in &cache.nodes {
-            if ours.clone().any(|k| annotation(&n.metadata, k).is_some()) {
+            if ours.iter().any(|k| annotation(&n.metadata, *k).is_some()) {
                 subjects.push((Handler::SweepNode, SweepSubject::Node(name.clone()), None, 0));
             }
         }
