@@ -1,5 +1,6 @@
 //! The RotationPolicy status view (§5.4), its per-pool entries (recomputed only when the cache,
 //! the day or the window moved) and the pool summaries they and `noderotation status` read.
+use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
 use chrono::{DateTime, Utc};
@@ -124,14 +125,15 @@ impl Controller {
         let now = self.clock.now();
         let cache = self.ctx.cluster.cache();
         let selectors = policy_selectors(&cache);
+        let no_labels = BTreeMap::new();
         let pools: Vec<(String, Governance, bool)> = cache
             .pools
             .values()
             .map(|p| {
-                let labels = p.metadata.labels.clone().unwrap_or_default();
+                let labels = p.metadata.labels.as_ref().unwrap_or(&no_labels);
                 (
                     p.metadata.name.clone().unwrap_or_default(),
-                    resolve::resolve(&selectors, &labels),
+                    resolve::resolve(&selectors, labels),
                     !slots::anchors(&p.metadata).is_empty(),
                 )
             })

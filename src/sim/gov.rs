@@ -80,13 +80,14 @@ impl Gov {
     }
 
     fn resolve(&mut self, view: &CacheView, pool: &NodePool) -> Governed {
-        let labels = pool.metadata.labels.clone().unwrap_or_default();
+        let no_labels = BTreeMap::new();
+        let labels = pool.metadata.labels.as_ref().unwrap_or(&no_labels);
         let selectors: Vec<PolicySelector<'_>> = view
             .policies
             .iter()
             .map(|(name, p)| PolicySelector { name, selector: &p.spec.node_pool_selector })
             .collect();
-        match resolve::resolve(&selectors, &labels) {
+        match resolve::resolve(&selectors, labels) {
             Governance::Ungoverned => Governed::Ungoverned,
             Governance::Conflict { policies, .. } => Governed::Conflict(policies),
             Governance::Governed { policy, .. } => {
