@@ -125,6 +125,7 @@ impl Controller {
         let now = self.clock.now();
         let cache = self.ctx.cluster.cache();
         let selectors = policy_selectors(&cache);
+        // Not `kube::ResourceExt::labels`: src/reconcile does not name the kube crate (tidy).
         let no_labels = BTreeMap::new();
         let pools: Vec<(String, Governance, bool)> = cache
             .pools

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
+use kube::ResourceExt;
 
 use crate::cluster::CacheView;
 use crate::karpenter::NodePool;
@@ -80,14 +81,12 @@ impl Gov {
     }
 
     fn resolve(&mut self, view: &CacheView, pool: &NodePool) -> Governed {
-        let no_labels = BTreeMap::new();
-        let labels = pool.metadata.labels.as_ref().unwrap_or(&no_labels);
         let selectors: Vec<PolicySelector<'_>> = view
             .policies
             .iter()
             .map(|(name, p)| PolicySelector { name, selector: &p.spec.node_pool_selector })
             .collect();
-        match resolve::resolve(&selectors, labels) {
+        match resolve::resolve(&selectors, pool.labels()) {
             Governance::Ungoverned => Governed::Ungoverned,
             Governance::Conflict { policies, .. } => Governed::Conflict(policies),
             Governance::Governed { policy, .. } => {

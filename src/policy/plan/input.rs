@@ -1,6 +1,7 @@
 //! The manifests `plan` reads: every RotationPolicy of a file (strict field validation as
 //! `kubectl apply`), the one to plan, and the pool of a `karpenter.sh/v1` NodePool.
 use anyhow::{anyhow, bail};
+use kube::ResourceExt;
 use serde::Deserialize;
 
 use super::PoolInput;
@@ -145,8 +146,7 @@ pub fn pool_from_nodepool(
     let tgp = pool
         .termination_grace_period()
         .map_err(|e| anyhow!("{file}: spec.template.spec.terminationGracePeriod: {e}"))?;
-    let labels = pool.metadata.labels.clone().unwrap_or_default();
-    let selected = selector::selector_matches(&policy.spec.node_pool_selector, &labels);
+    let selected = selector::selector_matches(&policy.spec.node_pool_selector, pool.labels());
     let nodes = nodes.or_else(|| pool.node_count());
     let input = PoolInput {
         source: file,
