@@ -89,9 +89,9 @@ fn shared_host(pool: &str, np: &NodePool) -> Option<String> {
     })
 }
 
-/// I1's findings for one pool.
+/// One pool's anchors and I1's findings on them, kept from step to step while they hold.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct AnchorFaults {
+pub(super) struct PoolAnchors {
     /// Each anchor naming a claim of another pool or no claim ever seen, with that claim.
     faults: Vec<(String, String)>,
     /// One of `faults` names a claim never seen (a claim appearing later may answer it).
@@ -100,9 +100,9 @@ pub(super) struct AnchorFaults {
     pub(super) anchors: Vec<(usize, String)>,
 }
 
-impl AnchorFaults {
-    fn of(claim_pool: &BTreeMap<String, String>, pool: &str, np: &NodePool) -> AnchorFaults {
-        let mut found = AnchorFaults { faults: Vec::new(), unseen: false, anchors: Vec::new() };
+impl PoolAnchors {
+    fn of(claim_pool: &BTreeMap<String, String>, pool: &str, np: &NodePool) -> PoolAnchors {
+        let mut found = PoolAnchors { faults: Vec::new(), unseen: false, anchors: Vec::new() };
         for (slot, a) in anchors(np) {
             found.anchors.push((slot, a.to_string()));
             match claim_pool.get(a) {
@@ -142,8 +142,8 @@ impl Checker {
     /// of them names a claim never seen. I14 reads only the pools' anchors: a step that changed
     /// no pool finds what the step before found (flagged already).
     pub(super) fn anchors(&mut self, post: &CacheView, d: &Diff, now: DateTime<Utc>) {
-        let fresh = self.anchor_faults.is_none() || !d.pools.is_empty();
-        let mut by_pool = self.anchor_faults.take().unwrap_or_default();
+        let fresh = self.pool_anchors.is_none() || !d.pools.is_empty();
+        let mut by_pool = self.pool_anchors.take().unwrap_or_default();
         for (pool, _, _) in &d.pools {
             by_pool.remove(pool);
         }
@@ -152,20 +152,20 @@ impl Checker {
         }
         for (pool, np) in &post.pools {
             if !by_pool.contains_key(pool) {
-                by_pool.insert(pool.clone(), AnchorFaults::of(&self.claim_pool, pool, np));
+                by_pool.insert(pool.clone(), PoolAnchors::of(&self.claim_pool, pool, np));
             }
         }
         debug_assert!(
             by_pool.len() == post.pools.len()
                 && (post.pools.iter().zip(&by_pool)).all(|((pool, np), (kept, f))| {
-                    pool == kept && *f == AnchorFaults::of(&self.claim_pool, pool, np)
+                    pool == kept && *f == PoolAnchors::of(&self.claim_pool, pool, np)
                 }),
             "I1's findings kept per pool differ from a walk of every pool"
         );
         for (detail, claim) in by_pool.values().flat_map(|f| &f.faults) {
             self.fail(I1, now, detail.clone(), vec![claim.clone()]);
         }
-        self.anchor_faults = Some(by_pool);
+        self.pool_anchors = Some(by_pool);
         if !fresh {
             return;
         }
@@ -199,7 +199,7 @@ impl Checker {
         if !d.nodes.is_empty() || !d.pools.is_empty() {
             for (pool, np) in &post.pools {
                 // Kept by `anchors` for this very view.
-                let kept = self.anchor_faults.as_ref().and_then(|k| k.get(pool));
+                let kept = self.pool_anchors.as_ref().and_then(|k| k.get(pool));
                 if kept.is_none_or(|f| f.anchors.is_empty()) {
                     continue;
                 }

@@ -204,8 +204,9 @@ pub struct Checker {
     node_debris: Option<leftovers::NodeDebris>,
     /// The claims' part of I7, kept from the last step ([`leftovers::ClaimMarks`]).
     claim_marks: Option<leftovers::ClaimMarks>,
-    /// I1's findings of the last step per pool (`None` before the first).
-    anchor_faults: Option<BTreeMap<String, budget::AnchorFaults>>,
+    /// Each pool's anchors and I1's findings of the last step (`None` before the first); I8
+    /// and I13 read the anchors.
+    pool_anchors: Option<BTreeMap<String, budget::PoolAnchors>>,
     /// How long debris may stay.
     debris_grace: Duration,
     /// I10: uids of the placeholder pods that appeared during controller steps.
@@ -282,7 +283,7 @@ impl Checker {
             debris: BTreeMap::new(),
             node_debris: None,
             claim_marks: None,
-            anchor_faults: None,
+            pool_anchors: None,
             debris_grace: if faults { DEBRIS_GRACE_FAULTS } else { DEBRIS_GRACE },
             controller_placeholders: BTreeSet::new(),
             surge_in_use: BTreeMap::new(),

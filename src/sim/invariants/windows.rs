@@ -132,7 +132,7 @@ impl Checker {
     pub(super) fn durations(&mut self, post: &CacheView, world: &World, now: DateTime<Utc>) {
         let mut bad = Vec::new();
         // The anchors of `post`, kept per pool by `anchors` this very step.
-        let kept = self.anchor_faults.take().unwrap_or_default();
+        let kept = self.pool_anchors.take().unwrap_or_default();
         let live = |pool: &str, slot: usize| {
             kept.get(pool).is_some_and(|f| f.anchors.iter().any(|(s, _)| *s == slot))
         };
@@ -173,7 +173,7 @@ impl Checker {
                 }
             }
         }
-        self.anchor_faults = Some(kept);
+        self.pool_anchors = Some(kept);
         for (detail, claim) in bad {
             self.fail(I8, now, detail, vec![claim]);
         }
