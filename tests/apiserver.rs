@@ -25,8 +25,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch as KubePatch, PatchParams, PostParams};
 use kube::runtime::events::Reporter;
 use kube::{Config, ResourceExt};
-use noderotation::cluster::kube::KubeCluster;
-use noderotation::cluster::{ApiError, Cluster, EventRecord, ObjectKind, ObjectRef, Patch};
+use noderotation::cluster::kube::{KubeCluster, LIST_PAGE};
+use noderotation::cluster::{
+    ApiError, CacheView, Cluster, EventRecord, ObjectKind, ObjectRef, Patch,
+};
 use noderotation::policy::crd::RotationPolicyStatus;
 use noderotation::runtime::preflight::{self, PreflightError, Requirement};
 use serde_json::{Value, json};
@@ -554,16 +556,7 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
     // Policy status through the subresource, with a resourceVersion precondition.
     let policy_name = "kc-semantics-policy";
     let _ = dyn_api(&admin, "RotationPolicy").delete(policy_name, &DeleteParams::default()).await;
-    let created = create(
-        &admin,
-        &json!({
-            "apiVersion": "noderotation.io/v1alpha1", "kind": "RotationPolicy",
-            "metadata": {"name": policy_name},
-            "spec": {"nodePoolSelector": {"matchLabels": {TEST_LABEL: "none"}},
-                     "maintenanceWindows": [{"timezone": "UTC", "days": ["Sat"], "start": "02:00", "end": "06:00"}]}
-        }),
-    )
-    .await?;
+    let created = create(&admin, &policy_of_no_pool(policy_name)).await?;
     let rv = created.resource_version().ok_or("no rv")?;
     let c = cluster.clone();
     blocking(move || -> Result<(), Error> {
@@ -582,6 +575,45 @@ async fn kube_cluster_honours_preconditions_finalizers_and_merge_patches() -> Te
     let policy = dyn_api(&admin, "RotationPolicy").get(policy_name).await?;
     assert_eq!(policy.data["status"]["matchedNodePools"], json!(0));
     let _ = dyn_api(&admin, "RotationPolicy").delete(policy_name, &DeleteParams::default()).await;
+    Ok(())
+}
+
+/// A RotationPolicy whose selector matches no NodePool: it governs nothing.
+fn policy_of_no_pool(name: &str) -> Value {
+    json!({
+        "apiVersion": "noderotation.io/v1alpha1", "kind": "RotationPolicy",
+        "metadata": {"name": name},
+        "spec": {"nodePoolSelector": {"matchLabels": {TEST_LABEL: "none"}},
+                 "maintenanceWindows": [{"timezone": "UTC", "days": ["Sat"], "start": "02:00", "end": "06:00"}]}
+    })
+}
+
+/// More objects of a kind than one list page holds: the watch's first list and a one-shot
+/// command's list both follow the continue tokens to the last page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caches_list_every_page() -> TestResult {
+    let env = harness!();
+    let admin = env.admin().await?;
+    let policies = dyn_api(&admin, "RotationPolicy");
+    let names: Vec<String> = (0..=LIST_PAGE).map(|i| format!("paged-{i:03}")).collect();
+    for name in &names {
+        let _ = policies.delete(name, &DeleteParams::default()).await;
+    }
+    for name in &names {
+        create(&admin, &policy_of_no_pool(name)).await?;
+    }
+    let paged = |view: &CacheView| view.policies.keys().filter(|n| n.starts_with("paged-")).count();
+    let reporter = Reporter { controller: "noderotation-test".into(), instance: None };
+    let listed = KubeCluster::listed(admin.clone(), CONTROLLER_NS, reporter.clone()).await?;
+    assert_eq!(paged(&listed.cache()), names.len(), "KubeCluster::listed");
+    let (watched, _changes) = KubeCluster::start(admin.clone(), CONTROLLER_NS, reporter);
+    eventually("the watch's first list holds every policy", Duration::from_secs(60), || async {
+        (paged(&watched.cache()) == names.len()).then_some(())
+    })
+    .await?;
+    for name in &names {
+        policies.delete(name, &DeleteParams::default()).await?;
+    }
     Ok(())
 }
 

@@ -259,7 +259,7 @@ where
 
 use kube::runtime::watcher::watcher;
 
-/// One list of `api` as a ready store (see [`KubeCluster::listed`]).
+/// One list of `api`, in pages of [`LIST_PAGE`], as a ready store (see [`KubeCluster::listed`]).
 async fn list_into_store<K>(
     api: Api<K>,
     params: &ListParams,
@@ -269,17 +269,28 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let mut writer = reflector::store::Writer::<K>::default();
-    let items = match api.list(params).await {
-        Ok(list) => list.items,
-        Err(err) => match map_error(err, false) {
-            ApiError::NotFound => Vec::new(),
-            other => return Err(other),
-        },
-    };
     writer.apply_watcher_event(&WatchEvent::Init);
-    for mut item in items {
-        modify(&mut item);
-        writer.apply_watcher_event(&WatchEvent::InitApply(item));
+    let mut page = params.clone().limit(LIST_PAGE);
+    let mut first = true;
+    loop {
+        let list = match api.list(&page).await {
+            Ok(list) => list,
+            Err(err) => match map_error(err, false) {
+                // The kind is not served: its CRD is gone. Only before the first page: a list
+                // cut short would hide objects (uninstall would leave them behind).
+                ApiError::NotFound if first => break,
+                other => return Err(other),
+            },
+        };
+        first = false;
+        for mut item in list.items {
+            modify(&mut item);
+            writer.apply_watcher_event(&WatchEvent::InitApply(item));
+        }
+        match list.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => page = page.continue_token(&token),
+            None => break,
+        }
     }
     writer.apply_watcher_event(&WatchEvent::InitDone);
     Ok(writer.as_reader())
@@ -395,7 +406,10 @@ impl KubeCluster {
     /// watches (and none of [`Watches::Controller`]'s): for one-shot commands
     /// (`noderotation uninstall`, `noderotation status`) that read the cache to find objects and
     /// then verify each with a fresh read before a preconditioned write. A kind whose API is not
-    /// served (404: its CRD is gone) lists as empty. Must be called inside the runtime.
+    /// served (404: its CRD is gone) lists as empty. Each kind is listed in pages of
+    /// [`LIST_PAGE`], as the watches list, so that one command on a large cluster asks the API
+    /// server for no list of thousands of whole objects at once. Must be called inside the
+    /// runtime.
     pub async fn listed(
         client: Client,
         namespace: impl Into<String>,
