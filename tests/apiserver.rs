@@ -768,7 +768,8 @@ async fn recording_proxy(env: &Env) -> Result<(KubectlProxy, proxy::Proxy), Erro
 /// claim that never turned Ready to delete) under the base's roles, talking through a recording
 /// proxy: every request it sends is one `src/cluster/access.rs` lists (so the roles, which the
 /// deploy tests hold to that table, grant nothing it does not send), and the pods of a node are
-/// listed from the watch cache (`resourceVersion=0`).
+/// listed from the watch cache (`resourceVersion=0`), and the caches list Nodes and NodeClaims
+/// in pages of `LIST_PAGE`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> TestResult {
     use noderotation::cluster::access::{REQUESTS, Scope};
@@ -851,6 +852,22 @@ async fn every_request_the_operator_sends_is_one_the_access_table_lists() -> Tes
     for r in node_lists {
         assert!(r.target.contains("fieldSelector=spec.nodeName"), "{}", r.target);
         assert!(r.target.contains("resourceVersion=0"), "{}", r.target);
+    }
+    // Nodes and NodeClaims listed into a cache (the watches' first lists, uninstall's lists) go
+    // in pages: a page of 500 EKS-shaped Nodes, or every Node at once, is decoded whole. The
+    // preflight's probes (`limit=1`) and the selected lists of a few objects are not caches.
+    let probe = |t: &str| t.ends_with("limit=1") || t.contains("limit=1&");
+    let cache_lists: Vec<_> = requests
+        .iter()
+        .filter(|r| r.verb == "list" && !r.target.contains("Selector=") && !probe(&r.target))
+        .filter(|r| {
+            r.target.starts_with("/api/v1/nodes?")
+                || r.target.starts_with("/apis/karpenter.sh/v1/nodeclaims?")
+        })
+        .collect();
+    assert!(cache_lists.len() >= 4, "lists of nodes and nodeclaims: {cache_lists:#?}");
+    for r in cache_lists {
+        assert!(r.target.contains(&format!("limit={LIST_PAGE}")), "{}", r.target);
     }
     Ok(())
 }
