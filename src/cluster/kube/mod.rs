@@ -271,18 +271,17 @@ where
     let mut writer = reflector::store::Writer::<K>::default();
     writer.apply_watcher_event(&WatchEvent::Init);
     let mut page = params.clone().limit(LIST_PAGE);
-    let mut first = true;
     loop {
         let list = match api.list(&page).await {
             Ok(list) => list,
             Err(err) => match map_error(err, false) {
-                // The kind is not served: its CRD is gone. Only before the first page: a list
-                // cut short would hide objects (uninstall would leave them behind).
-                ApiError::NotFound if first => break,
+                // The kind is not served: its CRD is gone. Only on the first page (no continue
+                // token yet): a list cut short would hide objects (uninstall would leave them
+                // behind).
+                ApiError::NotFound if page.continue_token.is_none() => break,
                 other => return Err(other),
             },
         };
-        first = false;
         for mut item in list.items {
             modify(&mut item);
             writer.apply_watcher_event(&WatchEvent::InitApply(item));
@@ -326,39 +325,40 @@ impl KubeCluster {
         let (tx, rx) = mpsc::unbounded_channel();
         let watches = Arc::new(WatchHealth::default());
         let sinks = Sinks { generation: generation.clone(), tx, watches: watches.clone() };
-        let all = watcher::Config::default().page_size(LIST_PAGE);
+        // Every watch lists in pages of LIST_PAGE; the selected ones narrow this config.
+        let paged = watcher::Config::default().page_size(LIST_PAGE);
         let stores = Stores {
             pools: spawn_reflector(
                 Api::<NodePool>::all(client.clone()),
-                all.clone(),
+                paged.clone(),
                 strip,
                 sinks.clone(),
                 Some((Watched::Pool, ObjectKind::NodePool)),
             ),
             claims: spawn_reflector(
                 Api::<NodeClaim>::all(client.clone()),
-                all.clone(),
+                paged.clone(),
                 projection::claim,
                 sinks.clone(),
                 Some((Watched::Claim, ObjectKind::NodeClaim)),
             ),
             nodes: spawn_reflector(
                 Api::<Node>::all(client.clone()),
-                all.clone(),
+                paged.clone(),
                 projection::node,
                 sinks.clone(),
                 Some((Watched::Node, ObjectKind::Node)),
             ),
             placeholders: spawn_reflector(
                 Api::<Pod>::namespaced(client.clone(), &namespace),
-                watcher::Config::default().page_size(LIST_PAGE).labels(&placeholder_selector()),
+                paged.clone().labels(&placeholder_selector()),
                 strip,
                 sinks.clone(),
                 Some((Watched::Placeholder, ObjectKind::Pod)),
             ),
             policies: spawn_reflector(
                 Api::<RotationPolicy>::all(client.clone()),
-                all,
+                paged.clone(),
                 strip,
                 sinks.clone(),
                 Some((Watched::Policy, ObjectKind::RotationPolicy)),
@@ -367,9 +367,7 @@ impl KubeCluster {
             placeholder_class: placeholder_class.map(|name| {
                 spawn_reflector(
                     Api::<PriorityClass>::all(client.clone()),
-                    watcher::Config::default()
-                        .page_size(LIST_PAGE)
-                        .fields(&format!("metadata.name={name}")),
+                    paged.clone().fields(&format!("metadata.name={name}")),
                     strip,
                     sinks.clone(),
                     None,
@@ -378,7 +376,7 @@ impl KubeCluster {
             nominations: placeholder_class.is_some().then(|| {
                 spawn_reflector(
                     Api::<Event>::namespaced(client.clone(), &namespace),
-                    watcher::Config::default().page_size(LIST_PAGE).fields(&nomination_selector()),
+                    paged.fields(&nomination_selector()),
                     strip,
                     sinks,
                     Some((Watched::Nomination, ObjectKind::Event)),
