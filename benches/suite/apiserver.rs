@@ -15,6 +15,7 @@
 //! 5. Stop everything it started (the guards' `Drop`): the operator (SIGTERM), kubectl proxy,
 //!    the proxy, the harness (`stop.sh`).
 use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -201,16 +202,46 @@ impl Drop for Harness {
 struct Proc {
     child: Child,
     name: &'static str,
+    /// The process under a wrapper that runs the program measured (`operator_process`):
+    /// stopped first on drop, since a wrapper need not pass a SIGTERM on (heaptrack does not,
+    /// and it leaves the program running after it exits).
+    inner: Option<u32>,
 }
 
 impl Proc {
     fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// The process to measure: the program under the wrapper, or the child itself.
+    fn measured(&self) -> u32 {
+        self.inner.unwrap_or_else(|| self.pid())
+    }
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        if let Some(inner) = self.inner.filter(|&p| p != self.pid()) {
+            // The program first, so that a profiler around it sees it exit and writes its data.
+            let _ = Command::new("kill").args(["-TERM", &inner.to_string()]).status();
+            let start = Instant::now();
+            while alive(inner) && start.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if alive(inner) {
+                let _ = Command::new("kill").args(["-KILL", &inner.to_string()]).status();
+                eprintln!("apiserver: {} (pid {inner}) killed", self.name);
+            }
+            // Then the wrapper, given the time to finish what it does after the program exits.
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(60) {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    eprintln!("apiserver: {} stopped, then its wrapper", self.name);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(60) {
@@ -224,6 +255,43 @@ impl Drop for Proc {
         let _ = self.child.wait();
         eprintln!("apiserver: {} killed", self.name);
     }
+}
+
+/// Whether a process (not necessarily a child) still runs; a zombie counts as gone.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
+/// The process running `binary` among `root` and its descendants, the deepest one: what a
+/// wrapper (a profiler, a script) started. `None` when none runs it (a wrapper that runs
+/// another program, such as the peer measured the same way).
+fn operator_process(root: u32, binary: &Path) -> Option<u32> {
+    let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+        let ppid =
+            stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1)?.parse().ok());
+        if let Some(ppid) = ppid {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    let runs_binary = |pid: u32| {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        cmdline.split(|&b| b == 0).any(|arg| Path::new(std::ffi::OsStr::from_bytes(arg)) == binary)
+    };
+    let (mut found, mut level) = (None, vec![root]);
+    while !level.is_empty() {
+        if let Some(&pid) = level.iter().find(|&&p| runs_binary(p)) {
+            found = Some(pid);
+        }
+        level = level.iter().flat_map(|p| children.get(p).cloned().unwrap_or_default()).collect();
+    }
+    found
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -594,6 +662,7 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
             .stderr(Stdio::null())
             .spawn()?,
         name: "kubectl proxy",
+        inner: None,
     };
     wait_for_port(kport, Duration::from_secs(20))?;
     let proxy = Proxy::start(([127, 0, 0, 1], kport).into())?;
@@ -604,7 +673,7 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
     let (mport, hport) = (free_port()?, free_port()?);
     let log = std::fs::File::create(scratch.join("operator.log"))?;
     let started = Instant::now();
-    let operator = Proc {
+    let mut operator = Proc {
         child: operator_command(c)
             .args(["run", "--namespace", NS, "--metrics-addr", &format!("127.0.0.1:{mport}")])
             .args(["--health-addr", &format!("127.0.0.1:{hport}")])
@@ -615,8 +684,8 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
             .stderr(log)
             .spawn()?,
         name: "noderotation run",
+        inner: None,
     };
-    let pid = operator.pid();
     let mut sync = None;
     while started.elapsed() < Duration::from_secs(180) {
         if http_get(hport, "/readyz").starts_with("HTTP/1.1 200") {
@@ -628,6 +697,12 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
     let sync = sync.ok_or_else(|| {
         anyhow!("the operator was not ready after 180 s (log: {})", scratch.display())
     })?;
+    // Under a wrapper, the operator itself is measured and stopped (it runs by now).
+    if c.wrapper.is_some() {
+        operator.inner = operator_process(operator.pid(), &c.binary);
+        eprintln!("apiserver: under the wrapper, the operator runs as pid {:?}", operator.inner);
+    }
+    let pid = operator.measured();
     let rss_after_sync = rss(pid).0;
     eprintln!(
         "apiserver: operator ready after {sync:.1?}, RSS {rss_after_sync} KiB; warming up {WARM_UP:?}"

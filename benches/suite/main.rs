@@ -107,7 +107,9 @@ pub struct Args {
     #[arg(long, default_value_t = 50000)]
     pods: usize,
     /// Apiserver part: run the operator under this command (for profiling, e.g. "valgrind
-    /// --tool=massif --massif-out-file=docs/perf/massif.out"); RSS then measures the wrapper.
+    /// --tool=massif --massif-out-file=docs/perf/massif.out"). RSS measures the process under
+    /// it that runs the binary (the wrapper itself where none does, as under valgrind), which is
+    /// stopped first at the end, then the wrapper.
     #[arg(long, value_name = "CMD")]
     operator_wrapper: Option<String>,
     /// Apiserver part: run this `noderotation` binary instead of the release build next to the
