@@ -18,7 +18,32 @@ use crate::engine::{Key, PER_ROTATION_KEYS};
 
 /// The annotation key of a per-rotation `key` in `slot`.
 pub fn slot_key(key: Key, slot: usize) -> String {
-    if slot == 0 { key.full().to_string() } else { format!("{}.{slot}", key.full()) }
+    with_slot_key(key, slot, str::to_string)
+}
+
+/// `f` of the annotation key of a per-rotation `key` in `slot` ([`slot_key`]), spelled on the
+/// stack: the lens and the readers of one slot's annotations ask for it many times a pass, and
+/// a lookup needs no `String` of its own.
+pub fn with_slot_key<R>(key: Key, slot: usize, f: impl FnOnce(&str) -> R) -> R {
+    let full = key.full();
+    if slot == 0 {
+        return f(full);
+    }
+    let mut digits = [0u8; 20];
+    let (mut n, mut at) = (slot, digits.len());
+    while n > 0 {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    let digits = &digits[at..];
+    let mut buf = [0u8; 128];
+    let len = full.len() + 1 + digits.len();
+    let Some(out) = buf.get_mut(..len) else { return f(&format!("{full}.{slot}")) };
+    out[..full.len()].copy_from_slice(full.as_bytes());
+    out[full.len()] = b'.';
+    out[full.len() + 1..].copy_from_slice(digits);
+    f(std::str::from_utf8(out).expect("an annotation key and digits are UTF-8"))
 }
 
 /// The per-rotation key and slot an annotation key names, if it is one.
@@ -69,7 +94,7 @@ pub fn swap_meta(meta: &mut ObjectMeta, slot: usize) {
     let Some(ann) = meta.annotations.as_mut() else { return };
     for key in PER_ROTATION_KEYS {
         let plain = ann.remove(key.full());
-        let slotted = ann.remove(&slot_key(*key, slot));
+        let slotted = with_slot_key(*key, slot, |k| ann.remove(k));
         if let Some(v) = slotted {
             ann.insert(key.full().to_string(), v);
         }
@@ -101,7 +126,7 @@ pub fn anchors(meta: &ObjectMeta) -> BTreeMap<usize, &str> {
 
 /// A per-rotation time annotation of `slot` (RFC 3339); `None` when absent or unreadable.
 pub fn time_at(meta: &ObjectMeta, key: Key, slot: usize) -> Option<DateTime<Utc>> {
-    let raw = meta.annotations.as_ref()?.get(&slot_key(key, slot))?;
+    let raw = with_slot_key(key, slot, |k| meta.annotations.as_ref()?.get(k))?;
     DateTime::parse_from_rfc3339(raw).ok().map(|t| t.with_timezone(&Utc))
 }
 
@@ -196,6 +221,17 @@ mod tests {
         ObjectMeta {
             annotations: Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_slot_key_is_the_key_and_the_slot_in_decimal() {
+        for key in PER_ROTATION_KEYS {
+            assert_eq!(slot_key(*key, 0), key.full());
+            for slot in [1, 9, 10, 68, 100, 1000, usize::MAX] {
+                assert_eq!(slot_key(*key, slot), format!("{}.{slot}", key.full()));
+                assert_eq!(parse(&slot_key(*key, slot)), Some((*key, slot)));
+            }
         }
     }
 

@@ -99,9 +99,9 @@ impl Snapshot {
     pub(super) fn surges_waiting<'a>(&'a self, except: Option<&'a str>) -> Vec<&'a NodeClaim> {
         let Some(meta) = self.pool.as_ref().map(|p| &p.metadata) else { return Vec::new() };
         let has = |key: Key, slot: usize| {
-            meta.annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(&crate::reconcile::slots::slot_key(key, slot)))
+            meta.annotations.as_ref().is_some_and(|a| {
+                crate::reconcile::slots::with_slot_key(key, slot, |k| a.contains_key(k))
+            })
         };
         let pool = self.pool_name();
         crate::reconcile::slots::anchors(meta)

@@ -68,7 +68,7 @@ pub fn slot_annotation(
     key: crate::engine::Key,
     slot: usize,
 ) -> Option<&str> {
-    annotation(meta, &crate::reconcile::slots::slot_key(key, slot))
+    crate::reconcile::slots::with_slot_key(key, slot, |k| annotation(meta, k))
 }
 
 pub fn annotation<'a>(
