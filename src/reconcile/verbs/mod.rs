@@ -59,7 +59,9 @@ pub struct PassHost<'c> {
 
 /// A fresh read of one object.
 enum Fresh {
-    Pool(Box<NodePool>),
+    /// Shared with the pass's snapshot when decided on its copy: a pool with many slots holds
+    /// many annotations, and deciding reads it only.
+    Pool(Arc<NodePool>),
     Claim(Box<NodeClaim>),
     Node(Box<Node>),
 }

@@ -19,9 +19,9 @@ impl PassHost<'_> {
 
     /// [`Self::copy`] of the pool, never the cached copy of a pool this process did not read
     /// or write since it leads: what the `holds=` guards judge the budget on.
-    pub(super) fn known_pool(&self) -> Option<NodePool> {
+    pub(super) fn known_pool(&self) -> Option<Arc<NodePool>> {
         match self.copy(&ObjRef::Pool, false)? {
-            Fresh::Pool(pool) => Some(*pool),
+            Fresh::Pool(pool) => Some(pool),
             Fresh::Claim(_) | Fresh::Node(_) => None,
         }
     }
@@ -36,7 +36,7 @@ impl PassHost<'_> {
         let meta = self.meta(obj);
         let from_pass = || {
             Some(match obj {
-                ObjRef::Pool => Fresh::Pool(Box::new(NodePool::clone(self.snap.pool.as_deref()?))),
+                ObjRef::Pool => Fresh::Pool(Arc::clone(self.snap.pool.as_ref()?)),
                 ObjRef::Claim(n) => Fresh::Claim(Box::new(self.snap.claim(n)?.clone())),
                 ObjRef::Node(n) => Fresh::Node(Box::new(self.snap.node(n)?.clone())),
                 ObjRef::Policy | ObjRef::Pod(..) => return None,
@@ -50,7 +50,7 @@ impl PassHost<'_> {
                 Seen::Pool(p) => {
                     let mut pool = p.as_ref().clone();
                     crate::reconcile::slots::swap_meta(&mut pool.metadata, self.slot);
-                    Fresh::Pool(Box::new(pool))
+                    Fresh::Pool(Arc::new(pool))
                 }
                 Seen::Claim(c) => Fresh::Claim(Box::new(c.as_ref().clone())),
                 Seen::Node(n) => Fresh::Node(Box::new(n.as_ref().clone())),
@@ -99,7 +99,7 @@ impl PassHost<'_> {
     pub(super) fn fresh(&mut self, obj: &ObjRef) -> Result<Option<Fresh>, ApiError> {
         let cluster = &self.ctx.cluster;
         let fresh = match obj {
-            ObjRef::Pool => return Ok(self.fresh_pool()?.map(|x| Fresh::Pool(Box::new(x)))),
+            ObjRef::Pool => return Ok(self.fresh_pool()?.map(|x| Fresh::Pool(Arc::new(x)))),
             ObjRef::Claim(n) => cluster.get_claim(n)?.map(|x| Fresh::Claim(Box::new(x))),
             ObjRef::Node(n) => cluster.get_node(n)?.map(|x| Fresh::Node(Box::new(x))),
             ObjRef::Policy | ObjRef::Pod(..) => return Ok(None),
@@ -163,14 +163,14 @@ impl PassHost<'_> {
             return Ok(true);
         }
         let pool = match fresh {
-            Fresh::Pool(p) => Some(p.as_ref().clone()),
+            Fresh::Pool(p) => Some(Arc::clone(p)),
             Fresh::Claim(_) | Fresh::Node(_) => match known.then(|| self.known_pool()).flatten() {
                 Some(pool) => Some(pool),
-                None => self.fresh_pool().map_err(|e| fail(a.verb, e))?,
+                None => self.fresh_pool().map_err(|e| fail(a.verb, e))?.map(Arc::new),
             },
         };
         let Some(pool) = pool else { return Ok(false) };
-        let cached = self.snap.pool.replace(Arc::new(pool));
+        let cached = self.snap.pool.replace(pool);
         let holds = a.holds_on(&self.snap);
         self.snap.pool = cached;
         holds.map_err(|m| fail(a.verb, m))
