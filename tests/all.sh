@@ -18,9 +18,10 @@ export NODEROTATION_BIN_CACHE="${NODEROTATION_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME
 harness_build_out=$(mktemp)
 harness_build_log=$(mktemp)
 tier_build_start=$(date +%s)
-(tests/k8s-harness/build.sh >"$harness_build_out" 2>"$harness_build_log") &
+# In a process group of its own, so that a failed step before the wait stops its go commands too.
+setsid tests/k8s-harness/build.sh >"$harness_build_out" 2>"$harness_build_log" &
 harness_build_pid=$!
-trap 'kill "$harness_build_pid" 2>/dev/null || true' EXIT
+trap 'kill -TERM -- -"$harness_build_pid" 2>/dev/null || true' EXIT
 
 step "lint"
 cargo clippy --all-targets --locked -- -D warnings
@@ -48,9 +49,10 @@ tier_wait_start=$(date +%s)
 wait "$harness_build_pid" || { cat "$harness_build_log" >&2; echo "apiserver tier build failed" >&2; exit 1; }
 trap - EXIT
 harness_bin=$(cat "$harness_build_out")
+tail -n 3 "$harness_build_log"
 rm -f "$harness_build_out" "$harness_build_log"
 tier_build=$(( $(date +%s) - tier_build_start ))
-echo "apiserver tier build: ${tier_build}s since it started, $(( $(date +%s) - tier_wait_start ))s waited for here"
+echo "apiserver tier build: done ${tier_build}s after it started (beside the Rust steps), $(( $(date +%s) - tier_wait_start ))s waited for here"
 # syft (the image's SBOM) is a large Go build: it runs beside the image build and the apiserver
 # tier's tests, after the build above so that the two never install the same tool at once.
 sbom_build_log=$(mktemp)
@@ -106,7 +108,7 @@ cargo test --locked --test apiserver -- --ignored --test-threads=1
 tests/k8s-harness/stop.sh
 trap - EXIT
 tier_run=$(( $(date +%s) - tier_run_start ))
-echo "apiserver tier: build ${tier_build}s, start + tests + stop ${tier_run}s"
+echo "apiserver tier: build done ${tier_build}s after it started, start + tests + stop ${tier_run}s"
 
 step "image: SBOM (syft, built beside the apiserver tier)"
 wait "$sbom_build_pid" || { cat "$sbom_build_log" >&2; echo "syft build failed" >&2; exit 1; }
