@@ -15,7 +15,6 @@
 //! 5. Stop everything it started (the guards' `Drop`): the operator (SIGTERM), kubectl proxy,
 //!    the proxy, the harness (`stop.sh`).
 use std::collections::BTreeMap;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -202,39 +201,72 @@ impl Drop for Harness {
 struct Proc {
     child: Child,
     name: &'static str,
-    /// The process under a wrapper that runs the program measured (`operator_process`):
+    /// Under a wrapper, the binary it runs (canonical), to find the process that runs it.
+    wrapped: Option<PathBuf>,
+    /// The process under the wrapper that runs `wrapped` ([`operator_process`]), with its start
+    /// time (a pid alone may be reused once it exits): measured instead of the wrapper, and
     /// stopped first on drop, since a wrapper need not pass a SIGTERM on (heaptrack does not,
-    /// and it leaves the program running after it exits).
-    inner: Option<u32>,
+    /// and leaves the program running after it exits).
+    inner: Option<(u32, u64)>,
 }
 
 impl Proc {
+    fn new(child: Child, name: &'static str) -> Self {
+        Proc { child, name, wrapped: None, inner: None }
+    }
+
     fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    /// The process to measure: the program under the wrapper, or the child itself.
+    /// Looks for the process under the wrapper that runs the binary, once it runs.
+    fn find_inner(&mut self) {
+        if self.inner.is_none()
+            && let Some(binary) = &self.wrapped
+        {
+            self.inner =
+                operator_process(self.pid(), binary).and_then(|p| Some((p, start_time(p)?)));
+            match self.inner {
+                Some((pid, _)) => {
+                    eprintln!("apiserver: under the wrapper, {} is pid {pid}", self.name)
+                }
+                None => eprintln!(
+                    "apiserver: no process under the wrapper runs {}: measuring the wrapper",
+                    binary.display()
+                ),
+            }
+        }
+    }
+
+    /// The process to measure: the program under the wrapper while it runs, else the child.
     fn measured(&self) -> u32 {
-        self.inner.unwrap_or_else(|| self.pid())
+        match self.inner {
+            Some((pid, start)) if running(pid, start) => pid,
+            _ => self.pid(),
+        }
     }
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if let Some(inner) = self.inner.filter(|&p| p != self.pid()) {
+        // An error before the lookup (the operator never ready) still stops what the wrapper runs.
+        self.find_inner();
+        if let Some((inner, start)) = self.inner.filter(|&(p, _)| p != self.pid()) {
             // The program first, so that a profiler around it sees it exit and writes its data.
-            let _ = Command::new("kill").args(["-TERM", &inner.to_string()]).status();
-            let start = Instant::now();
-            while alive(inner) && start.elapsed() < Duration::from_secs(60) {
+            if running(inner, start) {
+                let _ = Command::new("kill").args(["-TERM", &inner.to_string()]).status();
+            }
+            let since = Instant::now();
+            while running(inner, start) && since.elapsed() < Duration::from_secs(60) {
                 std::thread::sleep(Duration::from_millis(100));
             }
-            if alive(inner) {
+            if running(inner, start) {
                 let _ = Command::new("kill").args(["-KILL", &inner.to_string()]).status();
                 eprintln!("apiserver: {} (pid {inner}) killed", self.name);
             }
             // Then the wrapper, given the time to finish what it does after the program exits.
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(60) {
+            let since = Instant::now();
+            while since.elapsed() < Duration::from_secs(60) {
                 if let Ok(Some(_)) = self.child.try_wait() {
                     eprintln!("apiserver: {} stopped, then its wrapper", self.name);
                     return;
@@ -243,8 +275,8 @@ impl Drop for Proc {
             }
         }
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(60) {
+        let since = Instant::now();
+        while since.elapsed() < Duration::from_secs(60) {
             if let Ok(Some(_)) = self.child.try_wait() {
                 eprintln!("apiserver: {} stopped", self.name);
                 return;
@@ -257,32 +289,45 @@ impl Drop for Proc {
     }
 }
 
-/// Whether a process (not necessarily a child) still runs; a zombie counts as gone.
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+/// The fields of `/proc/<pid>/stat` after the command name, from the state on (field 3): the
+/// name may hold spaces and parentheses.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    Some(rest.split(' ').map(str::to_string).collect())
 }
 
-/// The process running `binary` among `root` and its descendants, the deepest one: what a
-/// wrapper (a profiler, a script) started. `None` when none runs it (a wrapper that runs
-/// another program, such as the peer measured the same way).
+/// When a process started (field 22, clock ticks since boot): with the pid, names one process.
+fn start_time(pid: u32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// Whether the process that started at `start` under `pid` still runs (a zombie has ended; a
+/// pid reused by another process is not it).
+fn running(pid: u32, start: u64) -> bool {
+    stat_fields(pid)
+        .is_some_and(|f| f[0] != "Z" && f.get(19).and_then(|s| s.parse().ok()) == Some(start))
+}
+
+/// The process whose executable is `binary` among `root` and its descendants, the deepest one:
+/// what a wrapper (a profiler, a script) started. `None` when none runs it: a wrapper that runs
+/// the program in its own process (valgrind), or another program (the peer measured the same
+/// way).
 fn operator_process(root: u32, binary: &Path) -> Option<u32> {
     let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
-        let ppid =
-            stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1)?.parse().ok());
-        if let Some(ppid) = ppid {
+        if let Some(ppid) = stat_fields(pid).and_then(|f| f.get(1)?.parse().ok()) {
             children.entry(ppid).or_default().push(pid);
         }
     }
     let runs_binary = |pid: u32| {
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        cmdline.split(|&b| b == 0).any(|arg| Path::new(std::ffi::OsStr::from_bytes(arg)) == binary)
+        let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else { return false };
+        // A binary rebuilt since it started reads as "<path> (deleted)".
+        let exe = exe.to_string_lossy();
+        Path::new(exe.strip_suffix(" (deleted)").unwrap_or(&exe)) == binary
     };
     let (mut found, mut level) = (None, vec![root]);
     while !level.is_empty() {
@@ -654,16 +699,15 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
 
     // kubectl proxy (credentials, TLS) <- counting proxy <- the operator.
     let kport = free_port()?;
-    let kubectl_proxy = Proc {
-        child: Command::new(harness.kubectl())
+    let kubectl_proxy = Proc::new(
+        Command::new(harness.kubectl())
             .args(["proxy", "--address=127.0.0.1", &format!("--port={kport}")])
             .env("KUBECONFIG", &admin_kc)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?,
-        name: "kubectl proxy",
-        inner: None,
-    };
+        "kubectl proxy",
+    );
     wait_for_port(kport, Duration::from_secs(20))?;
     let proxy = Proxy::start(([127, 0, 0, 1], kport).into())?;
     let scratch = std::env::temp_dir().join(format!("noderotation-bench-{}", std::process::id()));
@@ -673,8 +717,8 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
     let (mport, hport) = (free_port()?, free_port()?);
     let log = std::fs::File::create(scratch.join("operator.log"))?;
     let started = Instant::now();
-    let mut operator = Proc {
-        child: operator_command(c)
+    let mut operator = Proc::new(
+        operator_command(c)
             .args(["run", "--namespace", NS, "--metrics-addr", &format!("127.0.0.1:{mport}")])
             .args(["--health-addr", &format!("127.0.0.1:{hport}")])
             .args(["--identity", "bench", "--log-level", "info", "--log-format", "json"])
@@ -683,9 +727,11 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()?,
-        name: "noderotation run",
-        inner: None,
-    };
+        "noderotation run",
+    );
+    if c.wrapper.is_some() {
+        operator.wrapped = Some(std::fs::canonicalize(&c.binary)?);
+    }
     let mut sync = None;
     while started.elapsed() < Duration::from_secs(180) {
         if http_get(hport, "/readyz").starts_with("HTTP/1.1 200") {
@@ -698,10 +744,7 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
         anyhow!("the operator was not ready after 180 s (log: {})", scratch.display())
     })?;
     // Under a wrapper, the operator itself is measured and stopped (it runs by now).
-    if c.wrapper.is_some() {
-        operator.inner = operator_process(operator.pid(), &c.binary);
-        eprintln!("apiserver: under the wrapper, the operator runs as pid {:?}", operator.inner);
-    }
+    operator.find_inner();
     let pid = operator.measured();
     let rss_after_sync = rss(pid).0;
     eprintln!(
