@@ -93,14 +93,27 @@ pub fn swap_meta(meta: &mut ObjectMeta, slot: usize) {
     }
     let Some(ann) = meta.annotations.as_mut() else { return };
     for key in PER_ROTATION_KEYS {
-        let plain = ann.remove(key.full());
-        let slotted = with_slot_key(*key, slot, |k| ann.remove(k));
-        if let Some(v) = slotted {
-            ann.insert(key.full().to_string(), v);
-        }
-        if let Some(v) = plain {
-            ann.insert(slot_key(*key, slot), v);
-        }
+        let plain = key.full();
+        with_slot_key(*key, slot, |slotted| {
+            // Both keys set (slot 0 and this slot both rotating): the values trade places and
+            // no key moves; else the one key set is renamed.
+            let taken = ann.get_mut(plain).map(std::mem::take);
+            match (taken, ann.get_mut(slotted)) {
+                (Some(p), Some(s)) => {
+                    let s = std::mem::replace(s, p);
+                    *ann.get_mut(plain).expect("the plain key was just taken from") = s;
+                }
+                (Some(p), None) => {
+                    ann.remove(plain);
+                    ann.insert(slotted.to_string(), p);
+                }
+                (None, Some(_)) => {
+                    let s = ann.remove(slotted).expect("the slotted key was just read");
+                    ann.insert(plain.to_string(), s);
+                }
+                (None, None) => {}
+            }
+        });
     }
 }
 
@@ -227,6 +240,8 @@ mod tests {
     #[test]
     fn a_slot_key_is_the_key_and_the_slot_in_decimal() {
         for key in PER_ROTATION_KEYS {
+            // Spelled on the stack for every slot (the `format!` fallback is for longer keys).
+            assert!(key.full().len() + 1 + usize::MAX.to_string().len() <= 128, "{key:?}");
             assert_eq!(slot_key(*key, 0), key.full());
             for slot in [1, 9, 10, 68, 100, 1000, usize::MAX] {
                 assert_eq!(slot_key(*key, slot), format!("{}.{slot}", key.full()));
@@ -262,15 +277,19 @@ mod tests {
             ("noderotation.io/active-rotation.1", "b"),
             ("noderotation.io/draining-at.1", "t"),
             ("noderotation.io/active-rotation.2", "c"),
+            ("noderotation.io/surge-wait", "w"),
             ("noderotation.io/freeze", "f"),
         ]);
         let mut m = original.clone();
         swap_meta(&mut m, 1);
         let ann = m.annotations.clone().unwrap_or_default();
+        // Set in both (values trade places), in the slot only, in slot 0 only (keys renamed).
         assert_eq!(ann["noderotation.io/active-rotation"], "b");
-        assert_eq!(ann["noderotation.io/draining-at"], "t");
         assert_eq!(ann["noderotation.io/active-rotation.1"], "a");
+        assert_eq!(ann["noderotation.io/draining-at"], "t");
         assert!(!ann.contains_key("noderotation.io/draining-at.1"));
+        assert_eq!(ann["noderotation.io/surge-wait.1"], "w");
+        assert!(!ann.contains_key("noderotation.io/surge-wait"));
         assert_eq!(ann["noderotation.io/active-rotation.2"], "c");
         assert_eq!(ann["noderotation.io/freeze"], "f", "pool keys are shared by every slot");
         swap_meta(&mut m, 1);
