@@ -238,6 +238,18 @@ impl Proc {
         }
     }
 
+    /// Whether the child exits (and is reaped) within `limit`.
+    fn exited_within(&mut self, limit: Duration) -> bool {
+        let since = Instant::now();
+        while since.elapsed() < limit {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
     /// The process to measure: the program under the wrapper while it runs, else the child.
     fn measured(&self) -> u32 {
         match self.inner {
@@ -265,23 +277,15 @@ impl Drop for Proc {
                 eprintln!("apiserver: {} (pid {inner}) killed", self.name);
             }
             // Then the wrapper, given the time to finish what it does after the program exits.
-            let since = Instant::now();
-            while since.elapsed() < Duration::from_secs(60) {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    eprintln!("apiserver: {} stopped, then its wrapper", self.name);
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
+            if self.exited_within(Duration::from_secs(60)) {
+                eprintln!("apiserver: {} stopped, then its wrapper", self.name);
+                return;
             }
         }
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let since = Instant::now();
-        while since.elapsed() < Duration::from_secs(60) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                eprintln!("apiserver: {} stopped", self.name);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        if self.exited_within(Duration::from_secs(60)) {
+            eprintln!("apiserver: {} stopped", self.name);
+            return;
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
