@@ -240,14 +240,7 @@ impl Proc {
 
     /// Whether the child exits (and is reaped) within `limit`.
     fn exited_within(&mut self, limit: Duration) -> bool {
-        let since = Instant::now();
-        while since.elapsed() < limit {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
+        within(limit, || matches!(self.child.try_wait(), Ok(Some(_))))
     }
 
     /// The process to measure: the program under the wrapper while it runs, else the child.
@@ -268,11 +261,7 @@ impl Drop for Proc {
             if running(inner, start) {
                 let _ = Command::new("kill").args(["-TERM", &inner.to_string()]).status();
             }
-            let since = Instant::now();
-            while running(inner, start) && since.elapsed() < Duration::from_secs(60) {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            if running(inner, start) {
+            if !within(Duration::from_secs(60), || !running(inner, start)) {
                 let _ = Command::new("kill").args(["-KILL", &inner.to_string()]).status();
                 eprintln!("apiserver: {} (pid {inner}) killed", self.name);
             }
@@ -291,6 +280,18 @@ impl Drop for Proc {
         let _ = self.child.wait();
         eprintln!("apiserver: {} killed", self.name);
     }
+}
+
+/// Whether `done` holds within `limit`, asked every 100 ms.
+fn within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let since = Instant::now();
+    while since.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
 }
 
 /// The fields of `/proc/<pid>/stat` after the command name, from the state on (field 3): the
@@ -348,12 +349,8 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 fn wait_for_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    if within(timeout, || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()) {
+        return Ok(());
     }
     bail!("nothing listens on 127.0.0.1:{port} after {timeout:?}")
 }
@@ -720,6 +717,8 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
     std::fs::write(&op_kc, proxy.kubeconfig())?;
     let (mport, hport) = (free_port()?, free_port()?);
     let log = std::fs::File::create(scratch.join("operator.log"))?;
+    // Under a wrapper, the binary it runs, resolved before anything starts.
+    let wrapped = c.wrapper.as_ref().map(|_| std::fs::canonicalize(&c.binary)).transpose()?;
     let started = Instant::now();
     let mut operator = Proc::new(
         operator_command(c)
@@ -733,9 +732,7 @@ pub fn run(c: &Config) -> anyhow::Result<Apiserver> {
             .spawn()?,
         "noderotation run",
     );
-    if c.wrapper.is_some() {
-        operator.wrapped = Some(std::fs::canonicalize(&c.binary)?);
-    }
+    operator.wrapped = wrapped;
     let mut sync = None;
     while started.elapsed() < Duration::from_secs(180) {
         if http_get(hport, "/readyz").starts_with("HTTP/1.1 200") {
