@@ -2,10 +2,11 @@
 //! kube-scheduler and kube-controller-manager, KWOK as the kubelet, and real Deployments with
 //! PodDisruptionBudgets (tests/k8s-harness, `up --full-stack`).
 //!
-//! Run: `eval "$(tests/k8s-harness/start.sh --full-stack)"; cargo test --test fullstack --
-//! --test-threads=5 --nocapture` (scenario 4 waits for Karpenter's forced expiry, about
-//! expireAfter, alongside the others). Without the full stack every test prints why and passes;
-//! with `NODEROTATION_FULL_STACK_REQUIRED=1` a missing stack fails instead.
+//! Run: `tests/k8s-harness/fullstack.sh` (two stacks, the scenarios split between them; what CI
+//! runs), or on one stack: `eval "$(tests/k8s-harness/start.sh --full-stack)"; cargo test --test
+//! fullstack -- --test-threads=6 --nocapture` (scenario 4 waits for Karpenter's forced expiry,
+//! about expireAfter, alongside the others). Without the full stack every test prints why and
+//! passes; with `NODEROTATION_FULL_STACK_REQUIRED=1` a missing stack fails instead.
 //!
 //! Each scenario records its figures (tests/fullstack/report.rs); the run's last scenario writes
 //! `docs/validation.md`.
@@ -28,8 +29,9 @@ use serde_json::{Value, json};
 use stack::*;
 use support::{Error, TestResult};
 
-/// One controller at a time (each watches every pool). Scenario 4 runs no controller and does
-/// not take it, so it waits out Karpenter's expiry alongside the others.
+/// One controller at a time per stack (each watches every pool of its cluster). Scenario 4 runs
+/// no controller and does not take it, so it waits out Karpenter's expiry alongside the others.
+/// tests/k8s-harness/fullstack.sh splits the controller scenarios between two stacks.
 static ONE_CONTROLLER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// expireAfter of scenarios 1 and 4 (`NODEROTATION_FULL_STACK_EXPIRE_AFTER`, default 15m):

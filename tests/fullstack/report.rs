@@ -1,9 +1,10 @@
 //! Results of the full-stack scenarios and the generated `docs/validation.md`.
 //!
-//! Every scenario writes its figures as JSON into a directory of this stack instance (the run):
+//! Every scenario writes its figures as JSON into a directory of the run (one stack instance, or
+//! the stacks tests/k8s-harness/fullstack.sh starts, which share one run id):
 //! `$CARGO_TARGET_TMPDIR/fullstack/results/<run id>/`. After each record the document is
-//! rendered from every result of the run. It goes to `docs/validation.md` once all five scenarios
-//! of the run are in (so a partial run never replaces the checked-in figures), and to
+//! rendered from every result of the run. It goes to `docs/validation.md` once all seven
+//! scenarios of the run are in (so a partial run never replaces the checked-in figures), and to
 //! `validation.md` in the results directory before that.
 #![allow(dead_code)]
 
@@ -97,7 +98,7 @@ pub fn record(stack: &Stack, result: &ScenarioResult) -> BTreeMap<String, Scenar
     all
 }
 
-/// Renders the run in `dir` to docs/validation.md when all five scenarios are in, else to
+/// Renders the run in `dir` to docs/validation.md when all seven scenarios are in, else to
 /// `dir/validation.md`; returns where it went.
 pub fn write_doc(dir: &Path, run: &RunInfo, all: &BTreeMap<String, ScenarioResult>) -> PathBuf {
     let complete = SCENARIOS.iter().all(|(id, _)| all.contains_key(*id));

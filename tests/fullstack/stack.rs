@@ -60,7 +60,8 @@ pub struct Stack {
     pub env: Env,
     pub ready: Value,
     pub karpenter_dir: PathBuf,
-    /// Identifies this stack instance (its temp dir name): results of one run share it.
+    /// Identifies the run: `NODEROTATION_FULL_STACK_RUN_ID`, else this stack instance's temp dir
+    /// name. Results of one run share it.
     pub run_id: String,
 }
 
@@ -120,10 +121,14 @@ fn find_stack() -> Result<Stack, String> {
         return Err("the harness is up without --full-stack".into());
     }
     let karpenter_dir = PathBuf::from(ready["fullStack"]["karpenterDir"].as_str().unwrap_or(""));
-    let run_id = Path::new(ready["dir"].as_str().unwrap_or("unknown"))
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    // Stacks that share a run (tests/k8s-harness/fullstack.sh runs the scenarios on two) name it.
+    let run_id = match std::env::var("NODEROTATION_FULL_STACK_RUN_ID") {
+        Ok(id) if !id.is_empty() => id,
+        _ => Path::new(ready["dir"].as_str().unwrap_or("unknown"))
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
     Ok(Stack {
         env: Env {
             kubeconfig: PathBuf::from(kubeconfig),
