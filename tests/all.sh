@@ -194,7 +194,8 @@ promise() {
 if [ "${NODEROTATION_FULL_STACK:-1}" != 0 ]; then
   step "full-stack tier: build (started beside the apiserver tier)"
   wait "$fs_build_pid" || { cat "$fs_build_log" >&2; echo "full-stack build failed" >&2; exit 1; }
-  export NODEROTATION_FULL_STACK_BUILD_SECONDS=$(cat "$fs_build_log.seconds")
+  NODEROTATION_FULL_STACK_BUILD_SECONDS=$(cat "$fs_build_log.seconds")
+  export NODEROTATION_FULL_STACK_BUILD_SECONDS
   rm -f "$fs_build_log" "$fs_build_log.seconds"
   step "full-stack tier: scenarios, simulation sweeps beside them"
   sweep_log=$(mktemp)
