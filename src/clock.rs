@@ -24,13 +24,13 @@ impl Clock for SystemClock {
 /// clock is corrected. The leader election and its write fence time the Lease with it, where
 /// only the rate of a clock matters.
 #[derive(Debug, Clone, Copy)]
-pub struct SteadyClock {
+pub(crate) struct SteadyClock {
     origin: DateTime<Utc>,
     start: std::time::Instant,
 }
 
 impl SteadyClock {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         SteadyClock { origin: SystemClock.now(), start: std::time::Instant::now() }
     }
 }

@@ -140,9 +140,9 @@ pub struct NodeClaimStatus {
 
 /// The NodeClaim conditions the controller reads (`Ready`, `Initialized`), the only ones a watch
 /// cache keeps (`cluster::projection`).
-pub const CLAIM_CONDITIONS: [&str; 2] = [READY, INITIALIZED];
+pub(crate) const CLAIM_CONDITIONS: [&str; 2] = [READY, INITIALIZED];
 /// The `Ready` condition's type, on NodeClaims and Nodes alike.
-pub const READY: &str = "Ready";
+pub(crate) const READY: &str = "Ready";
 const INITIALIZED: &str = "Initialized";
 
 /// A status condition as Karpenter writes it. Only `type` and `status` are relied on; the rest is
@@ -171,22 +171,22 @@ fn parse_tgp(value: Option<&str>) -> Result<Option<Duration>, DurationError> {
 
 impl NodePool {
     /// Template `expireAfter` (unset: Karpenter's 720h default).
-    pub fn expire_after(&self) -> Result<ExpireAfter, DurationError> {
+    pub(crate) fn expire_after(&self) -> Result<ExpireAfter, DurationError> {
         parse_expire_after(self.spec.template.spec.expire_after.as_deref())
     }
 
     /// Template `terminationGracePeriod`.
-    pub fn termination_grace_period(&self) -> Result<Option<Duration>, DurationError> {
+    pub(crate) fn termination_grace_period(&self) -> Result<Option<Duration>, DurationError> {
         parse_tgp(self.spec.template.spec.termination_grace_period.as_deref())
     }
 
     /// `spec.replicas` is set.
-    pub fn is_static(&self) -> bool {
+    pub(crate) fn is_static(&self) -> bool {
         self.spec.replicas.is_some()
     }
 
     /// Number of nodes, from `status.resources.nodes`.
-    pub fn node_count(&self) -> Option<u64> {
+    pub(crate) fn node_count(&self) -> Option<u64> {
         let q = self.status.as_ref()?.resources.get("nodes")?;
         u64::try_from(quantity_millis(q)? / 1000).ok()
     }
@@ -194,7 +194,7 @@ impl NodePool {
     /// Resources of `spec.limits` whose use in `status.resources` has reached the limit, or
     /// that lack room for one more node (`nodes`). A limit or usage that does not parse is
     /// skipped.
-    pub fn exhausted_limits(&self) -> Vec<String> {
+    pub(crate) fn exhausted_limits(&self) -> Vec<String> {
         let one_node = BTreeMap::from([("nodes".to_string(), 1000)]);
         self.limits_without_room_for(&one_node)
     }
@@ -202,7 +202,7 @@ impl NodePool {
     /// Resources of `spec.limits` with less than `node` (amounts in thousandths, a resource it
     /// lacks counting 0) left: `limit - status.resources < node`, or nothing left at all. A
     /// limit or usage that does not parse is skipped.
-    pub fn limits_without_room_for(&self, node: &BTreeMap<String, i128>) -> Vec<String> {
+    pub(crate) fn limits_without_room_for(&self, node: &BTreeMap<String, i128>) -> Vec<String> {
         let empty = BTreeMap::new();
         let used = self.status.as_ref().map_or(&empty, |s| &s.resources);
         self.spec
@@ -222,12 +222,12 @@ impl NodePool {
 
 impl NodeClaim {
     /// The claim's own `expireAfter` (unset: 720h, Karpenter's default).
-    pub fn expire_after(&self) -> Result<ExpireAfter, DurationError> {
+    pub(crate) fn expire_after(&self) -> Result<ExpireAfter, DurationError> {
         parse_expire_after(self.spec.expire_after.as_deref())
     }
 
     /// The claim's own `terminationGracePeriod`.
-    pub fn termination_grace_period(&self) -> Result<Option<Duration>, DurationError> {
+    pub(crate) fn termination_grace_period(&self) -> Result<Option<Duration>, DurationError> {
         parse_tgp(self.spec.termination_grace_period.as_deref())
     }
 
@@ -238,18 +238,18 @@ impl NodeClaim {
     }
 
     /// The claim's pool, from its `karpenter.sh/nodepool` label.
-    pub fn node_pool(&self) -> Option<&str> {
+    pub(crate) fn node_pool(&self) -> Option<&str> {
         self.labels().get(NODEPOOL_LABEL).map(String::as_str)
     }
 
     /// The `Ready` condition is True.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.condition_true(READY)
     }
 
     /// The `Initialized` condition is True: the node turned Ready once (Karpenter never sets
     /// it back, unlike `Ready`).
-    pub fn is_initialized(&self) -> bool {
+    pub(crate) fn is_initialized(&self) -> bool {
         self.condition_true(INITIALIZED)
     }
 
@@ -268,7 +268,7 @@ impl NodeClaim {
 
 /// The Node's `Ready` condition is True: the node counterpart of [`NodeClaim::is_ready`], for
 /// the Nodes Karpenter's claims launch (surge readiness, watch edges, the simulation's view).
-pub fn node_ready(node: &Node) -> bool {
+pub(crate) fn node_ready(node: &Node) -> bool {
     node.status
         .iter()
         .flat_map(|s| s.conditions.iter().flatten())
@@ -277,7 +277,7 @@ pub fn node_ready(node: &Node) -> bool {
 
 /// A Kubernetes quantity (`500m`, `4`, `16Gi`, `1e3`) in thousandths, rounded up like
 /// `Quantity.MilliValue`. `None` if it does not parse or does not fit.
-pub fn quantity_millis(q: &Quantity) -> Option<i128> {
+pub(crate) fn quantity_millis(q: &Quantity) -> Option<i128> {
     let s = q.0.trim();
     let (negative, s) = match s.strip_prefix('-') {
         Some(rest) => (true, rest),

@@ -19,7 +19,7 @@ use prometheus::{
 
 /// Histogram buckets for rotation phases, in seconds: 30s to 24h. A surge wait is minutes
 /// (readyTimeout defaults to 15m); a drain runs up to tGP (often 1h, 24h on EKS Auto Mode).
-pub const DURATION_BUCKETS: [f64; 17] = [
+pub(crate) const DURATION_BUCKETS: [f64; 17] = [
     30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0, 5400.0, 7200.0,
     10800.0, 14400.0, 21600.0, 43200.0, 86400.0,
 ];
@@ -40,12 +40,8 @@ include!(concat!(env!("OUT_DIR"), "/metrics.rs"));
 
 impl PoolGauge {
     /// The metric name (normative).
-    pub const fn name(self) -> &'static str {
+    pub(crate) const fn name(self) -> &'static str {
         self.metric().name()
-    }
-
-    pub const fn help(self) -> &'static str {
-        self.metric().help()
     }
 }
 
@@ -69,7 +65,7 @@ pub enum Outcome {
 impl Outcome {
     pub const ALL: [Outcome; 3] = [Outcome::Success, Outcome::Failure, Outcome::Expired];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Outcome::Success => "success",
             Outcome::Failure => "failure",
@@ -90,7 +86,7 @@ pub enum Phase {
 impl Phase {
     pub const ALL: [Phase; 2] = [Phase::SurgeWait, Phase::Drain];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Phase::SurgeWait => "surge_wait",
             Phase::Drain => "drain",
@@ -133,7 +129,7 @@ pub struct PoolGauges {
 
 impl PoolGauges {
     /// The exported value of one gauge; `None` removes the series.
-    pub fn get(&self, gauge: PoolGauge) -> Option<f64> {
+    pub(crate) fn get(&self, gauge: PoolGauge) -> Option<f64> {
         let count = |n: u64| Some(n as f64);
         let flag = |b: bool| Some(if b { 1.0 } else { 0.0 });
         let secs = |d: Option<Duration>| d.map(|d| d.num_milliseconds() as f64 / 1000.0);
@@ -245,7 +241,8 @@ impl Telemetry {
     }
 
     /// The dedicated registry (for the `/metrics` handler or a test).
-    pub fn registry(&self) -> &Registry {
+    #[cfg(test)]
+    pub(crate) fn registry(&self) -> &Registry {
         &self.registry
     }
 
@@ -274,19 +271,19 @@ impl Telemetry {
     }
 
     /// One forceful-fallback start.
-    pub fn forceful_fallback(&self, pool: &str) {
+    pub(crate) fn forceful_fallback(&self, pool: &str) {
         self.label(pool);
         self.forceful_fallback.with_label_values(&[pool]).inc();
     }
 
     /// One surge-less rotation of a node with nothing to reserve.
-    pub fn nothing_to_reserve(&self, pool: &str) {
+    pub(crate) fn nothing_to_reserve(&self, pool: &str) {
         self.label(pool);
         self.nothing_to_reserve.with_label_values(&[pool]).inc();
     }
 
     /// One occurrence closed with candidates left (the `missed` window-edge verdict).
-    pub fn window_missed(&self, pool: &str) {
+    pub(crate) fn window_missed(&self, pool: &str) {
         self.label(pool);
         self.window_missed.with_label_values(&[pool]).inc();
     }
@@ -310,7 +307,7 @@ impl Telemetry {
     }
 
     /// Removes every series of `pool` (deleted, or no longer governed).
-    pub fn forget_pool(&self, pool: &str) {
+    pub(crate) fn forget_pool(&self, pool: &str) {
         if self.labelled.lock().unwrap_or_else(|e| e.into_inner()).remove(pool).is_none() {
             return;
         }
@@ -344,7 +341,8 @@ impl Telemetry {
         self.counter(Metric::CompletedTotal.name(), &[(POOL, pool), ("outcome", outcome.as_str())])
     }
 
-    pub fn forceful_fallback_count(&self, pool: &str) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn forceful_fallback_count(&self, pool: &str) -> u64 {
         self.counter(Metric::ForcefulFallbackTotal.name(), &[(POOL, pool)])
     }
 
@@ -352,12 +350,14 @@ impl Telemetry {
         self.counter(Metric::NothingToReserveTotal.name(), &[(POOL, pool)])
     }
 
-    pub fn window_missed_count(&self, pool: &str) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn window_missed_count(&self, pool: &str) -> u64 {
         self.counter(Metric::WindowMissedTotal.name(), &[(POOL, pool)])
     }
 
     /// Observations of `noderotation_duration_seconds{nodepool, phase}`.
-    pub fn duration_count(&self, pool: &str, phase: Phase) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn duration_count(&self, pool: &str, phase: Phase) -> u64 {
         self.find(Metric::DurationSeconds.name(), &[(POOL, pool), ("phase", phase.as_str())])
             .map_or(0, |m| m.get_histogram().get_sample_count())
     }
@@ -368,7 +368,8 @@ impl Telemetry {
     }
 
     /// Every `nodepool` label value with at least one series.
-    pub fn pools(&self) -> Vec<String> {
+    #[cfg(test)]
+    pub(crate) fn pools(&self) -> Vec<String> {
         let mut out: Vec<String> = self
             .registry
             .gather()
@@ -414,7 +415,7 @@ impl Telemetry {
 /// In memory only: after a restart every standing condition fires once more, which is the
 /// intended "at least once per controller life" for warnings (decisions never live here).
 #[derive(Debug, Clone)]
-pub struct WarningLatch<K: Ord = (String, String)> {
+pub(crate) struct WarningLatch<K: Ord = (String, String)> {
     latched: BTreeMap<K, String>,
 }
 
@@ -425,13 +426,14 @@ impl<K: Ord> Default for WarningLatch<K> {
 }
 
 impl<K: Ord> WarningLatch<K> {
-    pub fn new() -> Self {
+    #[cfg(test)]
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The condition holds with `detail`: `true` when the warning should be emitted now (it was
     /// not latched, or was latched with another detail); the latch then holds `detail`.
-    pub fn should_fire(&mut self, key: K, detail: &str) -> bool {
+    pub(crate) fn should_fire(&mut self, key: K, detail: &str) -> bool {
         match self.latched.get_mut(&key) {
             Some(held) if held == detail => false,
             Some(held) => {
@@ -446,18 +448,19 @@ impl<K: Ord> WarningLatch<K> {
     }
 
     /// The condition was observed false: the next `should_fire` for `key` fires.
-    pub fn clear(&mut self, key: &K) {
+    pub(crate) fn clear(&mut self, key: &K) {
         self.latched.remove(key);
     }
 
     /// Drops every latch whose key fails `keep` (objects that no longer exist).
-    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+    #[cfg(test)]
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
         self.latched.retain(|k, _| keep(k));
     }
 
-    /// [`WarningLatch::retain`] over the keys in `range` only: the others are kept without
-    /// being visited (one pool's keys, out of every pool's).
-    pub fn retain_range(
+    /// Drops every latch in `range` whose key fails `keep` (objects that no longer exist); the
+    /// keys outside `range` are kept without being visited (one pool's keys, out of every pool's).
+    pub(crate) fn retain_range(
         &mut self,
         range: impl std::ops::RangeBounds<K>,
         mut keep: impl FnMut(&K) -> bool,
@@ -472,19 +475,21 @@ impl<K: Ord> WarningLatch<K> {
     }
 
     /// The latched keys, in order.
-    pub fn keys(&self) -> impl Iterator<Item = &K> {
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &K> {
         self.latched.keys()
     }
 
-    pub fn is_latched(&self, key: &K) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_latched(&self, key: &K) -> bool {
         self.latched.contains_key(key)
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.latched.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.latched.is_empty()
     }
 }

@@ -26,10 +26,11 @@ trap 'kill -TERM -- -"$harness_build_pid" 2>/dev/null || true' EXIT
 step "lint"
 cargo clippy --all-targets --locked -- -D warnings
 
-# The API docs build with every intra-doc link resolving (a renamed item breaks the build here,
-# not a reader's click); after clippy, so only this crate is documented anew (~10 s).
+# The API docs, private items included (they are the contributors': most items are pub(crate)),
+# build with every intra-doc link resolving (a renamed item breaks the build here, not a
+# reader's click); after clippy, so only this crate is documented anew (~10 s).
 step "rustdoc: intra-doc links"
-RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" cargo doc --no-deps --locked --quiet
+RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" cargo doc --no-deps --document-private-items --locked --quiet
 
 step "generated files are fresh"
 cargo run --quiet --locked -- docs --check

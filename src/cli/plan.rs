@@ -23,13 +23,10 @@ use crate::policy::plan::{
     render_human, report, settings_of,
 };
 
-/// Exit code when an input file cannot be used: unreadable, not YAML, an invalid value, an unknown
-/// field.
-pub const EXIT_INPUT: i32 = 1;
 /// Exit code of a command-line mistake: the code clap uses for the flags it rejects itself, so
 /// every usage error exits alike.
-pub const EXIT_USAGE: i32 = 2;
-pub use crate::policy::plan::EXIT_INFEASIBLE;
+pub(crate) const EXIT_USAGE: i32 = 2;
+pub(crate) use crate::policy::plan::EXIT_INFEASIBLE;
 
 const EXIT_CODES_HELP: &str = "Exit codes:
   0  feasible: the plan was printed
@@ -40,7 +37,7 @@ const EXIT_CODES_HELP: &str = "Exit codes:
 /// A command-line mistake (exit [`EXIT_USAGE`]), as opposed to a problem in an input file.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct UsageError(String);
+pub(crate) struct UsageError(String);
 
 fn usage(message: impl Into<String>) -> anyhow::Error {
     UsageError(message.into()).into()
@@ -59,12 +56,12 @@ pub enum OutputFormat {
 
 impl OutputFormat {
     /// Whether the output is a document for machines (JSON or YAML) rather than text for people.
-    pub fn is_document(self) -> bool {
+    pub(crate) fn is_document(self) -> bool {
         self != OutputFormat::Human
     }
 
     /// `doc` as this format's document, ending in a newline; `None` for [`OutputFormat::Human`].
-    pub fn document(self, doc: &impl serde::Serialize) -> anyhow::Result<Option<String>> {
+    pub(crate) fn document(self, doc: &impl serde::Serialize) -> anyhow::Result<Option<String>> {
         Ok(match self {
             OutputFormat::Human => None,
             OutputFormat::Json => Some(format!("{}\n", serde_json::to_string_pretty(doc)?)),
@@ -151,7 +148,7 @@ fn parse_now(s: &str) -> anyhow::Result<DateTime<Utc>> {
 }
 
 /// Builds the report for `args` at `now` (all input is read and checked here).
-pub fn plan(args: &PlanArgs, now: DateTime<Utc>) -> anyhow::Result<PlanReport> {
+pub(crate) fn plan(args: &PlanArgs, now: DateTime<Utc>) -> anyhow::Result<PlanReport> {
     let (file, text) = if args.filename == Path::new(STDIN) {
         ("<stdin>".to_string(), read_limited(std::io::stdin().lock(), "<stdin>")?)
     } else {
@@ -187,7 +184,7 @@ pub fn plan(args: &PlanArgs, now: DateTime<Utc>) -> anyhow::Result<PlanReport> {
 
 /// The largest manifest `plan` reads. A RotationPolicy or NodePool manifest is a few KiB; a
 /// file past this is the wrong file, or hostile, and is refused before the YAML parser sees it.
-pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 
 /// The `-f` value that reads standard input.
 const STDIN: &str = "-";

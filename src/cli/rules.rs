@@ -52,7 +52,7 @@ const RULES: &str = "rules";
 const NEEDS_CHECKOUT: &str = "run it from the root of a checkout of the noderotation repository";
 
 /// Loads a rule directory, or fails with every diagnostic.
-pub fn load(dir: &Path) -> anyhow::Result<Rulebook> {
+pub(crate) fn load(dir: &Path) -> anyhow::Result<Rulebook> {
     Rulebook::load_dir(dir).map_err(|diags| report(&diags, &dir.display().to_string()))
 }
 
@@ -102,7 +102,7 @@ fn load_spec(spec: &str) -> anyhow::Result<Rulebook> {
 
 /// The RotationPolicy CRD's generated file and its copy in the Helm chart, relative to a
 /// checkout.
-pub const CRD_FILES: [&str; 2] =
+pub(crate) const CRD_FILES: [&str; 2] =
     ["crds/rotationpolicy.yaml", "deploy/helm/noderotation/crds/rotationpolicy.yaml"];
 
 /// Every file of a checkout that is generated, relative to it, with its content: the docs

@@ -122,7 +122,7 @@ fn violations_json(args: &SimulateArgs, r: &RunResult) -> serde_json::Value {
 }
 
 /// The command line that replays one seed.
-pub fn replay_command(args: &SimulateArgs, seed: u64) -> String {
+pub(crate) fn replay_command(args: &SimulateArgs, seed: u64) -> String {
     let mut cmd = format!("noderotation simulate --seed {seed}");
     if let Some(s) = &args.scenario {
         cmd.push_str(&format!(" --scenario {}", s.display()));
@@ -164,7 +164,7 @@ fn load(args: &SimulateArgs) -> anyhow::Result<(Arc<Compiled>, Arc<Engine>, Dura
 }
 
 /// Prints a violation with its trace and the replay command.
-pub fn print_violation(out: &mut String, args: &SimulateArgs, r: &RunResult, full: bool) {
+pub(crate) fn print_violation(out: &mut String, args: &SimulateArgs, r: &RunResult, full: bool) {
     use std::fmt::Write as _;
     for (i, v) in r.violations.iter().enumerate() {
         if i > 0 && !full {

@@ -36,7 +36,7 @@ use crate::reconcile::summary::{GovernanceSummary, PoolSummary};
 use crate::reconcile::{Controller, ControllerConfig};
 
 /// Exit code when what `status` reads cannot be read (a missing permission, no cluster).
-pub const EXIT_UNREADABLE: i32 = 1;
+pub(crate) const EXIT_UNREADABLE: i32 = 1;
 
 /// The command line of `noderotation status`.
 #[derive(Debug, Clone, Args)]
@@ -66,14 +66,14 @@ pub struct StatusArgs {
 /// What `status -o json|yaml` prints.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StatusReport {
+pub(crate) struct StatusReport {
     pub evaluated_at: DateTime<Utc>,
     pub node_pools: Vec<PoolSummary>,
 }
 
 /// One permission `status` needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Permission {
+pub(crate) struct Permission {
     pub verb: &'static str,
     pub group: &'static str,
     pub resource: &'static str,
@@ -95,7 +95,7 @@ impl std::fmt::Display for Permission {
 }
 
 /// Every permission `status` needs: `list` on what it reads (and `watch` with `--watch`).
-pub fn permissions(namespace: &str, watch: bool) -> Vec<Permission> {
+pub(crate) fn permissions(namespace: &str, watch: bool) -> Vec<Permission> {
     let kinds: [(&str, &str, bool); 5] = [
         ("karpenter.sh", "nodepools", false),
         ("karpenter.sh", "nodeclaims", false),
@@ -119,7 +119,7 @@ pub fn permissions(namespace: &str, watch: bool) -> Vec<Permission> {
 }
 
 /// What to tell someone who lacks `missing`: the permissions, and the rules that grant them.
-pub fn missing_message(missing: &[Permission]) -> String {
+pub(crate) fn missing_message(missing: &[Permission]) -> String {
     let mut out = String::from(
         "noderotation status cannot read what it shows; this kubeconfig's user lacks:\n",
     );
@@ -270,7 +270,7 @@ fn report(cluster: Arc<KubeCluster>, args: &StatusArgs) -> StatusReport {
 }
 
 /// The report in `format`.
-pub fn render(report: &StatusReport, format: OutputFormat) -> anyhow::Result<String> {
+pub(crate) fn render(report: &StatusReport, format: OutputFormat) -> anyhow::Result<String> {
     Ok(format.document(report)?.unwrap_or_else(|| render_human(report)))
 }
 
@@ -307,7 +307,7 @@ fn secs(s: i64) -> String {
 }
 
 /// The human rendering: one block per NodePool.
-pub fn render_human(r: &StatusReport) -> String {
+pub(crate) fn render_human(r: &StatusReport) -> String {
     let now = r.evaluated_at;
     let mut out = String::new();
     if r.node_pools.is_empty() {

@@ -476,7 +476,7 @@ async fn run_async(args: UninstallArgs) -> anyhow::Result<i32> {
 }
 
 /// Prints every change (prefixed `would` under `--dry-run`), the errors and the summary.
-pub fn print_report(report: &Report) {
+pub(crate) fn print_report(report: &Report) {
     for change in &report.changes {
         if report.dry_run {
             println!("would {change}");

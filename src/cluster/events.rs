@@ -27,7 +27,7 @@ struct Key {
     note: String,
 }
 
-pub struct EventSink {
+pub(crate) struct EventSink {
     client: Client,
     controller: String,
     instance: String,
@@ -35,13 +35,13 @@ pub struct EventSink {
 }
 
 impl EventSink {
-    pub fn new(client: Client, controller: String, instance: Option<String>) -> EventSink {
+    pub(crate) fn new(client: Client, controller: String, instance: Option<String>) -> EventSink {
         let instance = instance.unwrap_or_else(|| controller.clone());
         EventSink { client, controller, instance, series: Mutex::new(HashMap::new()) }
     }
 
     /// Creates the Event, or continues the series of an identical one reported recently.
-    pub async fn publish(
+    pub(crate) async fn publish(
         &self,
         regarding: &ObjectReference,
         warning: bool,

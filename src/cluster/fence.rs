@@ -19,58 +19,59 @@ use super::{ApiError, ApiResult, Cluster};
 use crate::clock::Clock;
 
 /// Default Lease duration (seconds): how long a dead leader blocks the standby.
-pub const DEFAULT_LEASE_DURATION_SECS: u64 = 15;
+pub(crate) const DEFAULT_LEASE_DURATION_SECS: u64 = 15;
 /// Default Lease grace (seconds): the leader renews this long before the Lease would expire,
 /// so every `duration - grace` seconds.
-pub const DEFAULT_LEASE_GRACE_SECS: u64 = 10;
+pub(crate) const DEFAULT_LEASE_GRACE_SECS: u64 = 10;
 /// Default bound of one API request (seconds).
-pub const DEFAULT_API_REQUEST_TIMEOUT_SECS: u64 = 5;
+pub(crate) const DEFAULT_API_REQUEST_TIMEOUT_SECS: u64 = 5;
 /// Default bound of establishing a connection to the API server (seconds).
-pub const DEFAULT_API_CONNECT_TIMEOUT_SECS: u64 = 5;
+pub(crate) const DEFAULT_API_CONNECT_TIMEOUT_SECS: u64 = 5;
 /// What the fence keeps beyond one request's bound: the two clocks' rates over a Lease
 /// duration, and the time from reading the clock to sending a request. Not the clocks'
 /// difference, which no decision depends on.
-pub const SLACK: Duration = Duration::seconds(1);
+pub(crate) const SLACK: Duration = Duration::seconds(1);
 
 /// How long before the Lease could pass to a standby the leader stops writing: one request's
 /// bound plus the [`SLACK`].
-pub fn margin(request_timeout: Duration) -> Duration {
+pub(crate) fn margin(request_timeout: Duration) -> Duration {
     request_timeout + SLACK
 }
 
 /// The leader's write deadline. Closed (no write) until opened.
-pub struct Fence {
+pub(crate) struct Fence {
     clock: Arc<dyn Clock>,
     deadline: Mutex<Option<DateTime<Utc>>>,
 }
 
 impl Fence {
     /// A closed fence.
-    pub fn new(clock: Arc<dyn Clock>) -> Fence {
+    pub(crate) fn new(clock: Arc<dyn Clock>) -> Fence {
         Fence { clock, deadline: Mutex::new(None) }
     }
 
     /// Writes are allowed until `deadline` (exclusive).
-    pub fn open_until(&self, deadline: DateTime<Utc>) {
+    pub(crate) fn open_until(&self, deadline: DateTime<Utc>) {
         *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = Some(deadline);
     }
 
     /// No write from now on (the Lease is someone else's, or leadership was lost).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
-    pub fn deadline(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn deadline(&self) -> Option<DateTime<Utc>> {
         *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether a write may be sent now.
-    pub fn is_open(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_open(&self) -> bool {
         self.check().is_ok()
     }
 
     /// `Ok` while the clock is before the deadline.
-    pub fn check(&self) -> Result<(), ApiError> {
+    pub(crate) fn check(&self) -> Result<(), ApiError> {
         let now = self.clock.now();
         match self.deadline() {
             Some(d) if now < d => Ok(()),
@@ -84,13 +85,13 @@ impl Fence {
 }
 
 /// A [`Cluster`] whose writes pass the [`Fence`] first; reads are never fenced.
-pub struct Fenced {
+pub(crate) struct Fenced {
     inner: Arc<dyn Cluster>,
     fence: Arc<Fence>,
 }
 
 impl Fenced {
-    pub fn new(inner: Arc<dyn Cluster>, fence: Arc<Fence>) -> Fenced {
+    pub(crate) fn new(inner: Arc<dyn Cluster>, fence: Arc<Fence>) -> Fenced {
         Fenced { inner, fence }
     }
 

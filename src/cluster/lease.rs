@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 /// A Lease's record as every replica compares it: any change is a renewal or a new holder.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Record {
+pub(crate) struct Record {
     pub holder: Option<String>,
     pub renew_time: Option<MicroTime>,
     pub acquire_time: Option<MicroTime>,
@@ -34,7 +34,7 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn of(spec: Option<&LeaseSpec>) -> Record {
+    pub(crate) fn of(spec: Option<&LeaseSpec>) -> Record {
         let Some(s) = spec else { return Record::default() };
         Record {
             holder: s.holder_identity.clone().filter(|h| !h.is_empty()),
@@ -48,7 +48,7 @@ impl Record {
 
 /// The election's timing, from `run`'s flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
+pub(crate) struct Timing {
     /// `--lease-duration`: how long a standby waits on a record that does not change.
     pub duration: Duration,
     /// `--lease-duration - --lease-grace`: how often the holder renews and a standby reads.
@@ -85,7 +85,7 @@ struct Seen {
 
 /// One replica's side of the election. Every instant it is given is on its own clock.
 #[derive(Debug, Clone)]
-pub struct Elector {
+pub(crate) struct Elector {
     identity: String,
     timing: Timing,
     seen: Option<Seen>,
@@ -96,31 +96,27 @@ pub struct Elector {
 }
 
 impl Elector {
-    pub fn new(identity: impl Into<String>, timing: Timing) -> Elector {
+    pub(crate) fn new(identity: impl Into<String>, timing: Timing) -> Elector {
         Elector { identity: identity.into(), timing, seen: None, won_at: None, due: None }
     }
 
-    pub fn identity(&self) -> &str {
+    pub(crate) fn identity(&self) -> &str {
         &self.identity
     }
 
-    pub fn timing(&self) -> Timing {
-        self.timing
-    }
-
     /// The holder the last record seen names (`None`: free or never read).
-    pub fn holder(&self) -> Option<&str> {
+    pub(crate) fn holder(&self) -> Option<&str> {
         self.seen.as_ref()?.record.holder.as_deref()
     }
 
     /// The last instant this replica may write: the send time of its last acquire or renewal
     /// that won, plus the duration, less the margin. `None` when it does not hold the Lease.
-    pub fn deadline(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn deadline(&self) -> Option<DateTime<Utc>> {
         self.won_at.map(|w| w + self.timing.duration - self.timing.margin)
     }
 
     /// Whether this replica leads at `now`: its deadline is ahead.
-    pub fn leads(&self, now: DateTime<Utc>) -> bool {
+    pub(crate) fn leads(&self, now: DateTime<Utc>) -> bool {
         self.deadline().is_some_and(|d| now < d)
     }
 
@@ -133,7 +129,7 @@ impl Elector {
             .map_or(self.timing.duration, |s| Duration::seconds(i64::from(s)))
     }
 
-    pub fn next(&self, now: DateTime<Utc>) -> Step {
+    pub(crate) fn next(&self, now: DateTime<Utc>) -> Step {
         if let Some(due) = self.due
             && now < due
         {
@@ -156,7 +152,7 @@ impl Elector {
 
     /// The Lease as read at `now` (`None`: it does not exist; read again after the retry
     /// delay, once the caller created it).
-    pub fn read(&mut self, lease: Option<&Lease>, now: DateTime<Utc>) {
+    pub(crate) fn read(&mut self, lease: Option<&Lease>, now: DateTime<Utc>) {
         let Some(lease) = lease else {
             self.seen = None;
             self.won_at = None;
@@ -192,7 +188,7 @@ impl Elector {
 
     /// A write of this replica that the API server accepted (acquire, renewal or release): the
     /// Lease it answered with, and when the write was sent.
-    pub fn wrote(&mut self, lease: &Lease, sent: DateTime<Utc>) {
+    pub(crate) fn wrote(&mut self, lease: &Lease, sent: DateTime<Utc>) {
         let record = Record::of(lease.spec.as_ref());
         let ours = record.holder.as_deref() == Some(self.identity.as_str());
         self.seen = Some(Seen {
@@ -205,7 +201,7 @@ impl Elector {
     }
 
     /// A write that lost (409: the Lease changed since it was read): read it again at once.
-    pub fn lost(&mut self, now: DateTime<Utc>) {
+    pub(crate) fn lost(&mut self, now: DateTime<Utc>) {
         if let Some(seen) = &mut self.seen {
             seen.resource_version = None;
         }
@@ -214,12 +210,12 @@ impl Elector {
 
     /// A request that failed (timeout, 5xx, no connection): try again after the retry delay.
     /// The deadline stays where the last write that won put it.
-    pub fn failed(&mut self, now: DateTime<Utc>) {
+    pub(crate) fn failed(&mut self, now: DateTime<Utc>) {
         self.due = Some(now + self.timing.retry);
     }
 
     /// This replica stops writing (it steps down or shuts down): no deadline any more.
-    pub fn resign(&mut self) {
+    pub(crate) fn resign(&mut self) {
         self.won_at = None;
     }
 
@@ -233,7 +229,7 @@ impl Elector {
     /// The renewal: a merge patch of `renewTime` (this replica's wall clock, for people and
     /// tools: no replica decides on it) and the duration, on the resourceVersion last seen.
     /// `None`: read first.
-    pub fn renew_patch(&self, wall: DateTime<Utc>) -> Option<Value> {
+    pub(crate) fn renew_patch(&self, wall: DateTime<Utc>) -> Option<Value> {
         Some(json!({
             "metadata": self.precondition()?,
             "spec": {
@@ -246,7 +242,7 @@ impl Elector {
 
     /// Taking the Lease: this replica as the holder, on the resourceVersion of the record it
     /// judged. A new holder counts a transition and stamps `acquireTime`. `None`: read first.
-    pub fn acquire_patch(&self, wall: DateTime<Utc>) -> Option<Value> {
+    pub(crate) fn acquire_patch(&self, wall: DateTime<Utc>) -> Option<Value> {
         let record = self.seen.as_ref().map(|s| &s.record);
         if record.and_then(|r| r.holder.as_deref()) == Some(self.identity.as_str()) {
             return self.renew_patch(wall);
@@ -266,7 +262,7 @@ impl Elector {
 
     /// Giving the Lease up: the holder and its times cleared, only if the Lease is still as this
     /// replica last wrote it. `None` when the last record seen is not its own.
-    pub fn release_patch(&self) -> Option<Value> {
+    pub(crate) fn release_patch(&self) -> Option<Value> {
         if self.holder() != Some(self.identity.as_str()) {
             return None;
         }
@@ -287,7 +283,7 @@ impl Elector {
 }
 
 /// `t` as a Kubernetes MicroTime.
-pub fn micro_time(t: DateTime<Utc>) -> Option<MicroTime> {
+pub(crate) fn micro_time(t: DateTime<Utc>) -> Option<MicroTime> {
     let ts = k8s_openapi::jiff::Timestamp::new(
         t.timestamp(),
         i32::try_from(t.timestamp_subsec_nanos()).ok()?,

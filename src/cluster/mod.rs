@@ -16,17 +16,17 @@ use crate::karpenter::{NodeClaim, NodePool};
 use crate::policy::crd::{RotationPolicy, RotationPolicyStatus};
 
 pub mod access;
-pub mod change;
-pub mod events;
-pub mod fence;
+pub(crate) mod change;
+pub(crate) mod events;
+pub(crate) mod fence;
 pub mod kube;
-pub mod lease;
+pub(crate) mod lease;
 pub mod memory;
-pub mod projection;
+pub(crate) mod projection;
 
 /// Label on every placeholder pod (§3.3).
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY_VALUE: &str = "noderotation";
+pub(crate) const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub(crate) const MANAGED_BY_VALUE: &str = "noderotation";
 
 /// What the API server answered instead of success.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -69,7 +69,7 @@ pub enum ObjectKind {
 
 impl ObjectKind {
     /// Pods and Events are namespaced; the other kinds are cluster-scoped.
-    pub fn namespaced(self) -> bool {
+    pub(crate) fn namespaced(self) -> bool {
         matches!(self, ObjectKind::Pod | ObjectKind::Event)
     }
 }
@@ -89,7 +89,7 @@ impl ObjectRef {
     pub fn pod(namespace: impl Into<String>, name: impl Into<String>) -> Self {
         ObjectRef { kind: ObjectKind::Pod, namespace: Some(namespace.into()), name: name.into() }
     }
-    pub fn event(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub(crate) fn event(namespace: impl Into<String>, name: impl Into<String>) -> Self {
         ObjectRef { kind: ObjectKind::Event, namespace: Some(namespace.into()), name: name.into() }
     }
 }
@@ -97,10 +97,10 @@ impl ObjectRef {
 /// The reason of the Event Karpenter's provisioner records on a pod when it launches a
 /// NodeClaim for it, or counts it against a claim still in flight (or a node), with the message
 /// `Pod should schedule on: nodeclaim/<name>` (`, node/<name>` when the claim has a node).
-pub const NOMINATED_REASON: &str = "Nominated";
+pub(crate) const NOMINATED_REASON: &str = "Nominated";
 
 /// The NodeClaim a `Nominated` Event names (see [`NOMINATED_REASON`]), if it is one.
-pub fn nominated_claim(event: &Event) -> Option<&str> {
+pub(crate) fn nominated_claim(event: &Event) -> Option<&str> {
     if event.reason.as_deref() != Some(NOMINATED_REASON) {
         return None;
     }
@@ -132,7 +132,7 @@ pub struct Patch {
 }
 
 impl Patch {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.set.is_empty() && self.remove.is_empty() && self.unschedulable.is_none()
     }
 }
@@ -168,7 +168,7 @@ pub struct CacheView {
 }
 
 /// What every [`Cluster`] call returns.
-pub type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 /// The cluster as the controller sees it.
 pub trait Cluster: Send + Sync {
@@ -225,14 +225,14 @@ pub trait Cluster: Send + Sync {
 }
 
 /// `metadata.resourceVersion` of any object, for preconditions.
-pub fn resource_version(
+pub(crate) fn resource_version(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> Option<&str> {
     meta.resource_version.as_deref()
 }
 
 /// `metav1.Time` -> chrono.
-pub fn chrono_time(
+pub(crate) fn chrono_time(
     t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 ) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp(t.0.as_second(), u32::try_from(t.0.subsec_nanosecond()).ok()?)

@@ -32,7 +32,7 @@ use crate::engine::Key;
 use crate::karpenter::{CLAIM_CONDITIONS, NODEPOOL_LABEL, NodeClaim, READY};
 
 /// Managed fields go from every cached object (all kinds).
-pub fn metadata(meta: &mut ObjectMeta) {
+pub(crate) fn metadata(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
 }
 
@@ -57,7 +57,7 @@ fn pool_label(meta: &mut ObjectMeta) {
 }
 
 /// A Node as a watch cache keeps it (see the module docs).
-pub fn node(node: &mut Node) {
+pub(crate) fn node(node: &mut Node) {
     metadata(&mut node.metadata);
     vocabulary_annotations(&mut node.metadata);
     pool_label(&mut node.metadata);
@@ -77,7 +77,7 @@ pub fn node(node: &mut Node) {
 }
 
 /// A NodeClaim as a watch cache keeps it (see the module docs).
-pub fn claim(claim: &mut NodeClaim) {
+pub(crate) fn claim(claim: &mut NodeClaim) {
     metadata(&mut claim.metadata);
     vocabulary_annotations(&mut claim.metadata);
     claim.metadata.owner_references = None;

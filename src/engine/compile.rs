@@ -112,7 +112,7 @@ impl Action<'_> {
 
     /// Whether the `holds=` guard is true on `facts` (the host's fresh read); `true` without
     /// one. The checker allows only `np`, `policy` and `now` in it, so no outcome is read.
-    pub fn holds_on(&self, facts: &dyn super::Facts) -> Result<bool, String> {
+    pub(crate) fn holds_on(&self, facts: &dyn super::Facts) -> Result<bool, String> {
         match self.holds {
             Some(g) => super::eval::truth(g, facts, &[]),
             None => Ok(true),
@@ -163,7 +163,7 @@ pub(super) fn compile(book: &Rulebook) -> Result<Engine, String> {
             let report = r.decl.report;
             rows.push(Row { id: r.decl.id.clone(), handler: h, guard, verbs, then, to, report });
         }
-        handlers.push(HandlerRows { handler: h, assume, rows });
+        handlers.push(HandlerRows { assume, rows });
     }
     // A runtime-loaded rulebook (mutants) must not add handlers the binary does not know.
     if let Some(extra) = book.handlers.iter().find(|h| Handler::from_name(&h.name).is_none()) {

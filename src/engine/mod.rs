@@ -7,15 +7,15 @@
 //! no clock.
 mod compile;
 mod eval;
-pub mod value;
-pub mod vocab;
+pub(crate) mod value;
+pub(crate) mod vocab;
 
 use std::sync::LazyLock;
 
 use chrono::Duration;
 use include_dir::{Dir, include_dir};
 
-pub use crate::rulebook::model::ReportTag;
+pub(crate) use crate::rulebook::model::ReportTag;
 pub use compile::{Action, Row, Then, VerbCall};
 pub use eval::{equal as same_value, parse_annotation as value_of_annotation};
 pub use value::{ObjRef, Value};
@@ -26,23 +26,23 @@ use crate::rulebook::{Rulebook, Source, check::FILES};
 /// A claim's `state` annotation as every reader sees it (guards, conditional writes, candidate
 /// selection, the start-up sweep): absent, empty, or a value this version does not know reads
 /// as `none`, so the pending entry claims it instead of the pool wedging on it.
-pub fn claim_state(raw: Option<&str>) -> ClaimState {
+pub(crate) fn claim_state(raw: Option<&str>) -> ClaimState {
     raw.and_then(ClaimState::from_name).unwrap_or(ClaimState::None)
 }
 
 impl ClaimState {
     /// No rotation holds the claim: never touched, or the last one finished (`none`).
-    pub fn is_idle(self) -> bool {
+    pub(crate) fn is_idle(self) -> bool {
         self == ClaimState::None
     }
 
     /// The last attempt failed and waits out its backoff (`failed`).
-    pub fn is_failed(self) -> bool {
+    pub(crate) fn is_failed(self) -> bool {
         self == ClaimState::Failed
     }
 
     /// The forced expiry ended the rotation (`expired`, terminal).
-    pub fn is_expired(self) -> bool {
+    pub(crate) fn is_expired(self) -> bool {
         self == ClaimState::Expired
     }
 }
@@ -111,8 +111,7 @@ pub struct Pass {
 
 /// A compiled handler.
 #[derive(Debug, Clone)]
-pub struct HandlerRows {
-    pub handler: Handler,
+pub(crate) struct HandlerRows {
     pub assume: Vec<Root>,
     pub rows: Vec<Row>,
 }
@@ -142,7 +141,7 @@ impl Engine {
     }
 
     /// Compiles a checked rulebook (for tests and `--rules DIR`: mutants, planted bugs).
-    pub fn compile(book: &Rulebook) -> Result<Engine, String> {
+    pub(crate) fn compile(book: &Rulebook) -> Result<Engine, String> {
         compile::compile(book)
     }
 
@@ -151,10 +150,6 @@ impl Engine {
         let book = Rulebook::load_dir(dir)
             .map_err(|d| d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("\n"))?;
         Engine::compile(&book)
-    }
-
-    pub fn handlers(&self) -> &[HandlerRows] {
-        &self.handlers
     }
 
     /// Every row id, in table order.
@@ -173,7 +168,11 @@ impl Engine {
     }
 
     /// One pass from a given handler.
-    pub fn run_from(&self, start: Handler, host: &mut dyn Host) -> Result<Pass, EngineError> {
+    pub(crate) fn run_from(
+        &self,
+        start: Handler,
+        host: &mut dyn Host,
+    ) -> Result<Pass, EngineError> {
         let mut fired = Vec::new();
         let mut reports = Vec::new();
         let mut handler = start;
@@ -237,7 +236,7 @@ impl Engine {
 }
 
 /// The embedded rule files, in [`FILES`] order.
-pub fn embedded_sources() -> Vec<Source> {
+pub(crate) fn embedded_sources() -> Vec<Source> {
     FILES
         .iter()
         .map(|f| Source {

@@ -30,11 +30,11 @@ pub enum Value {
 }
 
 impl Value {
-    pub fn is_nil(&self) -> bool {
+    pub(crate) fn is_nil(&self) -> bool {
         matches!(self, Value::Nil)
     }
 
-    pub fn as_object(&self) -> Option<&ObjRef> {
+    pub(crate) fn as_object(&self) -> Option<&ObjRef> {
         match self {
             Value::Object(o) => Some(o),
             _ => None,

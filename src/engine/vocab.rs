@@ -5,7 +5,7 @@
 
 /// How an annotation's value is written (from `rules/annotations.ron`): the rulebook's
 /// value type with an `Enum`'s values fixed at build time.
-pub type KeyType = crate::rulebook::model::ValueType<&'static [&'static str]>;
+pub(crate) type KeyType = crate::rulebook::model::ValueType<&'static [&'static str]>;
 
 include!(concat!(env!("OUT_DIR"), "/vocab.rs"));
 
@@ -21,17 +21,9 @@ pub enum Piece {
 pub struct Template(pub &'static [Piece]);
 
 impl Template {
-    /// The slots the message reads, in order (a slot may come twice).
-    pub fn slots(self) -> impl Iterator<Item = Slot> {
-        self.0.iter().filter_map(|p| match p {
-            Piece::Slot(s) => Some(*s),
-            Piece::Text(_) => None,
-        })
-    }
-
     /// The message with each slot filled by `fill`, which is asked only for the slots this
     /// message has.
-    pub fn render(self, mut fill: impl FnMut(Slot) -> String) -> String {
+    pub(crate) fn render(self, mut fill: impl FnMut(Slot) -> String) -> String {
         let mut out = String::new();
         for piece in self.0 {
             match piece {

@@ -13,7 +13,7 @@ use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool, NodeSelectorRequirem
 use crate::policy::settings::NodeRequirementKeys;
 
 /// Weight of each preferred `matchNodeRequirements` term (all keys weigh the same).
-pub const PREFERRED_KEY_WEIGHT: i32 = 50;
+pub(crate) const PREFERRED_KEY_WEIGHT: i32 = 50;
 
 /// How one `matchNodeRequirements` key was turned into a placeholder requirement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,7 +178,7 @@ fn admits(req: &NodeSelectorRequirement, value: &str) -> bool {
 /// (aliases normalized; well-known labels allowed; the `kubernetes.io`, `k8s.io` and
 /// `karpenter.sh` domains restricted except `node.kubernetes.io`,
 /// `node-restriction.kubernetes.io` and `kops.k8s.io`; `kubernetes.io/hostname` restricted).
-pub fn karpenter_rejects_label(key: &str) -> bool {
+pub(crate) fn karpenter_rejects_label(key: &str) -> bool {
     let key = match key {
         "failure-domain.beta.kubernetes.io/zone" => "topology.kubernetes.io/zone",
         "failure-domain.beta.kubernetes.io/region" => "topology.kubernetes.io/region",
@@ -214,7 +214,7 @@ pub fn karpenter_rejects_label(key: &str) -> bool {
 /// Tolerations for the pool template's taints: `Equal` with the value, or `Exists` when the
 /// taint has none. Startup taints need no toleration (Karpenter's contract), and the placeholder
 /// deliberately tolerates nothing else (not `karpenter.sh/disrupted`, not the cordon).
-pub fn pool_tolerations(pool: &NodePool) -> Vec<Toleration> {
+pub(crate) fn pool_tolerations(pool: &NodePool) -> Vec<Toleration> {
     pool.spec
         .template
         .spec

@@ -5,14 +5,14 @@ use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod, PodSpec};
 use kube::ResourceExt;
 
 /// The kubelet marks mirror pods of static pods with this annotation.
-pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub(crate) const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// The node label that names one host.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+pub(crate) const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 /// How the sizing treats one pod found on the candidate node. The first rule that matches wins,
 /// in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodClass {
+pub(crate) enum PodClass {
     /// `spec.nodeName` is not the candidate node: not on it (defensive; the caller lists the
     /// node's pods).
     OtherNode,
@@ -23,7 +23,7 @@ pub enum PodClass {
     Mirror,
     /// Owned by a DaemonSet (owner kind `DaemonSet`, any API group: OpenKruise's Advanced
     /// DaemonSet behaves the same). The replacement runs its own copy; counted in
-    /// [`daemonset_overhead`](super::daemonset_overhead) instead.
+    /// [`daemonset_overhead`](crate::placeholder::requests::daemonset_overhead) instead.
     DaemonSet,
     /// `deletionTimestamp` set and not owned by a StatefulSet: its controller has already
     /// replaced it. A terminating StatefulSet pod is counted, because its successor is only
@@ -42,7 +42,7 @@ pub enum PodClass {
 }
 
 /// Classifies one pod on `node_name`. See [`PodClass`] for the rules and their order.
-pub fn classify(pod: &Pod, node_name: &str) -> PodClass {
+pub(crate) fn classify(pod: &Pod, node_name: &str) -> PodClass {
     let spec = pod.spec.as_ref();
     if spec.and_then(|s| s.node_name.as_deref()) != Some(node_name) {
         return PodClass::OtherNode;
@@ -89,7 +89,7 @@ fn is_pinned(spec: &PodSpec) -> bool {
 }
 
 /// The terms of a pod's required node affinity (ORed by the scheduler); empty when it has none.
-pub fn required_node_terms(spec: &PodSpec) -> &[NodeSelectorTerm] {
+pub(crate) fn required_node_terms(spec: &PodSpec) -> &[NodeSelectorTerm] {
     spec.affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())

@@ -7,7 +7,7 @@ use crate::karpenter::NodeClaim;
 
 /// The result of the allocatable clamp.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Clamp {
+pub(crate) struct Clamp {
     /// The clamped requests, zero entries dropped.
     pub requests: Resources,
     /// Resources whose request was lowered, in name order (for `SurgeClamped`).
@@ -16,7 +16,7 @@ pub struct Clamp {
 
 /// The per-resource ceiling of the placeholder: `allocatable - overhead`, floored at 0. `None`
 /// when `allocatable` is empty (unknown).
-pub fn clamp_limit(allocatable: &Resources, overhead: &Resources) -> Option<Resources> {
+pub(crate) fn clamp_limit(allocatable: &Resources, overhead: &Resources) -> Option<Resources> {
     if allocatable.is_empty() {
         return None;
     }
@@ -32,7 +32,7 @@ pub fn clamp_limit(allocatable: &Resources, overhead: &Resources) -> Option<Reso
 /// empty `allocatable` (unknown) clamps nothing. A requested resource missing from a known
 /// allocatable is clamped to 0: no node of this size offers it, and Karpenter cannot provision
 /// for a request it does not know an instance type for.
-pub fn clamp(requests: &Resources, allocatable: &Resources, overhead: &Resources) -> Clamp {
+pub(crate) fn clamp(requests: &Resources, allocatable: &Resources, overhead: &Resources) -> Clamp {
     let limit = clamp_limit(allocatable, overhead);
     let mut out = Clamp::default();
     for (name, want) in requests {
@@ -59,7 +59,7 @@ pub fn clamp(requests: &Resources, allocatable: &Resources, overhead: &Resources
 /// Whether a resource name may appear in a container's `resources` (`cpu`, `memory`,
 /// `ephemeral-storage`, `hugepages-*`, and extended resources: a qualified name outside the
 /// `kubernetes.io` domain). Allocatable also lists `pods` and the like, which may not.
-pub fn is_container_resource(name: &str) -> bool {
+pub(crate) fn is_container_resource(name: &str) -> bool {
     matches!(name, "cpu" | "memory" | "ephemeral-storage")
         || name.starts_with("hugepages-")
         || (name.contains('/')

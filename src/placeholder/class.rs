@@ -6,11 +6,11 @@
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 
 /// The preemption policy that keeps a placeholder from preempting anything.
-pub const NEVER: &str = "Never";
+pub(crate) const NEVER: &str = "Never";
 
 /// What is wrong with a PriorityClass for placeholders: one sentence per problem, each saying
 /// what to change. Empty when it is safe.
-pub fn class_problems(class: &PriorityClass) -> Vec<String> {
+pub(crate) fn class_problems(class: &PriorityClass) -> Vec<String> {
     let mut problems = Vec::new();
     if class.value >= 0 {
         problems.push(format!(
@@ -29,7 +29,7 @@ pub fn class_problems(class: &PriorityClass) -> Vec<String> {
 }
 
 /// Whether placeholders may use `class`.
-pub fn class_safe(class: &PriorityClass) -> bool {
+pub(crate) fn class_safe(class: &PriorityClass) -> bool {
     class_problems(class).is_empty()
 }
 

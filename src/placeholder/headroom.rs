@@ -6,7 +6,7 @@ use super::requests::{Resources, add_into, millis_quantity, parse_list};
 use crate::karpenter::{self, NodeClaim, NodePool};
 
 /// `nodes` in a pool's `spec.limits` / `status.resources`.
-pub const NODES_RESOURCE: &str = "nodes";
+pub(crate) const NODES_RESOURCE: &str = "nodes";
 
 /// What a surge for `candidate` may add to its pool's `status.resources`: a node like the
 /// candidate (its `status.allocatable`, every resource, since Karpenter sums node resources
@@ -14,7 +14,7 @@ pub const NODES_RESOURCE: &str = "nodes";
 /// will be absorbed instead is unknown when the check runs). An estimate: Karpenter counts the
 /// new node's capacity, a little more than its allocatable, and may pick a smaller instance
 /// when the placeholder is smaller than the candidate.
-pub fn footprint(candidate: &NodeClaim) -> Resources {
+pub(crate) fn footprint(candidate: &NodeClaim) -> Resources {
     let mut out = parse_list(candidate.status.as_ref().map(|s| &s.allocatable));
     *out.entry(NODES_RESOURCE.to_string()).or_insert(0) += 1000;
     out
@@ -22,7 +22,7 @@ pub fn footprint(candidate: &NodeClaim) -> Resources {
 
 /// What several surges may add together: the sum of their [`footprint`]s (a start judged with
 /// the other rotations' surges still to come, §3.3 with several rotations in flight).
-pub fn footprints<'a>(candidates: impl IntoIterator<Item = &'a NodeClaim>) -> Resources {
+pub(crate) fn footprints<'a>(candidates: impl IntoIterator<Item = &'a NodeClaim>) -> Resources {
     let mut total = Resources::new();
     for c in candidates {
         add_into(&mut total, &footprint(c));
@@ -33,7 +33,7 @@ pub fn footprints<'a>(candidates: impl IntoIterator<Item = &'a NodeClaim>) -> Re
 /// One node's worth of the pool's resources, from its claims' [`footprint`]s: per resource, the
 /// largest among them (at least one node). What a surge would take from `spec.limits`
 /// (`NoLimitsHeadroom`).
-pub fn worth_of<'a>(footprints: impl Iterator<Item = &'a Resources>) -> Resources {
+pub(crate) fn worth_of<'a>(footprints: impl Iterator<Item = &'a Resources>) -> Resources {
     let mut out = Resources::from([(NODES_RESOURCE.to_string(), 1000)]);
     for footprint in footprints {
         for (resource, amount) in footprint {
@@ -52,7 +52,7 @@ pub fn worth_of<'a>(footprints: impl Iterator<Item = &'a Resources>) -> Resource
 /// `InsufficientHeadroom(resource, want, remaining, limit)`, amounts in thousandths. Compare
 /// whole values to deduplicate the warning per distinct tuple.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Shortfall {
+pub(crate) struct Shortfall {
     pub resource: String,
     /// The footprint's amount of `resource`.
     pub want: i128,
@@ -78,7 +78,7 @@ impl fmt::Display for Shortfall {
 /// `status.resources + footprint <= limit`; else the first shortfall in resource-name order. A
 /// limit that does not parse is skipped (Karpenter rejects it itself); a resource missing from
 /// `status.resources` is in use 0.
-pub fn surge_headroom(pool: &NodePool, footprint: &Resources) -> Result<(), Shortfall> {
+pub(crate) fn surge_headroom(pool: &NodePool, footprint: &Resources) -> Result<(), Shortfall> {
     let empty = BTreeMap::new();
     let used = pool.status.as_ref().map_or(&empty, |s| &s.resources);
     for (resource, limit) in pool.spec.limits.iter().flatten() {

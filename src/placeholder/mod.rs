@@ -39,11 +39,11 @@
 //!   `IsRestrictedLabel`). Such a placeholder could only ever be absorbed, never provisioned.
 //!   The candidate is avoided by its cordon (kube-scheduler filters unschedulable nodes). For
 //!   the same reason a `matchNodeRequirements` key that Karpenter would reject is skipped and
-//!   reported ([`KeyResolution::RestrictedByKarpenter`]).
+//!   reported ([`affinity::KeyResolution::RestrictedByKarpenter`]).
 //! - A `matchNodeRequirements` value that the pool template no longer admits is still required
 //!   (never loosened into "any zone"): the placeholder then stays unschedulable, which surfaces
 //!   as `SurgeUnschedulable` and rolls back at readyTimeout, never worse than forced expiry.
-//!   Reported as [`KeyResolution::Unsatisfiable`].
+//!   Reported as [`affinity::KeyResolution::Unsatisfiable`].
 
 mod affinity;
 mod census;
@@ -59,20 +59,14 @@ mod surge;
 #[cfg(test)]
 mod fixtures;
 
-pub use affinity::{
-    KeyReport, KeyResolution, PREFERRED_KEY_WEIGHT, karpenter_rejects_label, pool_tolerations,
-};
-pub use census::{HOSTNAME_LABEL, MIRROR_POD_ANNOTATION, PodClass, classify, required_node_terms};
-pub use clamp::{Clamp, clamp, clamp_limit, is_container_resource};
-pub use class::{NEVER, class_problems, class_safe};
-pub use headroom::{NODES_RESOURCE, Shortfall, footprint, footprints, surge_headroom, worth_of};
+pub(crate) use census::required_node_terms;
+pub(crate) use class::{class_problems, class_safe};
+pub(crate) use headroom::{footprint, footprints, surge_headroom, worth_of};
 pub use name::{PLACEHOLDER_PREFIX, created_for_attempt, placeholder_name, surge_for};
 pub use pod::{
     PAUSE_CONTAINER, PLACEHOLDER_UID, Placeholder, PlaceholderInput, PlaceholderRefused,
     build_placeholder,
 };
-pub use reap::{hosts_nothing_but, reap_allowed};
-pub use requests::{
-    Resources, daemonset_overhead, millis_quantity, pod_requests, reschedulable_requests,
-};
-pub use surge::{SurgePath, host_usable, running, surge_path, surge_ready, unschedulable_reason};
+pub(crate) use reap::{hosts_nothing_but, reap_allowed};
+pub(crate) use requests::Resources;
+pub(crate) use surge::{host_usable, running, surge_path, surge_ready, unschedulable_reason};

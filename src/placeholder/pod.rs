@@ -213,8 +213,9 @@ fn placeholder_annotations(claim: &NodeClaim, claim_name: String) -> BTreeMap<St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::placeholder::census::HOSTNAME_LABEL;
     use crate::placeholder::fixtures::*;
-    use crate::placeholder::{HOSTNAME_LABEL, surge_for};
+    use crate::placeholder::surge_for;
 
     #[test]
     fn build_clamps_and_reports() {

@@ -14,7 +14,7 @@ use crate::karpenter::NodeClaim;
 /// carries its name and label is somebody's pod; no recorded uid: no pod is ours) and pods that
 /// belong to the node itself: DaemonSet pods, static (mirror) pods, and completed pods, which
 /// hold nothing.
-pub fn reap_allowed(
+pub(crate) fn reap_allowed(
     surge_claim: &NodeClaim,
     started_at: DateTime<Utc>,
     pods_on_host: &[Pod],
@@ -29,7 +29,7 @@ pub fn reap_allowed(
 
 /// A node's pods strand nothing if it goes: each is `ours` or belongs to the node itself
 /// (DaemonSet, static (mirror) and completed pods).
-pub fn hosts_nothing_but(pods_on_host: &[Pod], ours: impl Fn(&Pod) -> bool) -> bool {
+pub(crate) fn hosts_nothing_but(pods_on_host: &[Pod], ours: impl Fn(&Pod) -> bool) -> bool {
     pods_on_host
         .iter()
         .all(|p| ours(p) || is_owned_by(p, "DaemonSet") || is_mirror(p) || is_completed(p))

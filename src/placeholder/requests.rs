@@ -10,7 +10,7 @@ use super::census::{PodClass, classify, is_completed, is_owned_by};
 use crate::karpenter;
 
 /// Resource name → amount in thousandths of the unit (`cpu: 1500` is 1.5 cores).
-pub type Resources = BTreeMap<String, i128>;
+pub(crate) type Resources = BTreeMap<String, i128>;
 
 /// A pod's effective requests as the scheduler computes them (`PodRequests` in
 /// k8s.io/component-helpers): the sum over containers, the max with the init-container peak
@@ -19,7 +19,7 @@ pub type Resources = BTreeMap<String, i128>;
 /// hugepages, plus `spec.overhead`. While an in-place resize is in flight a container counts
 /// with the larger of its spec and its status (`allocatedResources`, actual requests), per
 /// container: at least what the scheduler reserves.
-pub fn pod_requests(pod: &Pod) -> Resources {
+pub(crate) fn pod_requests(pod: &Pod) -> Resources {
     let Some(spec) = &pod.spec else { return Resources::new() };
     let statuses: Vec<_> = pod
         .status
@@ -71,7 +71,7 @@ pub fn pod_requests(pod: &Pod) -> Resources {
 
 /// Sum of the requests of the pods on `node_name` that the drain will move
 /// ([`PodClass::Reschedulable`]).
-pub fn reschedulable_requests(pods: &[Pod], node_name: &str) -> Resources {
+pub(crate) fn reschedulable_requests(pods: &[Pod], node_name: &str) -> Resources {
     let mut total = Resources::new();
     for pod in pods.iter().filter(|p| classify(p, node_name) == PodClass::Reschedulable) {
         add_into(&mut total, &pod_requests(pod));
@@ -84,7 +84,7 @@ pub fn reschedulable_requests(pods: &[Pod], node_name: &str) -> Resources {
 /// DaemonSet pods count, since their replacements will run on the new node too. Static pods
 /// are not included, matching Karpenter, which subtracts only DaemonSet overhead when it
 /// picks an instance type.
-pub fn daemonset_overhead(pods: &[Pod]) -> Resources {
+pub(crate) fn daemonset_overhead(pods: &[Pod]) -> Resources {
     let mut total = Resources::new();
     for pod in pods.iter().filter(|p| is_owned_by(p, "DaemonSet") && !is_completed(p)) {
         add_into(&mut total, &pod_requests(pod));
@@ -117,7 +117,7 @@ pub(super) fn max_into(acc: &mut Resources, other: &Resources) {
 
 /// A quantity from thousandths: whole units when exact (`4`, `17179869184`), else milli-units
 /// (`1500m`).
-pub fn millis_quantity(millis: i128) -> Quantity {
+pub(crate) fn millis_quantity(millis: i128) -> Quantity {
     if millis % 1000 == 0 {
         Quantity(format!("{}", millis / 1000))
     } else {

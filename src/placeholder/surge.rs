@@ -10,7 +10,7 @@ use crate::karpenter::{NODEPOOL_LABEL, node_ready};
 
 /// The placeholder is `Running` and not terminating: the edge that wakes its pool (§5.2) and
 /// the first condition of [`surge_ready`].
-pub fn running(placeholder: &Pod) -> bool {
+pub(crate) fn running(placeholder: &Pod) -> bool {
     placeholder.metadata.deletion_timestamp.is_none()
         && placeholder.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
@@ -19,7 +19,7 @@ pub fn running(placeholder: &Pod) -> bool {
 /// `host`, a Ready node that is not being deleted, is not the candidate's node, and whose
 /// `karpenter.sh/nodepool` label is `pool`. `host` must be the Node named by the placeholder's
 /// `spec.nodeName` (a mismatched or missing host is not ready).
-pub fn surge_ready(
+pub(crate) fn surge_ready(
     placeholder: &Pod,
     host: Option<&Node>,
     candidate_node: Option<&str>,
@@ -38,7 +38,7 @@ pub fn surge_ready(
 /// A node that can hold surge capacity for a rotation of `pool`: Ready, not being deleted, and
 /// labelled `karpenter.sh/nodepool: <pool>`. What [`surge_ready`] asks of the placeholder's host,
 /// and what a draining rotation asks of its recorded host before it re-issues its delete.
-pub fn host_usable(host: &Node, pool: &str) -> bool {
+pub(crate) fn host_usable(host: &Node, pool: &str) -> bool {
     host.metadata.deletion_timestamp.is_none()
         && host.labels().get(NODEPOOL_LABEL).map(String::as_str) == Some(pool)
         && node_ready(host)
@@ -46,7 +46,7 @@ pub fn host_usable(host: &Node, pool: &str) -> bool {
 
 /// How the surge capacity came about (§3.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SurgePath {
+pub(crate) enum SurgePath {
     /// Karpenter provisioned a new node for the placeholder.
     Provisioned,
     /// The scheduler packed the placeholder onto spare capacity that already existed.
@@ -54,7 +54,7 @@ pub enum SurgePath {
 }
 
 impl SurgePath {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SurgePath::Provisioned => "provisioned",
             SurgePath::Absorbed => "absorbed",
@@ -70,7 +70,7 @@ impl fmt::Display for SurgePath {
 
 /// `provisioned` when the host's claim was created at or after the rotation's `started-at`,
 /// `absorbed` when before, `None` when the host claim (or its creation time) is unknown.
-pub fn surge_path(
+pub(crate) fn surge_path(
     host_claim_created: Option<DateTime<Utc>>,
     started_at: DateTime<Utc>,
 ) -> Option<SurgePath> {
@@ -83,7 +83,7 @@ pub fn surge_path(
 /// condition with status `False`, `"<reason>: <message>"` (either part alone when the other is
 /// empty). `None` when the pod is scheduled or the scheduler has not reported yet. The text is
 /// the detail for the deduplicated `SurgeUnschedulable` event.
-pub fn unschedulable_reason(placeholder: &Pod) -> Option<String> {
+pub(crate) fn unschedulable_reason(placeholder: &Pod) -> Option<String> {
     let cond = placeholder
         .status
         .as_ref()?

@@ -26,7 +26,7 @@ const FIRST_SPAN: Duration = Duration::days(8);
 
 /// A claim's last chances, counted up to K.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LastChances {
+pub(crate) struct LastChances {
     /// How many chances the claim has in its whole life, at most K.
     pub count: u32,
     /// The start of its K-th last chance; `None` with fewer than K.
@@ -36,7 +36,7 @@ pub struct LastChances {
 impl LastChances {
     /// The due instant under `ageThreshold: windows`: the start of the K-th last chance, or the
     /// creation when the claim has fewer than K (it is rotated at its first chance).
-    pub fn due(&self, created: DateTime<Utc>) -> DateTime<Utc> {
+    pub(crate) fn due(&self, created: DateTime<Utc>) -> DateTime<Utc> {
         self.kth_start.unwrap_or(created)
     }
 }
@@ -45,7 +45,7 @@ impl LastChances {
 /// `deadline`. `listed` is any contiguous run of `schedule`'s merged occurrences (the burst
 /// lookahead's list around now, or nothing): it is searched first, and the schedule answers what
 /// it cannot. An always-open union is one occurrence here; callers use `auto` for it.
-pub fn last_chances(
+pub(crate) fn last_chances(
     schedule: &Schedule,
     listed: &[Occurrence],
     created: DateTime<Utc>,
@@ -115,7 +115,7 @@ fn in_schedule(
 /// What `ageThreshold: windows` gives the nodes of a pool with lifetime `E`, measured on the
 /// occurrences of the next 53 weeks (so both DST changes are in it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolChances {
+pub(crate) struct PoolChances {
     /// The fewest chances a node gets, whenever it is created, at most K. The worst node is
     /// created as an occurrence ends.
     pub fewest: u32,
@@ -132,7 +132,7 @@ pub struct PoolChances {
 
 /// [`PoolChances`] for a pool whose nodes live `e` with rotation bound `t_rot`, from `now`.
 /// `None` for an empty or always-open union (no occurrence starts to count: `auto` applies).
-pub fn pool_chances(
+pub(crate) fn pool_chances(
     schedule: &Schedule,
     now: DateTime<Utc>,
     e: Duration,

@@ -54,7 +54,7 @@ pub fn parse(s: &str) -> Result<Duration, DurationError> {
 
 /// Like [`parse`], but also accepts `d` (24h) as a unit: `14d`, `1d12h`. For command line flags
 /// (`noderotation plan --expire-after 14d`) only.
-pub fn parse_with_days(s: &str) -> Result<Duration, DurationError> {
+pub(crate) fn parse_with_days(s: &str) -> Result<Duration, DurationError> {
     parse_inner(s, true)
 }
 
@@ -135,7 +135,7 @@ fn parse_inner(orig: &str, allow_days: bool) -> Result<Duration, DurationError> 
 }
 
 /// Formats like Go's `time.Duration.String`: `1h17m0s`, `96h0m0s`, `15m0s`, `1.5s`, `250ms`, `0s`.
-pub fn format(d: Duration) -> String {
+pub(crate) fn format(d: Duration) -> String {
     let Some(nanos) = d.num_nanoseconds() else {
         // Beyond ±292 years: Go cannot represent it either; fall back to whole seconds.
         return format!("{}s", d.num_seconds());
@@ -232,11 +232,11 @@ pub enum ExpireAfter {
 
 impl ExpireAfter {
     /// Karpenter's default when a NodePool template leaves `expireAfter` unset.
-    pub const KARPENTER_DEFAULT: ExpireAfter = ExpireAfter::After(Duration::hours(720));
+    pub(crate) const KARPENTER_DEFAULT: ExpireAfter = ExpireAfter::After(Duration::hours(720));
 
     /// Parses `Never` or a Go duration. A negative duration is rejected: Karpenter's schema
     /// does not admit one and it has no meaning as a lifetime.
-    pub fn parse(s: &str) -> Result<Self, DurationError> {
+    pub(crate) fn parse(s: &str) -> Result<Self, DurationError> {
         if s == "Never" {
             return Ok(ExpireAfter::Never);
         }
@@ -248,7 +248,7 @@ impl ExpireAfter {
     }
 
     /// Like [`ExpireAfter::parse`] but also accepts the `d` unit (command line flags only).
-    pub fn parse_with_days(s: &str) -> Result<Self, DurationError> {
+    pub(crate) fn parse_with_days(s: &str) -> Result<Self, DurationError> {
         if s == "Never" {
             return Ok(ExpireAfter::Never);
         }
@@ -260,7 +260,7 @@ impl ExpireAfter {
     }
 
     /// The duration, or `None` for `Never`.
-    pub fn duration(self) -> Option<Duration> {
+    pub(crate) fn duration(self) -> Option<Duration> {
         match self {
             ExpireAfter::Never => None,
             ExpireAfter::After(d) => Some(d),

@@ -43,7 +43,7 @@ const LAST_MOMENT: Duration = Duration::seconds(1);
 /// reference, [`OpenTime::instant`] maps it back (the earliest instant with that open time).
 /// Outside the listed occurrences time counts as open (the horizon is a year).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OpenTime {
+pub(crate) enum OpenTime {
     /// Open around the clock (or no windows): open time is wall time.
     Continuous,
     /// The merged occurrences from shortly before `now` to the horizon, with the open time
@@ -53,7 +53,7 @@ pub enum OpenTime {
 
 impl OpenTime {
     /// The open time of `schedule` around `now`.
-    pub fn of(schedule: &Schedule, now: DateTime<Utc>) -> OpenTime {
+    pub(crate) fn of(schedule: &Schedule, now: DateTime<Utc>) -> OpenTime {
         if !schedule.has_gaps() {
             return OpenTime::Continuous;
         }
@@ -71,7 +71,7 @@ impl OpenTime {
     }
 
     /// The merged occurrences listed (none when open 24/7 or without windows).
-    pub fn occurrences(&self) -> &[Occurrence] {
+    pub(crate) fn occurrences(&self) -> &[Occurrence] {
         match self {
             OpenTime::Continuous => &[],
             OpenTime::Windows { occurrences, .. } => occurrences,
@@ -79,7 +79,7 @@ impl OpenTime {
     }
 
     /// The open time at `t`.
-    pub fn at(&self, t: DateTime<Utc>) -> Duration {
+    pub(crate) fn at(&self, t: DateTime<Utc>) -> Duration {
         match self {
             OpenTime::Continuous => t - DateTime::UNIX_EPOCH,
             OpenTime::Windows { occurrences, before } => {
@@ -100,7 +100,7 @@ impl OpenTime {
 
     /// The earliest instant whose open time is `x` (the end of an occurrence rather than the
     /// start of the next: a claim due then is a candidate through the earlier one).
-    pub fn instant(&self, x: Duration) -> DateTime<Utc> {
+    pub(crate) fn instant(&self, x: Duration) -> DateTime<Utc> {
         match self {
             OpenTime::Continuous => DateTime::UNIX_EPOCH + x,
             OpenTime::Windows { occurrences, before } => {
@@ -132,7 +132,7 @@ impl OpenTime {
     /// `L`: the latest open time at which a claim due at `due` can start and keep its chances:
     /// `due` itself when open 24/7, else the last moment of the first occurrence ending after
     /// it (a start may run past the window's end, as `C = ceil(D / slot)` counts).
-    pub fn latest_start(&self, due: DateTime<Utc>) -> Duration {
+    pub(crate) fn latest_start(&self, due: DateTime<Utc>) -> Duration {
         let at_due = self.at(due);
         match self {
             OpenTime::Continuous => at_due,
@@ -147,11 +147,9 @@ impl OpenTime {
     }
 }
 
-/// The lookahead over claims in rotation order (earliest deadline first): each claim's due
-/// instant, moved earlier where the claims after it need the room. `slot` is one rotation's
-/// share of window-open time (`t_rot_est + cooldownAfter`); zero or less changes nothing.
-/// One rotation at a time: [`effective_dues_lanes`] with one lane.
-pub fn effective_dues(
+/// The tests' shorthand: one rotation at a time, [`effective_dues_lanes`] with one lane.
+#[cfg(test)]
+pub(crate) fn effective_dues(
     dues: &[DateTime<Utc>],
     open: &OpenTime,
     slot: Duration,
@@ -159,8 +157,11 @@ pub fn effective_dues(
     effective_dues_lanes(dues, open, slot, 1)
 }
 
-/// [`effective_dues`] with `lanes` rotations in flight at once (`surge.maxUnavailable`
-/// resolved; 0 counts as 1). Backwards over the claims in rotation order, with `L'(i)` the
+/// The lookahead over claims in rotation order (earliest deadline first): each claim's due
+/// instant, moved earlier where the claims after it need the room. `slot` is one rotation's
+/// share of window-open time (`t_rot_est + cooldownAfter`); zero or less changes nothing.
+/// `lanes` rotations are in flight at once (`surge.maxUnavailable` resolved; 0 counts as 1).
+/// Backwards over the claims in rotation order, with `L'(i)` the
 /// earliest latest start `L` of claim `i` and every claim after it:
 ///
 /// ```text
@@ -177,7 +178,7 @@ pub fn effective_dues(
 /// greedy start strictly needs, never later than its due instant. More lanes never move a claim
 /// earlier than fewer lanes do, and one lane is exactly the one-at-a-time recursion
 /// `latest(i) = min(L(i), latest(i + 1) - slot)`.
-pub fn effective_dues_lanes(
+pub(crate) fn effective_dues_lanes(
     dues: &[DateTime<Utc>],
     open: &OpenTime,
     slot: Duration,
@@ -211,7 +212,7 @@ pub fn effective_dues_lanes(
 /// asks again with the same due instants until one of its claims changes, and the answer is a
 /// pure function of what the entry holds. One entry per key, replaced when the question moves.
 #[derive(Debug, Default)]
-pub struct Memo {
+pub(crate) struct Memo {
     answers: Mutex<HashMap<String, Answer>>,
 }
 
@@ -226,7 +227,7 @@ struct Answer {
 impl Memo {
     /// [`effective_dues_lanes`] of `dues` over `open`, which must be the open time this memo
     /// belongs to (its owner drops the memo with it).
-    pub fn effective_dues_lanes(
+    pub(crate) fn effective_dues_lanes(
         &self,
         key: &str,
         dues: &[DateTime<Utc>],
@@ -253,7 +254,8 @@ impl Memo {
 /// reach from `from` within their chances: starting each as soon as it is due by the lookahead
 /// and the claim before it had its slot, it starts no later than its latest start `L`.
 /// [`reachable_lanes`] with one lane.
-pub fn reachable(
+#[cfg(test)]
+pub(crate) fn reachable(
     from: DateTime<Utc>,
     dues: &[DateTime<Utc>],
     open: &OpenTime,
@@ -267,7 +269,7 @@ pub fn reachable(
 /// and its effective due ([`effective_dues_lanes`]), holds that lane for one slot of open time,
 /// and is reached when it begins no later than its latest start `L`.
 /// The simulation's liveness check holds the controller to exactly these claims.
-pub fn reachable_lanes(
+pub(crate) fn reachable_lanes(
     from: DateTime<Utc>,
     dues: &[DateTime<Utc>],
     open: &OpenTime,

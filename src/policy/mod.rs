@@ -11,18 +11,18 @@
 //! - [`plan`]: the report of `noderotation plan` (the command is `crate::cli::plan`).
 //!
 //! Pure: no I/O, `now` is always a parameter (the commands that read files live in `crate::cli`).
-pub mod chances;
+pub(crate) mod chances;
 pub mod crd;
-pub mod derive;
+pub(crate) mod derive;
 pub mod duration;
-pub mod feasibility;
-pub mod invalid;
-pub mod lookahead;
+pub(crate) mod feasibility;
+pub(crate) mod invalid;
+pub(crate) mod lookahead;
 pub mod plan;
 pub mod resolve;
-pub mod selector;
+pub(crate) mod selector;
 pub mod settings;
-pub mod strict;
+pub(crate) mod strict;
 pub mod window;
 
 #[cfg(test)]

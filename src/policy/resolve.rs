@@ -21,22 +21,22 @@ use super::invalid::InvalidPolicy;
 use super::selector::{selector_matches, specificity};
 
 /// The condition type of the status view.
-pub const READY: &str = "Ready";
+pub(crate) const READY: &str = "Ready";
 /// `Ready` reasons (spec §5.4).
-pub const ACCEPTED: &str = "Accepted";
-pub const INVALID: &str = "Invalid";
-pub const CONFLICT: &str = "Conflict";
+pub(crate) const ACCEPTED: &str = "Accepted";
+pub(crate) const INVALID: &str = "Invalid";
+pub(crate) const CONFLICT: &str = "Conflict";
 
 /// A policy's name and selector, as resolution sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct PolicySelector<'a> {
+pub(crate) struct PolicySelector<'a> {
     pub name: &'a str,
     pub selector: &'a LabelSelector,
 }
 
 /// The outcome of resolution for one NodePool.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Governance {
+pub(crate) enum Governance {
     /// Exactly one most specific policy.
     Governed { policy: String, specificity: usize },
     /// Several policies tie at the top specificity (sorted by name): hard error for the pool,
@@ -48,7 +48,7 @@ pub enum Governance {
 
 impl Governance {
     /// The governing policy's name, if exactly one.
-    pub fn policy(&self) -> Option<&str> {
+    pub(crate) fn policy(&self) -> Option<&str> {
         match self {
             Governance::Governed { policy, .. } => Some(policy),
             _ => None,
@@ -57,7 +57,10 @@ impl Governance {
 }
 
 /// Resolves the governing policy of a pool with `labels` (most specific wins, ties conflict).
-pub fn resolve(policies: &[PolicySelector<'_>], labels: &BTreeMap<String, String>) -> Governance {
+pub(crate) fn resolve(
+    policies: &[PolicySelector<'_>],
+    labels: &BTreeMap<String, String>,
+) -> Governance {
     let matching: Vec<(usize, &str)> = policies
         .iter()
         .filter(|p| selector_matches(p.selector, labels) == Some(true))
@@ -78,7 +81,7 @@ pub fn resolve(policies: &[PolicySelector<'_>], labels: &BTreeMap<String, String
 
 /// One NodePool as the status view of a policy sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct PoolView<'a> {
+pub(crate) struct PoolView<'a> {
     pub name: &'a str,
     pub governance: &'a Governance,
     /// A rotation is anchored on the pool.
@@ -87,7 +90,7 @@ pub struct PoolView<'a> {
 
 /// Inputs of [`desired_status`].
 #[derive(Debug, Clone, Copy)]
-pub struct StatusInputs<'a> {
+pub(crate) struct StatusInputs<'a> {
     pub policy: &'a str,
     /// `metadata.generation` of the policy that was evaluated.
     pub generation: Option<i64>,
@@ -101,13 +104,17 @@ pub struct StatusInputs<'a> {
 }
 
 /// Names listed in a conflict message before the rest is counted.
-pub const LISTED_POLICIES: usize = 3;
+pub(crate) const LISTED_POLICIES: usize = 3;
 /// Conflicting NodePools listed in a policy's `Ready` message before the rest is counted.
-pub const LISTED_POOLS: usize = 5;
+pub(crate) const LISTED_POOLS: usize = 5;
 
 /// `a, b, c and 7 more`: at most `max` of `names` (which holds `total`), the rest counted, so a
 /// message stays short however many policies tie.
-pub fn capped_list<'a>(names: impl Iterator<Item = &'a str>, total: usize, max: usize) -> String {
+pub(crate) fn capped_list<'a>(
+    names: impl Iterator<Item = &'a str>,
+    total: usize,
+    max: usize,
+) -> String {
     let shown: Vec<&str> = names.take(max).collect();
     let rest = total.saturating_sub(shown.len());
     match rest {
@@ -118,14 +125,14 @@ pub fn capped_list<'a>(names: impl Iterator<Item = &'a str>, total: usize, max: 
 
 /// Whether `policy` is one of a conflict's tied policies (sorted by name, as [`resolve`]
 /// returns them).
-pub fn ties_in(policies: &[String], policy: &str) -> bool {
+pub(crate) fn ties_in(policies: &[String], policy: &str) -> bool {
     policies.binary_search_by(|n| n.as_str().cmp(policy)).is_ok()
 }
 
 /// The pools whose status a policy's view depends on: those it governs and those where it
 /// ties, grouped by policy in one pass over every pool's resolution (linear in pools × tied
 /// policies, instead of every policy scanning every pool).
-pub fn pools_by_policy<'a>(pools: &[PoolView<'a>]) -> BTreeMap<&'a str, Vec<PoolView<'a>>> {
+pub(crate) fn pools_by_policy<'a>(pools: &[PoolView<'a>]) -> BTreeMap<&'a str, Vec<PoolView<'a>>> {
     let mut out: BTreeMap<&'a str, Vec<PoolView<'a>>> = BTreeMap::new();
     for p in pools {
         match p.governance {
@@ -146,7 +153,7 @@ pub fn pools_by_policy<'a>(pools: &[PoolView<'a>]) -> BTreeMap<&'a str, Vec<Pool
 /// wins), `observedGeneration`. `pools` may hold every pool or only this policy's share of
 /// [`pools_by_policy`]; the work is linear in it, and the messages list a bounded number of
 /// names.
-pub fn desired_status(input: &StatusInputs<'_>) -> RotationPolicyStatus {
+pub(crate) fn desired_status(input: &StatusInputs<'_>) -> RotationPolicyStatus {
     let mut pools: Vec<&PoolView<'_>> = input.pools.iter().collect();
     pools.sort_by_key(|p| p.name);
     let governed: Vec<&&PoolView<'_>> =

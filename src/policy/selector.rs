@@ -6,20 +6,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// A selector problem; `field` is relative to the selector (`matchExpressions[0].operator`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SelectorProblem {
+pub(crate) struct SelectorProblem {
     pub field: String,
     pub problem: String,
 }
 
 /// Number of `matchLabels` entries plus number of `matchExpressions` entries.
-pub fn specificity(selector: &LabelSelector) -> usize {
+pub(crate) fn specificity(selector: &LabelSelector) -> usize {
     selector.match_labels.as_ref().map_or(0, BTreeMap::len)
         + selector.match_expressions.as_ref().map_or(0, Vec::len)
 }
 
 /// What keeps a selector from being evaluated: an unknown operator, or values that do not fit
 /// the operator (the rules the apiserver applies to built-in selectors).
-pub fn selector_problems(selector: &LabelSelector) -> Vec<SelectorProblem> {
+pub(crate) fn selector_problems(selector: &LabelSelector) -> Vec<SelectorProblem> {
     let mut out = Vec::new();
     for (i, expr) in selector.match_expressions.iter().flatten().enumerate() {
         let values = expr.values.as_ref().map_or(0, Vec::len);
@@ -51,7 +51,7 @@ pub fn selector_problems(selector: &LabelSelector) -> Vec<SelectorProblem> {
 }
 
 /// Whether `selector` matches `labels`; `None` when the selector cannot be evaluated.
-pub fn selector_matches(
+pub(crate) fn selector_matches(
     selector: &LabelSelector,
     labels: &BTreeMap<String, String>,
 ) -> Option<bool> {

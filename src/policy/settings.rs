@@ -24,11 +24,11 @@ use super::selector;
 use super::window::Schedule;
 
 /// `failurePause` floor when it is unset (§4.4: `max(10m, cooldownAfter)`).
-pub const DEFAULT_FAILURE_PAUSE_FLOOR: Duration = Duration::minutes(10);
+pub(crate) const DEFAULT_FAILURE_PAUSE_FLOOR: Duration = Duration::minutes(10);
 /// `drainEstimate` cap when it is unset (`min(tGP, 10m)`).
-pub const DEFAULT_DRAIN_ESTIMATE_CAP: Duration = Duration::minutes(10);
+pub(crate) const DEFAULT_DRAIN_ESTIMATE_CAP: Duration = Duration::minutes(10);
 /// `provisioningEstimate` cap when it is unset (`min(readyTimeout, 5m)`).
-pub const DEFAULT_PROVISIONING_ESTIMATE_CAP: Duration = Duration::minutes(5);
+pub(crate) const DEFAULT_PROVISIONING_ESTIMATE_CAP: Duration = Duration::minutes(5);
 
 /// `ageThreshold`: derived, or an operator's override.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,8 +44,8 @@ pub enum AgeThreshold {
 
 impl AgeThreshold {
     /// The spelling of `spec.ageThreshold` for the two derived modes.
-    pub const AUTO: &'static str = "auto";
-    pub const WINDOWS: &'static str = "windows";
+    pub(crate) const AUTO: &'static str = "auto";
+    pub(crate) const WINDOWS: &'static str = "windows";
 }
 
 /// An integer from 1 to [`MAX_UNAVAILABLE`] or a percentage of a pool's nodes (Kubernetes'
@@ -63,7 +63,7 @@ impl IntOrPercent {
     /// rounded up; at least 1 (a pool without nodes still has one lane), at most
     /// [`MAX_UNAVAILABLE`] (a percentage of a very large pool, or a count a stored object carries
     /// past the schema).
-    pub fn resolve(&self, pool_nodes: usize) -> usize {
+    pub(crate) fn resolve(&self, pool_nodes: usize) -> usize {
         let lanes = match *self {
             IntOrPercent::Count(n) => usize::try_from(n).unwrap_or(usize::MAX),
             IntOrPercent::Percent(p) => {
@@ -76,7 +76,7 @@ impl IntOrPercent {
     }
 
     /// The value from the spec, or what is wrong with it; `admits` says what the field takes.
-    pub fn parse(value: &IntOrString, admits: &str) -> Result<IntOrPercent, String> {
+    pub(crate) fn parse(value: &IntOrString, admits: &str) -> Result<IntOrPercent, String> {
         let admits = || format!("must be {admits}");
         match value {
             IntOrString::Int(n) => match u32::try_from(*n) {
@@ -129,16 +129,17 @@ pub enum MaxUnavailable {
 
 impl MaxUnavailable {
     /// The default: one rotation at a time.
-    pub const ONE: MaxUnavailable = MaxUnavailable::Fixed(IntOrPercent::Count(1));
+    #[cfg(test)]
+    pub(crate) const ONE: MaxUnavailable = MaxUnavailable::Fixed(IntOrPercent::Count(1));
     /// The spelling of `surge.maxUnavailable: auto`.
-    pub const AUTO: &'static str = "auto";
+    pub(crate) const AUTO: &'static str = "auto";
     /// `surge.maxUnavailableLimit` when unset.
-    pub const DEFAULT_LIMIT: IntOrPercent = IntOrPercent::Percent(10);
+    pub(crate) const DEFAULT_LIMIT: IntOrPercent = IntOrPercent::Percent(10);
 
     /// The lanes for a pool of `pool_nodes` nodes. `needed` is what the pool needs
     /// ([`crate::policy::feasibility::Derived::lanes_needed`]), which only `auto` reads: it uses
     /// that many, at least 1 and at most its limit; 1 when the need is unknown.
-    pub fn lanes(&self, pool_nodes: usize, needed: Option<usize>) -> usize {
+    pub(crate) fn lanes(&self, pool_nodes: usize, needed: Option<usize>) -> usize {
         match self {
             MaxUnavailable::Fixed(n) => n.resolve(pool_nodes),
             MaxUnavailable::Auto { limit } => {
@@ -149,7 +150,7 @@ impl MaxUnavailable {
 
     /// The most lanes this value can give a pool of `pool_nodes` nodes: the value itself, or
     /// `auto`'s limit. What the simulation's invariants hold the controller to.
-    pub fn ceiling(&self, pool_nodes: usize) -> usize {
+    pub(crate) fn ceiling(&self, pool_nodes: usize) -> usize {
         match self {
             MaxUnavailable::Fixed(n) | MaxUnavailable::Auto { limit: n } => n.resolve(pool_nodes),
         }
@@ -157,7 +158,7 @@ impl MaxUnavailable {
 
     /// The values from the spec (`maxUnavailable`, `maxUnavailableLimit`), or what is wrong
     /// with each, by field name.
-    pub fn parse(
+    pub(crate) fn parse(
         value: &IntOrString,
         limit: Option<&IntOrString>,
     ) -> Result<MaxUnavailable, Vec<(&'static str, String)>> {
@@ -396,7 +397,7 @@ impl Effective {
     }
 
     /// `drainEstimate`: the explicit value, else `min(tGP, 10m)`; tGP unset: 10m.
-    pub fn drain_estimate(&self, tgp: Option<Duration>) -> Duration {
+    pub(crate) fn drain_estimate(&self, tgp: Option<Duration>) -> Duration {
         self.drain_estimate_override.unwrap_or_else(|| match tgp {
             Some(tgp) => tgp.min(DEFAULT_DRAIN_ESTIMATE_CAP),
             None => DEFAULT_DRAIN_ESTIMATE_CAP,

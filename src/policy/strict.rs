@@ -7,7 +7,7 @@ use serde_norway::Value as Y;
 
 /// One unknown field: its path and, for a near-miss, the real field it was probably meant as.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownField {
+pub(crate) struct UnknownField {
     pub path: String,
     pub suggestion: Option<String>,
 }
@@ -24,7 +24,7 @@ impl std::fmt::Display for UnknownField {
 
 /// The fields of `document` (one RotationPolicy manifest) that the RotationPolicy type does not
 /// have, in document order. `schema` is the CRD's `openAPIV3Schema`.
-pub fn unknown_fields(document: &Y, schema: &Schema) -> Vec<UnknownField> {
+pub(crate) fn unknown_fields(document: &Y, schema: &Schema) -> Vec<UnknownField> {
     let mut out = Vec::new();
     let Some(top) = document.as_mapping() else { return out };
     for (key, value) in top {

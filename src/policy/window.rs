@@ -29,17 +29,17 @@ use super::crd::MaintenanceWindow;
 /// How far [`Schedule::period`] looks ahead: 53 weeks, so both DST transitions of a year are in
 /// every measurement (§3.1). Also the limit on how far an occurrence's bounds are
 /// traced back or forward; a union open longer than that is reported clipped to it.
-pub const HORIZON: Duration = Duration::weeks(53);
+pub(crate) const HORIZON: Duration = Duration::weeks(53);
 
 /// `P` of a continuously open (24/7) union: the reconcile tick (§3.1).
-pub const ALWAYS_OPEN_PERIOD: Duration = Duration::minutes(1);
+pub(crate) const ALWAYS_OPEN_PERIOD: Duration = Duration::minutes(1);
 
 /// An entry occurrence lasts at most 25h (a 24h local window over a fall-back night); this margin
 /// bounds how far before a range an entry occurrence that still reaches into it can start.
 const MAX_ENTRY_OCCURRENCE: Duration = Duration::hours(27);
 
 /// The day names the schema admits, in `chrono` order.
-pub const DAY_NAMES: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+pub(crate) const DAY_NAMES: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 
 /// One concrete occurrence: rotation starts are allowed in `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -55,14 +55,14 @@ impl Occurrence {
     }
 
     /// Elapsed length.
-    pub fn duration(&self) -> Duration {
+    pub(crate) fn duration(&self) -> Duration {
         self.end - self.start
     }
 }
 
 /// An occurrence of a single entry on one local date (before the union is merged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EntryOccurrence {
+pub(crate) struct EntryOccurrence {
     /// Index of the entry in `spec.maintenanceWindows`.
     pub entry: usize,
     /// The local date the occurrence starts on (the listed day).
@@ -80,7 +80,7 @@ pub struct WindowError {
 
 /// One compiled `spec.maintenanceWindows[]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WindowEntry {
+pub(crate) struct WindowEntry {
     pub timezone: Tz,
     /// Listed days, Monday first.
     pub days: [bool; 7],
@@ -130,7 +130,7 @@ impl fmt::Display for WindowEntry {
 
 /// Resolves a local wall-clock time to an instant with the rules of §3.1: a gap moves
 /// to the first instant after it, an ambiguous time takes the earlier instant.
-pub fn resolve_local(tz: Tz, local: NaiveDateTime) -> DateTime<Utc> {
+pub(crate) fn resolve_local(tz: Tz, local: NaiveDateTime) -> DateTime<Utc> {
     let mut probe = local;
     // Gaps are whole minutes in every zone of the current tz database and at most a day long
     // (Samoa, 2011); step to the first wall-clock minute that exists. Its instant is the end of
@@ -147,7 +147,7 @@ pub fn resolve_local(tz: Tz, local: NaiveDateTime) -> DateTime<Utc> {
 }
 
 /// Parses `HH:MM` (00:00–23:59).
-pub fn parse_hhmm(s: &str) -> Option<NaiveTime> {
+pub(crate) fn parse_hhmm(s: &str) -> Option<NaiveTime> {
     let bytes = s.as_bytes();
     if bytes.len() != 5 || bytes[2] != b':' {
         return None;
@@ -161,7 +161,7 @@ pub fn parse_hhmm(s: &str) -> Option<NaiveTime> {
 }
 
 /// Parses a schema day name (`Mon` … `Sun`, exactly).
-pub fn parse_day(s: &str) -> Option<Weekday> {
+pub(crate) fn parse_day(s: &str) -> Option<Weekday> {
     DAY_NAMES.iter().position(|d| *d == s).and_then(|i| Weekday::try_from(i as u8).ok())
 }
 
@@ -174,7 +174,7 @@ pub struct Schedule {
 
 /// What [`Schedule::profile`] measures over the horizon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WindowProfile {
+pub(crate) struct WindowProfile {
     /// `P`: the largest elapsed time from one occurrence start to the next.
     pub period: Duration,
     /// The union is open over the whole horizon (24/7): `period` is the 1m tick.
@@ -254,35 +254,35 @@ impl Schedule {
     }
 
     /// A schedule from already compiled entries.
-    pub fn from_entries(entries: Vec<WindowEntry>) -> Schedule {
+    pub(crate) fn from_entries(entries: Vec<WindowEntry>) -> Schedule {
         let always_open = covers_whole_week(&entries);
         Schedule { entries, always_open }
     }
 
     /// The compiled entries, in spec order.
-    pub fn entries(&self) -> &[WindowEntry] {
+    pub(crate) fn entries(&self) -> &[WindowEntry] {
         &self.entries
     }
 
     /// No entries: `P` is undefined (fatal `NoWindows`) and the window is never open.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// The union covers every instant (one zone's entries cover the whole local week).
-    pub fn is_always_open(&self) -> bool {
+    pub(crate) fn is_always_open(&self) -> bool {
         self.always_open
     }
 
     /// The union has windows and time outside them, so its occurrences start and end: what the
     /// burst lookahead's open time and `ageThreshold: windows` count on. Otherwise (no windows,
     /// or open 24/7) open time is wall time and `windows` is `auto`.
-    pub fn has_gaps(&self) -> bool {
+    pub(crate) fn has_gaps(&self) -> bool {
         !self.is_empty() && !self.always_open
     }
 
     /// The distinct zones of the entries, in first-use order.
-    pub fn timezones(&self) -> Vec<Tz> {
+    pub(crate) fn timezones(&self) -> Vec<Tz> {
         let mut out: Vec<Tz> = Vec::new();
         for e in &self.entries {
             if !out.contains(&e.timezone) {
@@ -303,7 +303,7 @@ impl Schedule {
     }
 
     /// The merged occurrence that contains `t`, if the window is open at `t`.
-    pub fn occurrence_containing(&self, t: DateTime<Utc>) -> Option<Occurrence> {
+    pub(crate) fn occurrence_containing(&self, t: DateTime<Utc>) -> Option<Occurrence> {
         if !self.in_window(t) {
             return None;
         }
@@ -312,7 +312,7 @@ impl Schedule {
 
     /// The first occurrence start strictly after `t`. `None` when the union never starts again
     /// within the horizon (no entries, or open without a break).
-    pub fn next_start_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_start_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         if self.entries.is_empty() || self.always_open {
             return None;
         }
@@ -329,7 +329,7 @@ impl Schedule {
     /// The occurrence open at `now`, or the next one. `None` without windows, or when open 24/7
     /// (no occurrence bounds). The answer holds from `now` until the occurrence's end: the
     /// occurrences are merged, so none that ends later can start before it.
-    pub fn current_or_next(&self, now: DateTime<Utc>) -> Option<Occurrence> {
+    pub(crate) fn current_or_next(&self, now: DateTime<Utc>) -> Option<Occurrence> {
         if self.is_empty() || self.is_always_open() {
             return None;
         }
@@ -347,7 +347,7 @@ impl Schedule {
 
     /// The merged occurrences that intersect `[from, to)`, in order. Their bounds are exact
     /// (traced outside the range as far as the union stays open, up to [`HORIZON`]).
-    pub fn occurrences(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<Occurrence> {
+    pub(crate) fn occurrences(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<Occurrence> {
         if to <= from {
             return Vec::new();
         }
@@ -357,12 +357,12 @@ impl Schedule {
     /// `P` measured from `from` (§3.1): the largest elapsed time between consecutive
     /// occurrence starts over the next 53 weeks, including the gap that spans `from`. 24/7 union:
     /// the 1m tick. `None` without entries.
-    pub fn period(&self, from: DateTime<Utc>) -> Option<Duration> {
+    pub(crate) fn period(&self, from: DateTime<Utc>) -> Option<Duration> {
         self.profile(from).map(|p| p.period)
     }
 
     /// `P` together with the shortest occurrence and the shortest gap over the same horizon.
-    pub fn profile(&self, from: DateTime<Utc>) -> Option<WindowProfile> {
+    pub(crate) fn profile(&self, from: DateTime<Utc>) -> Option<WindowProfile> {
         if self.entries.is_empty() {
             return None;
         }
@@ -403,7 +403,7 @@ impl Schedule {
 
     /// Entry occurrences (unmerged) that start in `[from, to)`, in start order. Each listed local
     /// date yields exactly one, with positive length.
-    pub fn entry_occurrences(
+    pub(crate) fn entry_occurrences(
         &self,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
@@ -476,7 +476,7 @@ impl Schedule {
 }
 
 /// Merges occurrences that touch or overlap. The input need not be sorted.
-pub fn merge(occurrences: impl IntoIterator<Item = Occurrence>) -> Vec<Occurrence> {
+pub(crate) fn merge(occurrences: impl IntoIterator<Item = Occurrence>) -> Vec<Occurrence> {
     let mut all: Vec<Occurrence> = occurrences.into_iter().collect();
     all.sort();
     let mut out: Vec<Occurrence> = Vec::with_capacity(all.len());

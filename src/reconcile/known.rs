@@ -21,14 +21,14 @@ use crate::karpenter::{NodeClaim, NodePool};
 
 /// One object as the API server answered or stored it (a pool without any slot's lens).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Seen {
+pub(crate) enum Seen {
     Pool(Arc<NodePool>),
     Claim(Arc<NodeClaim>),
     Node(Arc<Node>),
 }
 
 impl Seen {
-    pub fn meta(&self) -> &ObjectMeta {
+    pub(crate) fn meta(&self) -> &ObjectMeta {
         match self {
             Seen::Pool(p) => &p.metadata,
             Seen::Claim(c) => &c.metadata,
@@ -48,7 +48,7 @@ struct Entry {
 
 /// How a verb may read one object ([`Known::lookup`]).
 #[derive(Debug, PartialEq)]
-pub enum Lookup<'a> {
+pub(crate) enum Lookup<'a> {
     /// The cached copy is at the version this process last read or wrote: as fresh as a read.
     Cached,
     /// This process's own copy, newer than the cached one (which lags its read or its write).
@@ -62,7 +62,7 @@ pub enum Lookup<'a> {
 }
 
 #[derive(Debug, Default)]
-pub struct Known {
+pub(crate) struct Known {
     entries: HashMap<ObjectRef, Entry>,
     unsure: HashSet<ObjectRef>,
     /// The cache view the maps were last retained over, while they have not changed since
@@ -74,7 +74,7 @@ pub struct Known {
 impl Known {
     /// A fresh read of `target` answered `seen` (`None`: the object is gone) while the cache
     /// showed it at version `cached` (`None`: the cache did not show it).
-    pub fn read(&mut self, target: ObjectRef, seen: Option<Seen>, cached: Option<&str>) {
+    pub(crate) fn read(&mut self, target: ObjectRef, seen: Option<Seen>, cached: Option<&str>) {
         self.retained = Weak::new();
         self.unsure.remove(&target);
         self.record(target, seen, cached);
@@ -82,7 +82,7 @@ impl Known {
 
     /// A write of this process won and left `target` as `seen` (the copy it was decided on,
     /// the write applied, at the version the server answered).
-    pub fn wrote(&mut self, target: ObjectRef, seen: Seen, cached: Option<&str>) {
+    pub(crate) fn wrote(&mut self, target: ObjectRef, seen: Seen, cached: Option<&str>) {
         self.retained = Weak::new();
         self.unsure.remove(&target);
         self.record(target, Some(seen), cached);
@@ -106,14 +106,14 @@ impl Known {
     /// or changed the object's version), or one that answered 409 (what it knew is gone, and
     /// the cache may still lag its own earlier writes): read it fresh before deciding on it
     /// again.
-    pub fn unsure(&mut self, target: &ObjectRef) {
+    pub(crate) fn unsure(&mut self, target: &ObjectRef) {
         self.retained = Weak::new();
         self.entries.remove(target);
         self.unsure.insert(target.clone());
     }
 
     /// How to read `target`, whose cached copy is `cached` (`None`: the cache does not show it).
-    pub fn lookup(&self, target: &ObjectRef, cached: Option<&ObjectMeta>) -> Lookup<'_> {
+    pub(crate) fn lookup(&self, target: &ObjectRef, cached: Option<&ObjectMeta>) -> Lookup<'_> {
         if self.unsure.contains(target) {
             return Lookup::Fresh;
         }
@@ -130,7 +130,7 @@ impl Known {
 
     /// A new leadership: another process may have written anything meanwhile, so nothing this
     /// one read or wrote stands in for a fresh read any more.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.retained = Weak::new();
         self.unsure.extend(self.entries.drain().map(|(target, _)| target));
     }
@@ -141,7 +141,7 @@ impl Known {
     ///
     /// `view` is the cache view `cached` reads: a second retain over the same view, with no
     /// read or write recorded in between, is skipped (it would change nothing).
-    pub fn retain<'a>(
+    pub(crate) fn retain<'a>(
         &mut self,
         view: &Arc<CacheView>,
         cached: impl Fn(&ObjectRef) -> Option<Option<&'a str>>,

@@ -13,7 +13,7 @@ mod known;
 pub mod slots;
 mod snapshot;
 mod status;
-pub mod summary;
+pub(crate) mod summary;
 mod sweep;
 mod verbs;
 
@@ -34,15 +34,13 @@ use crate::policy::settings::Effective;
 use crate::telemetry::{Telemetry, WarningLatch};
 
 use gauges::gauges;
-pub use known::Known;
+pub(crate) use known::Known;
 use snapshot::IndexCache;
-pub use snapshot::{
-    BUFFER, ClaimIndex, DEFAULT_TGP, GovernanceView, PolicyView, Snapshot, SweepSubject,
-};
+pub(crate) use snapshot::{GovernanceView, PolicyView, Snapshot, SweepSubject};
 use status::StatusKey;
 pub use sweep::SweepReport;
 use verbs::PassHost;
-pub use verbs::release_patch;
+pub(crate) use verbs::release_patch;
 
 /// Deployment-specific settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,7 +116,7 @@ pub struct Announcement {
 /// What a level-triggered warning is latched on (§4.3), beside its reason: the warning fires
 /// once per key and reason until its condition is seen false.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Latched {
+pub(crate) enum Latched {
     /// A `warn_once` about no object of the cluster.
     Unnamed,
     /// A warning about the pool, a node or a pod.
@@ -132,7 +130,7 @@ pub enum Latched {
 
 impl Latched {
     /// The key of a warning about `object`.
-    pub fn about(object: Option<ObjectRef>) -> Self {
+    pub(crate) fn about(object: Option<ObjectRef>) -> Self {
         match object {
             Some(r) if r.kind == ObjectKind::NodeClaim && r.namespace.is_none() => {
                 Latched::Claim(r.name)
@@ -156,7 +154,7 @@ impl std::fmt::Display for Latched {
 }
 
 /// What passes share: the cluster, telemetry, dedup latches and the announcement log.
-pub struct Ctx {
+pub(crate) struct Ctx {
     pub cluster: Arc<dyn Cluster>,
     pub config: ControllerConfig,
     pub telemetry: Telemetry,
@@ -405,8 +403,7 @@ impl Controller {
     ) -> Snapshot {
         let governance = self.governance(&cache, &pool, now);
         let index = self.index.of(&cache);
-        let namespace = self.ctx.config.namespace.clone();
-        let snap = Snapshot::for_pool(now, cache, index, namespace, pool, governance);
+        let snap = Snapshot::for_pool(now, cache, index, pool, governance);
         let Some((policy, pool)) = snap.policy().cloned().zip(snap.pool.as_ref()) else {
             return snap;
         };

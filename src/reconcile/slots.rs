@@ -24,7 +24,7 @@ pub fn slot_key(key: Key, slot: usize) -> String {
 /// `f` of the annotation key of a per-rotation `key` in `slot` ([`slot_key`]), spelled on the
 /// stack: the lens and the readers of one slot's annotations ask for it many times a pass, and
 /// a lookup needs no `String` of its own.
-pub fn with_slot_key<R>(key: Key, slot: usize, f: impl FnOnce(&str) -> R) -> R {
+pub(crate) fn with_slot_key<R>(key: Key, slot: usize, f: impl FnOnce(&str) -> R) -> R {
     let full = key.full();
     if slot == 0 {
         return f(full);
@@ -87,7 +87,7 @@ fn swapped(full: &str, slot: usize) -> Option<String> {
 
 /// Swaps slot `slot`'s per-rotation annotations with the plain keys (its own inverse). Touches
 /// only the two keys of each per-rotation key: a pool with many slots holds many annotations.
-pub fn swap_meta(meta: &mut ObjectMeta, slot: usize) {
+pub(crate) fn swap_meta(meta: &mut ObjectMeta, slot: usize) {
     if slot == 0 {
         return;
     }
@@ -118,7 +118,7 @@ pub fn swap_meta(meta: &mut ObjectMeta, slot: usize) {
 }
 
 /// A patch written through slot `slot`'s lens, as the API server must receive it.
-pub fn swap_patch(patch: &Patch, slot: usize) -> Patch {
+pub(crate) fn swap_patch(patch: &Patch, slot: usize) -> Patch {
     if slot == 0 {
         return patch.clone();
     }
@@ -138,7 +138,7 @@ pub fn anchors(meta: &ObjectMeta) -> BTreeMap<usize, &str> {
 }
 
 /// A per-rotation time annotation of `slot` (RFC 3339); `None` when absent or unreadable.
-pub fn time_at(meta: &ObjectMeta, key: Key, slot: usize) -> Option<DateTime<Utc>> {
+pub(crate) fn time_at(meta: &ObjectMeta, key: Key, slot: usize) -> Option<DateTime<Utc>> {
     let raw = with_slot_key(key, slot, |k| meta.annotations.as_ref()?.get(k))?;
     DateTime::parse_from_rfc3339(raw).ok().map(|t| t.with_timezone(&Utc))
 }
@@ -146,7 +146,7 @@ pub fn time_at(meta: &ObjectMeta, key: Key, slot: usize) -> Option<DateTime<Utc>
 /// The values of a per-rotation `key` present in each slot (empty ones included), by slot.
 /// Slot 0's key and the suffixed ones (`key.N` sorts between `key.` and `key/`) are read
 /// without scanning the other annotations.
-pub fn by_slot(meta: &ObjectMeta, key: Key) -> BTreeMap<usize, &str> {
+pub(crate) fn by_slot(meta: &ObjectMeta, key: Key) -> BTreeMap<usize, &str> {
     let Some(ann) = meta.annotations.as_ref() else { return BTreeMap::new() };
     let base = key.full();
     let (from, to) = suffix_bounds(key);
@@ -184,7 +184,7 @@ fn suffix_bounds(key: Key) -> (&'static str, &'static str) {
 /// left by a policy that allowed more, still runs to completion), then, while fewer than
 /// `lanes` are anchored, the free slot below `lanes` whose last completion (`last-rotation-at`)
 /// is the oldest, so that each slot's cooldown runs on its own. With one lane: slot 0.
-pub fn to_run(meta: &ObjectMeta, lanes: usize) -> Vec<usize> {
+pub(crate) fn to_run(meta: &ObjectMeta, lanes: usize) -> Vec<usize> {
     let anchored = anchors(meta);
     let mut out: Vec<usize> = anchored.keys().copied().collect();
     if anchored.len() < lanes.max(1) {
@@ -199,7 +199,7 @@ pub fn to_run(meta: &ObjectMeta, lanes: usize) -> Vec<usize> {
 /// The slots holding a key the pool's sweep rows remove when no claim is anchored there: an
 /// empty anchor, or any per-rotation key but the anchor and `last-rotation-at` (which outlives
 /// rotations, gate A). Anchored slots are among them while they rotate; the rows keep those.
-pub fn sweepable(meta: &ObjectMeta) -> std::collections::BTreeSet<usize> {
+pub(crate) fn sweepable(meta: &ObjectMeta) -> std::collections::BTreeSet<usize> {
     let mut out = std::collections::BTreeSet::new();
     for key in PER_ROTATION_KEYS {
         match key {
@@ -214,7 +214,7 @@ pub fn sweepable(meta: &ObjectMeta) -> std::collections::BTreeSet<usize> {
 }
 
 /// Every slot that holds any per-rotation key (the sweep's subjects).
-pub fn used(meta: &ObjectMeta) -> Vec<usize> {
+pub(crate) fn used(meta: &ObjectMeta) -> Vec<usize> {
     let mut out: Vec<usize> = meta
         .annotations
         .iter()

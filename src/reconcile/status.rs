@@ -51,16 +51,8 @@ impl Controller {
         invalid
     }
 
-    /// What the pool looks like to the controller now (read-only; no rule runs):
-    /// [`summary::PoolSummary`]. `None` when the pool is not in the cache.
-    pub fn pool_summary(&mut self, pool: &str) -> Option<summary::PoolSummary> {
-        let now = self.clock.now();
-        let cache = self.ctx.cluster.cache();
-        self.summary_of(&cache, pool, now)
-    }
-
-    /// [`Controller::pool_summary`] of every cached pool, by name.
-    pub fn pool_summaries(&mut self) -> Vec<summary::PoolSummary> {
+    /// The summary of every cached pool ([`summary::PoolSummary`]), by name.
+    pub(crate) fn pool_summaries(&mut self) -> Vec<summary::PoolSummary> {
         let now = self.clock.now();
         let cache = self.ctx.cluster.cache();
         let names: Vec<String> = cache.pools.keys().cloned().collect();

@@ -16,12 +16,12 @@ use crate::policy::feasibility::Finding;
 use crate::policy::plan::{LocalOccurrence, local_occurrences};
 
 /// Deadlines listed per pool, nearest first.
-pub const NEAREST_DEADLINES: usize = 5;
+pub(crate) const NEAREST_DEADLINES: usize = 5;
 
 /// How the pool is governed (§5.4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "camelCase")]
-pub enum GovernanceSummary {
+pub(crate) enum GovernanceSummary {
     /// One policy governs it and is valid: `Ready` (reason Accepted).
     Ready { policy: String },
     /// Equally specific policies select it: it is not rotated until one is made more specific.
@@ -36,7 +36,7 @@ pub enum GovernanceSummary {
 /// windows. Open 24/7: `always_open`, no bounds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct WindowSummary {
+pub(crate) struct WindowSummary {
     pub open: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub always_open: bool,
@@ -52,7 +52,7 @@ pub struct WindowSummary {
 /// `noderotation.io/freeze` on the pool (§3.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct FreezeSummary {
+pub(crate) struct FreezeSummary {
     /// As written.
     pub value: String,
     /// Frozen now (an unreadable value is frozen).
@@ -64,7 +64,7 @@ pub struct FreezeSummary {
 /// The rotations at once the controller uses for the pool now, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LanesSummary {
+pub(crate) struct LanesSummary {
     /// `lanes(np)`.
     pub in_use: usize,
     /// `surge.maxUnavailable` as written.
@@ -75,7 +75,7 @@ pub struct LanesSummary {
 /// One rotation in flight: a slot's anchor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RotationSummary {
+pub(crate) struct RotationSummary {
     pub slot: usize,
     pub node_claim: String,
     /// `pending` (surge capacity being reserved), `draining`, `forceful` (a surge-less
@@ -100,7 +100,7 @@ pub struct RotationSummary {
 /// A claim due in the window (open now, or next), not in flight yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DueClaim {
+pub(crate) struct DueClaim {
     pub node_claim: String,
     /// Due from this instant (the burst lookahead's, where it moves a crowded claim earlier).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,7 +115,7 @@ pub struct DueClaim {
 /// A claim's forced-expiry deadline (`creationTimestamp + expireAfter`) and its margin now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DeadlineSummary {
+pub(crate) struct DeadlineSummary {
     pub node_claim: String,
     pub deadline: DateTime<Utc>,
     /// `deadline - now`; negative: overdue.
@@ -129,7 +129,7 @@ pub struct DeadlineSummary {
 /// the forced expiry (`expired`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct FailureSummary {
+pub(crate) struct FailureSummary {
     pub node_claim: String,
     pub state: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -144,7 +144,7 @@ pub struct FailureSummary {
 /// One NodePool, as the controller sees it now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PoolSummary {
+pub(crate) struct PoolSummary {
     pub node_pool: String,
     pub governance: GovernanceSummary,
     /// `N`: the pool's claims, each in-flight rotation's replacement counted once.
@@ -174,7 +174,7 @@ impl PoolSummary {
     /// The pool's entry in its policy's status: what changes only with the pool (its
     /// annotations, its claims) and at a window edge, so writing it costs nothing in a quiet
     /// period.
-    pub fn status(&self) -> NodePoolStatus {
+    pub(crate) fn status(&self) -> NodePoolStatus {
         let rfc = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         NodePoolStatus {
             name: self.node_pool.clone(),
@@ -194,7 +194,7 @@ fn to_i32(n: usize) -> i32 {
 
 /// The summary of the pool of `snap` (a governed pool's snapshot carries its assessment and
 /// lanes, as a pass builds it; `governance` names the policies).
-pub fn of(snap: &Snapshot, governance: GovernanceSummary) -> PoolSummary {
+pub(crate) fn of(snap: &Snapshot, governance: GovernanceSummary) -> PoolSummary {
     let now = snap.now;
     let meta = snap.pool.as_ref().map(|p| &p.metadata);
     let mut out = PoolSummary {

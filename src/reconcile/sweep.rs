@@ -194,7 +194,6 @@ impl Controller {
                 now,
                 cache.clone(),
                 index.clone(),
-                self.ctx.config.namespace.clone(),
                 pool,
                 governed.unwrap_or(GovernanceView::Ungoverned),
                 subject,

@@ -586,7 +586,7 @@ fn md(s: &str) -> String {
 }
 
 /// The pull-request comment.
-pub fn markdown(d: &RulesDiff, old_label: &str, new_label: &str) -> String {
+pub(crate) fn markdown(d: &RulesDiff, old_label: &str, new_label: &str) -> String {
     let mut out = format!("### Rule changes: `{old_label}` → `{new_label}`\n\n");
     if d.is_empty() {
         out.push_str("no semantic changes\n");

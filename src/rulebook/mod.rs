@@ -8,6 +8,6 @@ pub mod check;
 pub mod diff;
 pub mod model;
 pub mod render;
-pub mod syntax;
+pub(crate) mod syntax;
 
 pub use check::{Diagnostic, Rulebook, Source};

@@ -44,7 +44,7 @@ pub enum KeyOwner {
 }
 
 impl KeyOwner {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             KeyOwner::Controller => "controller",
             KeyOwner::Operator => "operator",
@@ -99,7 +99,7 @@ pub enum ValueType<Values = Vec<String>> {
 }
 
 impl ValueType {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             ValueType::Time => "RFC3339 time".into(),
             ValueType::Stamp => "RFC3339 time, not in the future".into(),
@@ -222,7 +222,7 @@ pub struct ReasonDecl {
 impl ReasonDecl {
     /// Every message of the reason, as `(case, template)`: its own first (no case), then its
     /// cases.
-    pub fn messages(&self) -> Vec<(Option<&str>, &str)> {
+    pub(crate) fn messages(&self) -> Vec<(Option<&str>, &str)> {
         let own = std::iter::once((None, self.message.as_str()));
         own.chain(self.cases.iter().map(|c| (Some(c.name.as_str()), c.message.as_str()))).collect()
     }
@@ -248,7 +248,7 @@ pub struct SlotDecl {
 
 /// A piece of a message template.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Piece {
+pub(crate) enum Piece {
     Text(String),
     /// `{name}`: a slot, filled when the Event is recorded.
     Slot(String),
@@ -259,7 +259,7 @@ pub enum Piece {
 /// Splits a message template into text and placeholders: `{slot}` and `{key:annotation}`.
 /// `{{` and `}}` are literal braces. Only the syntax is checked here; the checker knows the
 /// names.
-pub fn parse_template(text: &str) -> Result<Vec<Piece>, String> {
+pub(crate) fn parse_template(text: &str) -> Result<Vec<Piece>, String> {
     let mut pieces = Vec::new();
     let mut lit = String::new();
     let mut chars = text.chars().peekable();
@@ -355,7 +355,8 @@ pub struct MetricDecl {
 
 impl MetricDecl {
     /// A gauge labelled by `nodepool` alone: one series per pool, set on every pass.
-    pub fn is_pool_gauge(&self) -> bool {
+    #[allow(dead_code, reason = "build.rs calls it: it compiles this module by #[path]")]
+    pub(crate) fn is_pool_gauge(&self) -> bool {
         self.ty == MetricType::Gauge && self.labels == ["nodepool"]
     }
 }
@@ -369,7 +370,7 @@ pub enum MetricType {
 
 impl MetricType {
     /// The Prometheus type, as `# TYPE` lines and the metrics reference spell it.
-    pub fn prometheus(self) -> &'static str {
+    pub(crate) fn prometheus(self) -> &'static str {
         match self {
             MetricType::Gauge => "gauge",
             MetricType::Counter => "counter",
@@ -410,7 +411,7 @@ pub struct VerbDecl {
 }
 
 impl VerbDecl {
-    pub fn winning_outcomes(&self) -> Vec<String> {
+    pub(crate) fn winning_outcomes(&self) -> Vec<String> {
         self.wins.clone().unwrap_or_else(|| vec!["won".to_string()])
     }
 }
@@ -571,7 +572,7 @@ pub enum Must {
 
 impl Must {
     /// The obligation in one line, for messages and `rules diff`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Must::Conjunct { of, expr } => format!("`{of}` has the conjunct `{expr}`"),
             Must::Verbs { handler, order } => {

@@ -5,7 +5,7 @@ use super::check::{CheckedRow, Rulebook};
 use super::model::{FindingSeverity, Piece, Severity, Then, ValueType, parse_template};
 
 /// File names under `docs/`, with their rendered content.
-pub fn all(book: &Rulebook) -> Vec<(&'static str, String)> {
+pub(crate) fn all(book: &Rulebook) -> Vec<(&'static str, String)> {
     vec![
         ("annotations.md", annotations(book)),
         ("transitions.md", transitions(book)),
@@ -51,7 +51,7 @@ pub const DESIGN_SECTIONS: &[(&str, &str)] = &[
 ];
 
 /// The design document, relative to the generated docs (both live in `docs/`).
-pub const DESIGN_DOC: &str = "design.md";
+pub(crate) const DESIGN_DOC: &str = "design.md";
 
 /// The anchor a Markdown heading gets (GitHub's rule): lower case, letters, digits, `-` and `_`
 /// kept, spaces become `-`, everything else (`§`, `.`, `:`, `,`) dropped.
@@ -68,7 +68,7 @@ pub fn heading_anchor(heading: &str) -> String {
 }
 
 /// `design.md#anchor` of a cited section number (`"5.2"`), if the design has that section.
-pub fn design_link(number: &str) -> Option<String> {
+pub(crate) fn design_link(number: &str) -> Option<String> {
     DESIGN_SECTIONS
         .iter()
         .find(|(n, _)| *n == number)
@@ -95,7 +95,7 @@ pub fn citation_at(text: &str, at: usize) -> Option<&str> {
 }
 
 /// Every `§N.N` citation of a section the design has, turned into a Markdown link to it.
-pub fn link_citations(text: &str) -> String {
+pub(crate) fn link_citations(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut copied = 0;
     for (at, _) in text.match_indices('\u{a7}') {
@@ -142,7 +142,7 @@ fn code(s: &str) -> String {
     format!("`{}`", s.replace('|', "\\|"))
 }
 
-pub fn annotations(book: &Rulebook) -> String {
+pub(crate) fn annotations(book: &Rulebook) -> String {
     let a = &book.annotations;
     let mut out = preamble("Annotation reference (§5.3)");
     let _ = writeln!(
@@ -212,7 +212,7 @@ fn row_line(handler: &str, row: &CheckedRow) -> String {
     )
 }
 
-pub fn transitions(book: &Rulebook) -> String {
+pub(crate) fn transitions(book: &Rulebook) -> String {
     let mut out = preamble("State transitions (§5.3)");
     out.push_str(&link_citations("## The spec's transition table\n\nEach row of the §5.3 table and the rule rows (in `rules/transitions.ron`) that implement it.\n\n"));
     out.push_str("| # | From | Event | To | Side effects | Rules |\n|---|---|---|---|---|---|\n");
@@ -244,7 +244,7 @@ pub fn transitions(book: &Rulebook) -> String {
     out
 }
 
-pub fn state_diagram(book: &Rulebook) -> String {
+pub(crate) fn state_diagram(book: &Rulebook) -> String {
     let mut out = preamble("State diagram of the old NodeClaim");
     out.push_str(&link_citations("Rendered from the §5.3 table in `rules/spec-table.ron`. `none` is a claim without the\n`state` annotation; `success` is the completion path (the claim is gone).\n\n"));
     out.push_str("```mermaid\nstateDiagram-v2\n    [*] --> none\n");
@@ -257,7 +257,7 @@ pub fn state_diagram(book: &Rulebook) -> String {
     out
 }
 
-pub fn decision_flow(book: &Rulebook) -> String {
+pub(crate) fn decision_flow(book: &Rulebook) -> String {
     let mut out = preamble("Decision flow (§5.2)");
     out.push_str(&link_citations(
         "How the controller decides, exactly as it runs: `rules/transitions.ron` is loaded by the\n\
@@ -361,7 +361,7 @@ fn template_text(book: &Rulebook, text: &str) -> String {
     out
 }
 
-pub fn events(book: &Rulebook) -> String {
+pub(crate) fn events(book: &Rulebook) -> String {
     let voc = &book.vocabulary;
     let mut out = preamble("Events (§4.3)");
     out.push_str(&link_citations(
@@ -428,7 +428,7 @@ pub fn events(book: &Rulebook) -> String {
     out
 }
 
-pub fn metrics(book: &Rulebook) -> String {
+pub(crate) fn metrics(book: &Rulebook) -> String {
     let mut out = preamble("Metrics (§4.2)");
     out.push_str(&link_citations(
         "Every metric `/metrics` exports (`metrics` in `rules/vocabulary.ron`); names are \

@@ -13,7 +13,7 @@ struct GuardParser;
 
 /// Byte offsets into the source string of one guard or statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Span {
+pub(crate) struct Span {
     pub start: usize,
     pub end: usize,
 }
@@ -42,7 +42,7 @@ pub enum BinOp {
 }
 
 impl BinOp {
-    pub fn symbol(self) -> &'static str {
+    pub(crate) fn symbol(self) -> &'static str {
         match self {
             BinOp::Or => "or",
             BinOp::And => "and",
@@ -72,7 +72,7 @@ const NOT_STRENGTH: u8 = 3;
 const IN_STRENGTH: u8 = 4;
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum ExprKind {
+pub(crate) enum ExprKind {
     Nil,
     Bool(bool),
     Int(i64),
@@ -91,14 +91,14 @@ pub enum ExprKind {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Expr {
+pub(crate) struct Expr {
     pub kind: ExprKind,
     pub span: Span,
 }
 
 /// One argument of a verb call: positional or `name=value`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Arg {
+pub(crate) struct Arg {
     pub name: Option<String>,
     pub value: Expr,
     pub span: Span,
@@ -106,7 +106,7 @@ pub struct Arg {
 
 /// `verb(args) -> bind`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Statement {
+pub(crate) struct Statement {
     pub verb: String,
     pub verb_span: Span,
     pub args: Vec<Arg>,
@@ -115,7 +115,7 @@ pub struct Statement {
 
 /// A syntax error at a byte offset of the parsed string.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SyntaxError {
+pub(crate) struct SyntaxError {
     pub offset: usize,
     pub message: String,
 }
@@ -178,7 +178,7 @@ fn describe(rule: Rule) -> Option<&'static str> {
 }
 
 /// Parses a guard expression.
-pub fn parse_guard(src: &str) -> Result<Expr, SyntaxError> {
+pub(crate) fn parse_guard(src: &str) -> Result<Expr, SyntaxError> {
     let mut pairs = GuardParser::parse(Rule::guard, src).map_err(syntax_error)?;
     let guard = pairs.next().ok_or_else(|| SyntaxError { offset: 0, message: "empty".into() })?;
     let expr = guard
@@ -189,7 +189,7 @@ pub fn parse_guard(src: &str) -> Result<Expr, SyntaxError> {
 }
 
 /// Parses a verb statement `verb(args) [-> name]`.
-pub fn parse_statement(src: &str) -> Result<Statement, SyntaxError> {
+pub(crate) fn parse_statement(src: &str) -> Result<Statement, SyntaxError> {
     let mut pairs = GuardParser::parse(Rule::statement, src).map_err(syntax_error)?;
     let stmt = pairs.next().ok_or_else(|| SyntaxError { offset: 0, message: "empty".into() })?;
     let mut inner = stmt.into_inner();
@@ -351,7 +351,7 @@ fn build_primary(pair: Pair<'_, Rule>) -> Result<Expr, SyntaxError> {
 }
 
 /// `30s`, `1m`, `1h30m`, `2d`, `500ms` to milliseconds.
-pub fn parse_duration_ms(s: &str) -> Option<i64> {
+pub(crate) fn parse_duration_ms(s: &str) -> Option<i64> {
     let mut total: i64 = 0;
     let mut num = String::new();
     let mut chars = s.chars().peekable();
@@ -379,7 +379,7 @@ pub fn parse_duration_ms(s: &str) -> Option<i64> {
 }
 
 /// Prints milliseconds the way rules write them (`1h30m`, `30s`).
-pub fn format_duration_ms(ms: i64) -> String {
+pub(crate) fn format_duration_ms(ms: i64) -> String {
     if ms == 0 {
         return "0s".into();
     }

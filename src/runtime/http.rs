@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// What the endpoints answer with; called on each request.
-pub trait Endpoints: Send + Sync + 'static {
+pub(crate) trait Endpoints: Send + Sync + 'static {
     /// The Prometheus text exposition.
     fn metrics(&self) -> String;
     /// The process is alive and its loops are not wedged.
@@ -24,7 +24,7 @@ pub trait Endpoints: Send + Sync + 'static {
 
 /// Whether a scrape may read `/metrics`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Allowed,
     /// No token, or one the API server does not accept: 401.
     Unauthenticated(String),
@@ -35,13 +35,13 @@ pub enum Verdict {
 }
 
 /// Decides on the bearer token of a `/metrics` request (`None`: no `Authorization: Bearer`).
-pub trait Authorizer: Send + Sync + 'static {
+pub(crate) trait Authorizer: Send + Sync + 'static {
     fn check(&self, token: Option<String>) -> BoxFuture<'static, Verdict>;
 }
 
 /// What one listener serves.
 #[derive(Clone)]
-pub enum Listener {
+pub(crate) enum Listener {
     /// `/healthz`, `/livez`, `/readyz`: never authenticated (the kubelet probes them).
     Probes,
     /// `/metrics`, behind the authorizer when there is one.
@@ -53,7 +53,7 @@ const TEXT: &str = "text/plain; charset=utf-8";
 
 /// Binds `addr` and serves `listener`'s endpoints until the runtime shuts down. Returns the
 /// bound address.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     endpoints: Arc<dyn Endpoints>,
     listener: Listener,
@@ -87,7 +87,7 @@ pub async fn serve(
 
 /// The response to one request line on `listener` (an authorized one, for `/metrics`):
 /// (status line, content type, body).
-pub fn route(
+pub(crate) fn route(
     method: &str,
     path: &str,
     endpoints: &dyn Endpoints,
@@ -129,7 +129,7 @@ fn refusal(verdict: Verdict) -> Option<(&'static str, &'static str, String)> {
 }
 
 /// The token of an `Authorization: Bearer <token>` header among `lines`.
-pub fn bearer<'a>(lines: impl Iterator<Item = &'a str>) -> Option<String> {
+pub(crate) fn bearer<'a>(lines: impl Iterator<Item = &'a str>) -> Option<String> {
     lines.filter_map(|l| l.split_once(':')).find_map(|(name, value)| {
         let value = value.trim();
         let scheme = value.get(..7)?;

@@ -37,7 +37,7 @@ pub fn lease_holder(lease: &Lease, now: DateTime<Utc>) -> Option<String> {
 
 /// Another install that leads: its Lease and the replica holding it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OtherInstall {
+pub(crate) struct OtherInstall {
     pub namespace: String,
     pub lease: String,
     pub holder: String,
@@ -51,7 +51,7 @@ impl std::fmt::Display for OtherInstall {
 
 /// The first of `leases` (marked leader Leases) that is not this install's own
 /// (`namespace`/`name`) and is held at `now`.
-pub fn other_leader(
+pub(crate) fn other_leader(
     leases: &[Lease],
     namespace: &str,
     name: &str,
@@ -69,7 +69,11 @@ pub fn other_leader(
 
 /// Marks this install's leader Lease, creating it when it does not exist yet (before the
 /// leader election starts, which then finds it).
-pub async fn mark_own_lease(client: &Client, namespace: &str, name: &str) -> kube::Result<()> {
+pub(crate) async fn mark_own_lease(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> kube::Result<()> {
     let api = Api::<Lease>::namespaced(client.clone(), namespace);
     match api.get_opt(name).await? {
         Some(lease) if lease.labels().contains_key(LEADER_LEASE_LABEL) => Ok(()),
@@ -95,7 +99,7 @@ pub async fn mark_own_lease(client: &Client, namespace: &str, name: &str) -> kub
 
 /// Another install whose leader Lease is held now, from a list of the marked Leases of every
 /// namespace.
-pub async fn find_other_leader(
+pub(crate) async fn find_other_leader(
     client: &Client,
     namespace: &str,
     name: &str,

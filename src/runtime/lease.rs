@@ -29,7 +29,7 @@ use super::install;
 const FIELD_MANAGER: &str = "noderotation-leader-election";
 
 /// The election of one replica on one Lease.
-pub struct LeaderElection {
+pub(crate) struct LeaderElection {
     pub client: Client,
     pub namespace: String,
     pub api: Api<Lease>,
@@ -47,7 +47,7 @@ pub struct LeaderElection {
 impl LeaderElection {
     /// Runs the election until the receiver is dropped, then gives the Lease up if this replica
     /// holds it. The receiver says whether this replica leads now; the fence follows it.
-    pub fn watch(self) -> (watch::Receiver<bool>, JoinHandle<LeaderElection>) {
+    pub(crate) fn watch(self) -> (watch::Receiver<bool>, JoinHandle<LeaderElection>) {
         let (tx, rx) = watch::channel(false);
         let task = tokio::spawn(async move {
             let mut me = self;

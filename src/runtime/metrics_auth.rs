@@ -14,10 +14,10 @@ use kube::api::{Api, PostParams};
 use super::http::{Authorizer, Verdict};
 
 /// The path and verb a scraper must be allowed.
-pub const METRICS_PATH: &str = "/metrics";
+pub(crate) const METRICS_PATH: &str = "/metrics";
 
 /// [`Authorizer`] by `TokenReview` and `SubjectAccessReview` against the API server.
-pub struct TokenAccessReview {
+pub(crate) struct TokenAccessReview {
     pub client: Client,
 }
 
@@ -29,7 +29,7 @@ impl Authorizer for TokenAccessReview {
 }
 
 /// Who the token belongs to, and whether they may get `/metrics`.
-pub async fn review(client: &Client, token: Option<String>) -> Verdict {
+pub(crate) async fn review(client: &Client, token: Option<String>) -> Verdict {
     let Some(token) = token.filter(|t| !t.is_empty()) else {
         return Verdict::Unauthenticated("a bearer token is required".into());
     };

@@ -42,12 +42,12 @@ use crate::cluster::lease::{Elector, Timing};
 use crate::engine::Engine;
 use crate::reconcile::{Controller, ControllerConfig};
 
-pub mod http;
+pub(crate) mod http;
 pub mod install;
-pub mod lease;
-pub mod metrics_auth;
+pub(crate) mod lease;
+pub(crate) mod metrics_auth;
 pub mod preflight;
-pub mod queue;
+pub(crate) mod queue;
 
 use crate::trigger::{Keys, Mapper, Retries, STATUS_COALESCE};
 use lease::LeaderElection;
@@ -204,7 +204,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
 
 /// Runs a command's async body on the runtime the cluster commands share (two workers; the
 /// `Cluster` implementation blocks on it from a blocking thread).
-pub fn block_on<T>(
+pub(crate) fn block_on<T>(
     body: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -245,7 +245,7 @@ fn identity(args: &RunArgs) -> String {
 
 /// The Kubernetes client of every command that talks to a cluster: in-cluster from the
 /// service account, else from `KUBECONFIG` / `~/.kube/config`.
-pub async fn client() -> anyhow::Result<Client> {
+pub(crate) async fn client() -> anyhow::Result<Client> {
     Client::try_default()
         .await
         .context("no Kubernetes client configuration (in-cluster service account or KUBECONFIG)")

@@ -36,7 +36,7 @@ pub enum PreflightError {
 
 /// What a GET of the placeholder PriorityClass found (the I/O half of the check).
 #[derive(Debug, Clone, PartialEq)]
-pub enum PriorityClassLookup {
+pub(crate) enum PriorityClassLookup {
     Found(Box<PriorityClass>),
     NotFound,
     /// 401/403, with the API server's message.
@@ -50,7 +50,7 @@ const PRIORITY_CLASSES: &str = "priorityclasses.scheduling.k8s.io/v1";
 /// The verdict on the placeholder PriorityClass (spec §5.1 preflight, §3.3): the
 /// placeholder names it, the Priority admission plugin rejects a pod whose class is missing, and
 /// a class that is not negative or may preempt would let a placeholder evict workloads.
-pub fn priority_class_verdict(
+pub(crate) fn priority_class_verdict(
     name: &str,
     lookup: PriorityClassLookup,
 ) -> Result<(), PreflightError> {
@@ -76,7 +76,10 @@ pub fn priority_class_verdict(
 }
 
 /// Checks that the PriorityClass the placeholders name exists and is safe for them.
-pub async fn check_priority_class(client: &Client, name: &str) -> Result<(), PreflightError> {
+pub(crate) async fn check_priority_class(
+    client: &Client,
+    name: &str,
+) -> Result<(), PreflightError> {
     let api = Api::<PriorityClass>::all(client.clone());
     let lookup = match api.get_opt(name).await {
         Ok(Some(class)) => PriorityClassLookup::Found(Box::new(class)),
@@ -99,7 +102,7 @@ pub struct Requirement {
 }
 
 impl Requirement {
-    pub fn of<K: Resource<DynamicType = ()>>(hint: &str) -> Self {
+    pub(crate) fn of<K: Resource<DynamicType = ()>>(hint: &str) -> Self {
         Requirement {
             group: K::group(&()).into_owned(),
             version: K::version(&()).into_owned(),
@@ -108,7 +111,7 @@ impl Requirement {
         }
     }
 
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.clone()
         } else {
@@ -117,7 +120,7 @@ impl Requirement {
     }
 
     /// `nodepools.karpenter.sh/v1`.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         format!("{}.{}/{}", self.plural, self.group, self.version)
     }
 }
@@ -157,7 +160,7 @@ pub async fn check_served(client: &Client, req: &Requirement) -> Result<(), Pref
 }
 
 /// Lists one object of `K` and decodes it.
-pub async fn check_readable<K>(client: &Client) -> Result<(), PreflightError>
+pub(crate) async fn check_readable<K>(client: &Client) -> Result<(), PreflightError>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {

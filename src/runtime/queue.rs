@@ -5,7 +5,7 @@
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-pub use crate::trigger::Next;
+pub(crate) use crate::trigger::Next;
 use crate::trigger::Schedule;
 
 #[derive(Debug, Default)]
@@ -15,13 +15,13 @@ struct State {
 }
 
 #[derive(Debug, Default)]
-pub struct WorkQueue {
+pub(crate) struct WorkQueue {
     state: Mutex<State>,
     wake: Condvar,
 }
 
 impl WorkQueue {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
@@ -30,47 +30,43 @@ impl WorkQueue {
     }
 
     /// Schedules `key` at `at`, unless it is already due earlier.
-    pub fn add_at(&self, key: &str, at: Instant) {
+    pub(crate) fn add_at(&self, key: &str, at: Instant) {
         self.lock().schedule.add_at(key, at);
         self.wake.notify_all();
     }
 
-    pub fn add_now(&self, key: &str) {
+    pub(crate) fn add_now(&self, key: &str) {
         self.add_at(key, Instant::now());
     }
 
-    pub fn add_after(&self, key: &str, after: Duration) {
+    pub(crate) fn add_after(&self, key: &str, after: Duration) {
         self.add_at(key, Instant::now() + after);
     }
 
     /// Asks for a policy status recompute `after` from now, unless one is already due sooner:
     /// a burst of changes is answered once.
-    pub fn request_status_after(&self, after: Duration) {
+    pub(crate) fn request_status_after(&self, after: Duration) {
         self.lock().schedule.request_status_at(Instant::now() + after);
         self.wake.notify_all();
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().schedule.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Makes `next` return `Stopped` until `resume`.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.lock().stopped = true;
         self.wake.notify_all();
     }
 
-    pub fn resume(&self) {
+    pub(crate) fn resume(&self) {
         self.lock().stopped = false;
     }
 
     /// Blocks until `deadline` passes (first: the tick is never starved), a status recompute is
     /// due, a key is due (the earliest first; ties by name), or the queue is stopped.
-    pub fn next(&self, deadline: Instant) -> Next {
+    pub(crate) fn next(&self, deadline: Instant) -> Next {
         let mut state = self.lock();
         loop {
             if state.stopped {

@@ -15,7 +15,8 @@ use crate::policy::settings::Effective;
 
 /// How resolution ended for a pool.
 #[derive(Debug, Clone)]
-pub enum Governed {
+#[allow(dead_code, reason = "read through Debug: an invariant's message prints the resolution")]
+pub(crate) enum Governed {
     Policy { name: String, settings: Arc<Effective> },
     Invalid(String),
     Conflict(Vec<String>),
@@ -23,7 +24,7 @@ pub enum Governed {
 }
 
 impl Governed {
-    pub fn settings(&self) -> Option<&Arc<Effective>> {
+    pub(crate) fn settings(&self) -> Option<&Arc<Effective>> {
         match self {
             Governed::Policy { settings, .. } => Some(settings),
             _ => None,
@@ -63,7 +64,7 @@ fn same_policies(kept: &[(String, String)], view: &CacheView) -> bool {
 }
 
 impl Gov {
-    pub fn of(&mut self, view: &CacheView, pool: &NodePool) -> Governed {
+    pub(crate) fn of(&mut self, view: &CacheView, pool: &NodePool) -> Governed {
         let name = pool.metadata.name.as_deref().unwrap_or_default();
         if let Some(r) = self.last.get(name)
             && r.labels == pool.metadata.labels
@@ -110,7 +111,7 @@ impl Gov {
 }
 
 /// The pool facts feasibility reads, from the NodePool object.
-pub fn pool_facts(pool: &NodePool) -> PoolFacts {
+pub(crate) fn pool_facts(pool: &NodePool) -> PoolFacts {
     PoolFacts {
         expire_after: pool
             .expire_after()
@@ -134,13 +135,13 @@ fn live_claims(view: &CacheView, pool: &str) -> usize {
 /// `view` that are not being deleted: `spec.surge.maxUnavailable`, or with `auto` its
 /// `maxUnavailableLimit` ([`crate::policy::settings::MaxUnavailable::ceiling`]). Invariants
 /// I12 and I13 hold the controller to it: `auto` never puts more in flight than its limit.
-pub fn lanes(settings: &Effective, view: &CacheView, pool: &str) -> usize {
+pub(crate) fn lanes(settings: &Effective, view: &CacheView, pool: &str) -> usize {
     settings.max_unavailable.ceiling(live_claims(view, pool))
 }
 
 /// The lanes the controller uses for `pool` at `now` (`auto`: what feasibility says the pool
 /// needs, within its limit), over the pool's claims in `view` that are not being deleted.
-pub fn lanes_in_use(
+pub(crate) fn lanes_in_use(
     settings: &Effective,
     view: &CacheView,
     pool: &NodePool,
@@ -152,12 +153,16 @@ pub fn lanes_in_use(
 }
 
 /// A layer-1 fatal finding for the pool under `settings` at `now`.
-pub fn fatal(settings: &Effective, pool: &NodePool, now: DateTime<Utc>) -> bool {
+pub(crate) fn fatal(settings: &Effective, pool: &NodePool, now: DateTime<Utc>) -> bool {
     feasibility::assess(settings, &pool_facts(pool), now).has_fatal()
 }
 
 /// `leadTime = K*P + t_rot` of the pool's template, `None` without windows.
-pub fn lead_time(settings: &Effective, pool: &NodePool, now: DateTime<Utc>) -> Option<Duration> {
+pub(crate) fn lead_time(
+    settings: &Effective,
+    pool: &NodePool,
+    now: DateTime<Utc>,
+) -> Option<Duration> {
     let p = settings.schedule.period(now)?;
     let tgp = pool.termination_grace_period().ok().flatten();
     Some(derive::lead_time(settings.min_rotation_chances, p, settings.t_rot(tgp)))
@@ -167,7 +172,7 @@ pub fn lead_time(settings: &Effective, pool: &NodePool, now: DateTime<Utc>) -> O
 /// from `now` ([`crate::policy::lookahead::reachable_lanes`], with the lanes the controller
 /// uses): a fleet whose deadlines start out crowded. Invariant 8 does not hold the controller to
 /// them.
-pub fn unreachable_at_start(
+pub(crate) fn unreachable_at_start(
     settings: &Effective,
     view: &CacheView,
     pool: &NodePool,

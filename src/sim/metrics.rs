@@ -29,7 +29,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Outcome::Open => "in flight",
             Outcome::Success => "success",
@@ -63,14 +63,14 @@ pub struct Rotation {
 
 /// Follows anchors through the store.
 #[derive(Debug, Default)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     pub rotations: Vec<Rotation>,
     /// The open rotation of each (pool, slot).
     open: BTreeMap<(String, usize), usize>,
 }
 
 impl Recorder {
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         d: &Diff,
         post: &CacheView,
@@ -334,7 +334,7 @@ impl Figures {
     }
 
     /// Records the lanes `maxUnavailable: auto` chose, by pool.
-    pub fn set_lanes_chosen(&mut self, chosen: &BTreeMap<String, (u64, u64)>) {
+    pub(crate) fn set_lanes_chosen(&mut self, chosen: &BTreeMap<String, (u64, u64)>) {
         for (pool, range) in chosen {
             if let Some(f) = self.per_pool.get_mut(pool) {
                 f.lanes_chosen = Some(*range);
@@ -353,11 +353,11 @@ impl Figures {
             .then(|| self.lifetime_used_sum / self.lifetime_used_count as f64)
     }
 
-    pub fn writes_per_rotation(&self) -> Option<f64> {
+    pub(crate) fn writes_per_rotation(&self) -> Option<f64> {
         (self.attempts > 0).then(|| self.writes as f64 / self.attempts as f64)
     }
 
-    pub fn reads_per_rotation(&self) -> Option<f64> {
+    pub(crate) fn reads_per_rotation(&self) -> Option<f64> {
         (self.attempts > 0).then(|| self.reads as f64 / self.attempts as f64)
     }
 }
@@ -394,7 +394,7 @@ fn path_name(p: &str) -> &'static str {
 }
 
 /// One row of the summary table: label, ours, Karpenter alone.
-pub fn rows(ours: &Figures, alone: Option<&Figures>) -> Vec<(String, String, String)> {
+pub(crate) fn rows(ours: &Figures, alone: Option<&Figures>) -> Vec<(String, String, String)> {
     let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0));
     let dash = || "-".to_string();
     let alone_or = |g: &dyn Fn(&Figures) -> String| alone.map_or_else(dash, g);

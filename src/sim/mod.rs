@@ -10,17 +10,17 @@
 //! - [`metrics`]: outcome figures; [`report`]: the HTML report; `src/cli/simulate.rs`: the subcommand.
 //!
 //! Nothing here reads the wall clock; the subcommand does, to print the elapsed time.
-pub mod actors;
-pub mod driver;
+pub(crate) mod actors;
+pub(crate) mod driver;
 pub mod gov;
-pub mod invariants;
+pub(crate) mod invariants;
 pub mod metrics;
-pub mod observe;
+pub(crate) mod observe;
 pub mod report;
 pub mod scenario;
-pub mod trace;
+pub(crate) mod trace;
 pub mod world;
-pub mod world_faults;
+pub(crate) mod world_faults;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

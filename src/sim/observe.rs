@@ -11,11 +11,11 @@ use crate::karpenter::{NodeClaim, NodePool, node_ready};
 use crate::policy::crd::RotationPolicy;
 
 /// One object before and after the step (`None`: absent).
-pub type Changed<T> = (String, Option<Arc<T>>, Option<Arc<T>>);
+pub(crate) type Changed<T> = (String, Option<Arc<T>>, Option<Arc<T>>);
 
 /// The objects a step changed.
 #[derive(Debug, Default)]
-pub struct Diff {
+pub(crate) struct Diff {
     pub pools: Vec<Changed<NodePool>>,
     pub claims: Vec<Changed<NodeClaim>>,
     pub nodes: Vec<Changed<Node>>,
@@ -24,7 +24,7 @@ pub struct Diff {
 }
 
 impl Diff {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.pools.is_empty()
             && self.claims.is_empty()
             && self.nodes.is_empty()
@@ -64,7 +64,7 @@ fn changed<T>(a: &BTreeMap<String, Arc<T>>, b: &BTreeMap<String, Arc<T>>) -> Vec
     out
 }
 
-pub fn diff(prev: &Arc<CacheView>, post: &Arc<CacheView>) -> Diff {
+pub(crate) fn diff(prev: &Arc<CacheView>, post: &Arc<CacheView>) -> Diff {
     if Arc::ptr_eq(prev, post) {
         return Diff::default();
     }
@@ -82,7 +82,7 @@ fn short(key: &str) -> &str {
 }
 
 /// Annotation changes as `+key=value`, `-key`, `key=old->new`.
-pub fn annotation_changes(a: Option<&ObjectMeta>, b: Option<&ObjectMeta>) -> Vec<String> {
+pub(crate) fn annotation_changes(a: Option<&ObjectMeta>, b: Option<&ObjectMeta>) -> Vec<String> {
     let empty = BTreeMap::new();
     let x = a.and_then(|m| m.annotations.as_ref()).unwrap_or(&empty);
     let y = b.and_then(|m| m.annotations.as_ref()).unwrap_or(&empty);
@@ -106,7 +106,7 @@ fn ready_claim(c: &NodeClaim) -> bool {
     c.is_ready()
 }
 
-pub fn unschedulable(n: &Node) -> bool {
+pub(crate) fn unschedulable(n: &Node) -> bool {
     n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
 }
 
@@ -115,7 +115,7 @@ fn phase(p: &Pod) -> &str {
 }
 
 /// Trace lines (object, change) for a diff.
-pub fn describe(d: &Diff) -> Vec<(String, String)> {
+pub(crate) fn describe(d: &Diff) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (name, a, b) in &d.policies {
         let obj = format!("RotationPolicy {name}");

@@ -28,7 +28,7 @@ impl fmt::Display for Entry {
 }
 
 /// Entries kept for a violation report.
-pub const KEEP: usize = 400;
+pub(crate) const KEEP: usize = 400;
 
 #[derive(Debug, Default)]
 pub struct Trace {
@@ -40,7 +40,7 @@ pub struct Trace {
 }
 
 impl Trace {
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         time: DateTime<Utc>,
         actor: &str,
@@ -60,13 +60,13 @@ impl Trace {
     }
 
     /// The last `n` entries, oldest first.
-    pub fn tail(&self, n: usize) -> Vec<Entry> {
+    pub(crate) fn tail(&self, n: usize) -> Vec<Entry> {
         let skip = self.recent.len().saturating_sub(n);
         self.recent.iter().skip(skip).cloned().collect()
     }
 
     /// The recent entries that mention `needle` (an object name), oldest first.
-    pub fn about(&self, needle: &str, n: usize) -> Vec<Entry> {
+    pub(crate) fn about(&self, needle: &str, n: usize) -> Vec<Entry> {
         let hits: Vec<&Entry> = self
             .recent
             .iter()

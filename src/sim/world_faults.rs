@@ -10,7 +10,7 @@ use super::scenario::FaultRates;
 
 /// One class of world fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum WorldFault {
+pub(crate) enum WorldFault {
     /// Karpenter force-expires an anchored claim while its rotation is pending.
     ExpirePending,
     /// The old claim is finalized while its readyTimeout rollback runs.
@@ -30,7 +30,8 @@ pub enum WorldFault {
 }
 
 impl WorldFault {
-    pub const ALL: [WorldFault; 8] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [WorldFault; 8] = [
         WorldFault::ExpirePending,
         WorldFault::FinalizeInRollback,
         WorldFault::PreemptPlaceholder,
@@ -42,7 +43,7 @@ impl WorldFault {
     ];
 
     /// The name of its rate in a scenario's `faults:` (and of its count in the figures).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             WorldFault::ExpirePending => "expirePending",
             WorldFault::FinalizeInRollback => "finalizeInRollback",
@@ -56,7 +57,7 @@ impl WorldFault {
     }
 
     /// Its rate.
-    pub fn rate(self, r: &FaultRates) -> f64 {
+    pub(crate) fn rate(self, r: &FaultRates) -> f64 {
         match self {
             WorldFault::ExpirePending => r.expire_pending,
             WorldFault::FinalizeInRollback => r.finalize_in_rollback,
@@ -79,7 +80,7 @@ pub struct WorldFaults {
 }
 
 impl WorldFaults {
-    pub fn new(seed: u64, rates: FaultRates) -> WorldFaults {
+    pub(crate) fn new(seed: u64, rates: FaultRates) -> WorldFaults {
         WorldFaults { seed, rates }
     }
 
@@ -91,12 +92,12 @@ impl WorldFaults {
     }
 
     /// Whether `class` hits the object `key` names, at its rate times `scale`.
-    pub fn hits(&self, class: WorldFault, key: u64, scale: f64) -> bool {
+    pub(crate) fn hits(&self, class: WorldFault, key: u64, scale: f64) -> bool {
         self.unit(class, key, 0) < class.rate(&self.rates) * scale
     }
 
     /// A second draw of `class` about `key` (how long, how much), uniform in `0..n`.
-    pub fn below(&self, class: WorldFault, key: u64, n: u64) -> u64 {
+    pub(crate) fn below(&self, class: WorldFault, key: u64, n: u64) -> u64 {
         // `unit` < 1, so the product stays below n.
         (self.unit(class, key, 1) * n as f64) as u64
     }
@@ -104,7 +105,7 @@ impl WorldFaults {
 
 /// The key of a draw about the object `name`, in virtual minute `minute` for the faults rolled
 /// once a minute (`None` for the faults drawn once per object).
-pub fn key(name: &str, minute: Option<i64>) -> u64 {
+pub(crate) fn key(name: &str, minute: Option<i64>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in name.bytes() {
         h ^= u64::from(b);

@@ -15,7 +15,7 @@ use crate::policy::crd::RotationPolicySpec;
 
 /// Which pools a change wakes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Keys {
+pub(crate) enum Keys {
     None,
     Pool(String),
     All,
@@ -31,7 +31,7 @@ pub enum Keys {
 /// answered by the tick's recompute, so that the status is written at most once a tick however
 /// many rotations start and end (docs/decisions/footprint.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Wake {
+pub(crate) struct Wake {
     pub pools: Keys,
     pub status: bool,
 }
@@ -47,7 +47,7 @@ impl Wake {
 /// controller's own write, or its metadata edited) changes nothing a pass or the status view
 /// reads, so it wakes nothing.
 #[derive(Debug, Default)]
-pub struct Mapper {
+pub(crate) struct Mapper {
     running: HashMap<String, bool>,
     ready: HashMap<String, bool>,
     policies: HashMap<String, (Option<i64>, RotationPolicySpec)>,
@@ -78,7 +78,11 @@ fn labelled_pool<K: ResourceExt>(obj: &K) -> Keys {
 
 impl Mapper {
     /// What `change` asks for; `pool_of_claim` names the pool of a claim the cache holds.
-    pub fn map(&mut self, change: &Change, pool_of_claim: &dyn Fn(&str) -> Option<String>) -> Wake {
+    pub(crate) fn map(
+        &mut self,
+        change: &Change,
+        pool_of_claim: &dyn Fn(&str) -> Option<String>,
+    ) -> Wake {
         let every = Wake { pools: Keys::All, status: true };
         let pools = match change {
             Change::Resynced(kind) => {

@@ -4,8 +4,8 @@
 //! ([`Retries`]). The runtime runs it on the wall clock behind a blocking queue
 //! (`runtime::queue`); the simulation driver runs the same code on the virtual clock, fed by the
 //! in-memory cluster's lagging caches. Pure: no I/O, no clock (time is a parameter).
-pub mod mapping;
-pub mod schedule;
+pub(crate) mod mapping;
+pub(crate) mod schedule;
 
-pub use mapping::{Keys, Mapper, Wake};
-pub use schedule::{Next, Retries, STATUS_COALESCE, Schedule, backoff};
+pub(crate) use mapping::{Keys, Mapper};
+pub(crate) use schedule::{Next, Retries, STATUS_COALESCE, Schedule};

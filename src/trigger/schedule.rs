@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// What the worker does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// This pool is due: reconcile it.
     Key(String),
     /// A pool or policy changed: recompute the policy status view.
@@ -22,7 +22,7 @@ pub enum Next {
 }
 
 #[derive(Debug, Clone)]
-pub struct Schedule<T> {
+pub(crate) struct Schedule<T> {
     due: BTreeMap<String, T>,
     /// When the policy status view is due for a recompute (a pool or policy changed).
     status: Option<T>,
@@ -36,7 +36,7 @@ impl<T> Default for Schedule<T> {
 
 impl<T: Ord + Copy> Schedule<T> {
     /// Schedules `key` at `at`, unless it is already due earlier.
-    pub fn add_at(&mut self, key: &str, at: T) {
+    pub(crate) fn add_at(&mut self, key: &str, at: T) {
         match self.due.get_mut(key) {
             Some(due) => *due = (*due).min(at),
             None => {
@@ -47,29 +47,31 @@ impl<T: Ord + Copy> Schedule<T> {
 
     /// Asks for a policy status recompute at `at`, unless one is already due sooner: a burst
     /// of changes is answered once.
-    pub fn request_status_at(&mut self, at: T) {
+    pub(crate) fn request_status_at(&mut self, at: T) {
         if self.status.is_none_or(|due| at < due) {
             self.status = Some(at);
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.due.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.due.is_empty()
     }
 
     /// When `key` is due, if it is held.
-    pub fn due(&self, key: &str) -> Option<T> {
+    #[cfg(test)]
+    pub(crate) fn due(&self, key: &str) -> Option<T> {
         self.due.get(key).copied()
     }
 
     /// What is due at `now`, and takes it: the deadline first (it answers a pending status
     /// request too), then a status request, then the earliest key (ties by name). `None`:
     /// nothing is due before [`Schedule::wake_at`].
-    pub fn take_due(&mut self, now: T, deadline: T) -> Option<Next> {
+    pub(crate) fn take_due(&mut self, now: T, deadline: T) -> Option<Next> {
         if deadline <= now {
             self.status = None;
             return Some(Next::Deadline);
@@ -95,7 +97,7 @@ impl<T: Ord + Copy> Schedule<T> {
     }
 
     /// When something is next due: the earliest key, status request or `deadline`.
-    pub fn wake_at(&self, deadline: T) -> T {
+    pub(crate) fn wake_at(&self, deadline: T) -> T {
         let at = self.earliest().map_or(deadline, |(_, at)| at.min(deadline));
         self.status.map_or(at, |s| s.min(at))
     }
@@ -103,7 +105,7 @@ impl<T: Ord + Copy> Schedule<T> {
 
 /// Capped exponential backoff after `failures` consecutive failed passes of one pool:
 /// 1s, 2s, 4s, ... up to 5 minutes.
-pub fn backoff(failures: u32) -> Duration {
+pub(crate) fn backoff(failures: u32) -> Duration {
     const CAP: Duration = Duration::from_secs(300);
     let exp = failures.saturating_sub(1).min(16);
     Duration::from_secs(1u64 << exp).min(CAP)
@@ -111,14 +113,14 @@ pub fn backoff(failures: u32) -> Duration {
 
 /// How long a status request waits for more changes to answer them together: a burst of pool
 /// writes (a rotation's annotations) asks once.
-pub const STATUS_COALESCE: Duration = Duration::from_secs(1);
+pub(crate) const STATUS_COALESCE: Duration = Duration::from_secs(1);
 
 /// The shortest requeue: a pass asking for less (or a clock skew) waits this long.
-pub const MIN_REQUEUE: Duration = Duration::from_millis(500);
+pub(crate) const MIN_REQUEUE: Duration = Duration::from_millis(500);
 
 /// Consecutive failed passes per pool, and when a pool is due again after its pass.
 #[derive(Debug, Default, Clone)]
-pub struct Retries {
+pub(crate) struct Retries {
     failures: HashMap<String, u32>,
 }
 
@@ -126,7 +128,7 @@ impl Retries {
     /// A pass of `pool` asked to come back after `requeue`. Zero is the engine's "no requeue":
     /// the pool is gone (or the handler ended `Done`), so nothing is scheduled; a watch change
     /// or the tick brings it back if it exists again.
-    pub fn passed(&mut self, pool: &str, requeue: chrono::Duration) -> Option<Duration> {
+    pub(crate) fn passed(&mut self, pool: &str, requeue: chrono::Duration) -> Option<Duration> {
         self.failures.remove(pool);
         if requeue <= chrono::Duration::zero() {
             return None;
@@ -135,7 +137,7 @@ impl Retries {
     }
 
     /// A pass of `pool` failed (an API error or a panic): back off.
-    pub fn failed(&mut self, pool: &str) -> Duration {
+    pub(crate) fn failed(&mut self, pool: &str) -> Duration {
         self.failed_after(pool, None)
     }
 
@@ -144,7 +146,11 @@ impl Retries {
     /// keeps failing (an admission webhook rejecting its placeholder) is then retried as
     /// often as the others need a pass, never blocking their work for the backoff's 5 minutes;
     /// the failure count still grows, so the pool's failures stay visible.
-    pub fn failed_after(&mut self, pool: &str, requeue: Option<chrono::Duration>) -> Duration {
+    pub(crate) fn failed_after(
+        &mut self,
+        pool: &str,
+        requeue: Option<chrono::Duration>,
+    ) -> Duration {
         let n = self.failures.entry(pool.to_string()).or_insert(0);
         *n = n.saturating_add(1);
         let after = backoff(*n);
@@ -155,7 +161,7 @@ impl Retries {
     }
 
     /// Consecutive failures of `pool` so far.
-    pub fn failures(&self, pool: &str) -> u32 {
+    pub(crate) fn failures(&self, pool: &str) -> u32 {
         self.failures.get(pool).copied().unwrap_or(0)
     }
 }

@@ -57,20 +57,20 @@ use crate::karpenter::{NODEPOOL_LABEL, NodeClaim, NodePool};
 use crate::policy::crd::{RotationPolicy, RotationPolicyStatus as Status};
 
 /// The field manager of every write.
-pub const FIELD_MANAGER: &str = "noderotation";
+pub(crate) const FIELD_MANAGER: &str = "noderotation";
 
 /// The label selector of the placeholder-pod watch.
-pub fn placeholder_selector() -> String {
+pub(crate) fn placeholder_selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
 }
 
 /// The field selector of the nominations watch: Karpenter's `Nominated` Events on pods.
-pub fn nomination_selector() -> String {
+pub(crate) fn nomination_selector() -> String {
     format!("reason={NOMINATED_REASON},involvedObject.kind=Pod")
 }
 
 /// Maps a kube-rs error to what the API server answered.
-pub fn map_error(err: kube::Error, creating: bool) -> ApiError {
+pub(crate) fn map_error(err: kube::Error, creating: bool) -> ApiError {
     match err {
         kube::Error::Api(status) => {
             let message = if status.message.is_empty() {
@@ -96,7 +96,7 @@ pub fn map_error(err: kube::Error, creating: bool) -> ApiError {
 /// watcher retries a failing watch with a backoff of at most 30s, so a watch still failing
 /// reports an error well within this; a watch re-established on a quiet cluster delivers no
 /// event, and its last error ages out instead.
-pub const WATCH_RECOVERY: std::time::Duration = std::time::Duration::from_secs(120);
+pub(crate) const WATCH_RECOVERY: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Objects per page of every watch's initial list and re-list (kube-runtime's default is 500).
 /// A page is decoded whole before the projection keeps about 4 KB of each object: at
@@ -110,7 +110,7 @@ pub const LIST_PAGE: u32 = 100;
 /// Whether each watch still delivers after the first sync, for `/readyz`: a reflector whose
 /// watch broke serves an ever older cache.
 #[derive(Debug, Default)]
-pub struct WatchHealth {
+pub(crate) struct WatchHealth {
     /// Kinds whose last outcome was an error, with that error's time.
     failing: Mutex<std::collections::BTreeMap<ObjectKind, std::time::Instant>>,
 }
@@ -123,18 +123,18 @@ impl WatchHealth {
     }
 
     /// The watch of `kind` returned an error at `at`.
-    pub fn failed(&self, kind: ObjectKind, at: std::time::Instant) {
+    pub(crate) fn failed(&self, kind: ObjectKind, at: std::time::Instant) {
         self.lock().insert(kind, at);
     }
 
     /// The watch of `kind` delivered an event.
-    pub fn delivered(&self, kind: ObjectKind) {
+    pub(crate) fn delivered(&self, kind: ObjectKind) {
         self.lock().remove(&kind);
     }
 
     /// Kinds whose watch failed within [`WATCH_RECOVERY`] before `now` and delivered nothing
     /// since.
-    pub fn broken(&self, now: std::time::Instant) -> Vec<ObjectKind> {
+    pub(crate) fn broken(&self, now: std::time::Instant) -> Vec<ObjectKind> {
         self.lock()
             .iter()
             .filter(|(_, at)| now.saturating_duration_since(**at) < WATCH_RECOVERY)
@@ -146,7 +146,7 @@ impl WatchHealth {
 /// What a [`KubeCluster`] watches beside NodePools, NodeClaims, Nodes, placeholder Pods and
 /// RotationPolicies.
 #[derive(Debug, Clone, Copy)]
-pub enum Watches<'a> {
+pub(crate) enum Watches<'a> {
     /// Nothing more: a reader (`noderotation status --watch`), whose user needs no more RBAC.
     Readers,
     /// The controller (`run`): also the PriorityClass the placeholders name, by name (its
@@ -170,7 +170,7 @@ struct Stores {
 
 /// The client of the requests (reads, writes, Events) and the bound of each.
 #[derive(Clone)]
-pub struct Requests {
+pub(crate) struct Requests {
     pub client: Client,
     /// A request (with whatever the client does inside it) that has not answered by then is
     /// abandoned: `Transient`, the write may or may not have been applied.
@@ -309,7 +309,7 @@ impl KubeCluster {
 
     /// [`KubeCluster::start`] with the watches on `client` and every request on `requests`, and
     /// the controller's own watches with [`Watches::Controller`].
-    pub fn start_with(
+    pub(crate) fn start_with(
         client: Client,
         requests: Requests,
         namespace: impl Into<String>,
@@ -465,27 +465,22 @@ impl KubeCluster {
     }
 
     /// Every store has completed its first list.
-    pub fn is_synced(&self) -> bool {
+    pub(crate) fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }
 
     /// The kinds whose watch is failing now ([`WatchHealth::broken`]).
-    pub fn broken_watches(&self) -> Vec<ObjectKind> {
+    pub(crate) fn broken_watches(&self) -> Vec<ObjectKind> {
         self.watches.broken(std::time::Instant::now())
     }
 
-    /// The controller's namespace (placeholder pods live there).
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
     /// The names of every NodePool in the store.
-    pub fn pool_names(&self) -> Vec<String> {
+    pub(crate) fn pool_names(&self) -> Vec<String> {
         self.stores.pools.state().iter().map(|p| p.name_any()).collect()
     }
 
     /// The pool of a claim in the store (its `karpenter.sh/nodepool` label).
-    pub fn pool_of_claim(&self, claim: &str) -> Option<String> {
+    pub(crate) fn pool_of_claim(&self, claim: &str) -> Option<String> {
         let key = reflector::ObjectRef::<NodeClaim>::new(claim);
         self.stores.claims.get(&key).and_then(|c| c.node_pool().map(str::to_string))
     }
@@ -533,7 +528,7 @@ impl KubeCluster {
     }
 
     /// The JSON merge patch for `patch` (see the module docs).
-    pub fn merge_patch_body(
+    pub(crate) fn merge_patch_body(
         target: &ObjectRef,
         patch: &Patch,
         resource_version: Option<&str>,
@@ -754,7 +749,7 @@ impl Cluster for KubeCluster {
 /// cache (before Kubernetes 1.31), and etcd cannot filter by field: every such list would read
 /// every pod of the cluster. The watch cache indexes pods by node and lags etcd by the time a
 /// watch event takes to arrive, which is what every informer-based controller decides on.
-pub fn pods_on_node_params(node: &str) -> ListParams {
+pub(crate) fn pods_on_node_params(node: &str) -> ListParams {
     ListParams::default().fields(&format!("spec.nodeName={node}")).at("0")
 }
 

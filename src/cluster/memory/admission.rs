@@ -91,7 +91,7 @@ impl MemoryCluster {
     }
 
     /// Lifts a [`MemoryCluster::reject_placeholder`] rule.
-    pub fn admit_placeholder(&self, rule: &Rejected) {
+    pub(crate) fn admit_placeholder(&self, rule: &Rejected) {
         self.lock().admission.rules.remove(rule);
     }
 

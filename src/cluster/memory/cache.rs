@@ -37,7 +37,7 @@ impl CacheLag {
     }
 
     /// The delay of the next event; draws from `rng` only for `UpTo`.
-    pub fn next_delay(self, rng: &mut Rng) -> Duration {
+    pub(crate) fn next_delay(self, rng: &mut Rng) -> Duration {
         match self {
             CacheLag::None => Duration::zero(),
             CacheLag::Fixed(d) => d.max(Duration::zero()),
@@ -229,7 +229,7 @@ impl MemoryCluster {
     /// keep of them ([`projection`]): for the simulated world's own view (its actors, the
     /// invariant checker, the trace), never for a controller's. It relists, so what it holds
     /// already is whole too.
-    pub fn see_whole_objects(&self) {
+    pub(crate) fn see_whole_objects(&self) {
         let client = self.client;
         self.lock().clients[client].whole = true;
         self.resync_cache();
@@ -256,7 +256,7 @@ impl MemoryCluster {
 
     /// Applies to this handle's cache every watch event due by `now`, in order per kind.
     /// [`Cluster::cache`](crate::cluster::Cluster::cache) does this with the clock's time.
-    pub fn deliver(&self, now: DateTime<Utc>) {
+    pub(crate) fn deliver(&self, now: DateTime<Utc>) {
         let client = self.client;
         self.lock().clients[client].deliver(now);
     }
@@ -269,7 +269,7 @@ impl MemoryCluster {
 
     /// Drops the events in flight and re-lists the store: what a restarted controller's
     /// reflectors see (in-memory state lost, fresh initial list).
-    pub fn resync_cache(&self) {
+    pub(crate) fn resync_cache(&self) {
         let mut st = self.lock();
         let view = st.view();
         let cache = &mut st.clients[self.client];
@@ -294,25 +294,26 @@ impl MemoryCluster {
     /// Starts (`on`) or stops recording what this handle's reflectors see, dropping what was
     /// recorded: every watch event as it reaches the cache, and a relist of every kind on
     /// [`MemoryCluster::resync_cache`]. [`MemoryCluster::take_changes`] hands them over.
-    pub fn watch_changes(&self, on: bool) {
+    pub(crate) fn watch_changes(&self, on: bool) {
         let client = self.client;
         self.lock().clients[client].outbox = on.then(Vec::new);
     }
 
     /// What this handle's reflectors saw since the last call, in order (empty unless
     /// [`MemoryCluster::watch_changes`] was called).
-    pub fn take_changes(&self) -> Vec<watch::Change> {
+    pub(crate) fn take_changes(&self) -> Vec<watch::Change> {
         let client = self.client;
         self.lock().clients[client].outbox.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// When the next watch event in flight reaches this handle's cache.
-    pub fn next_delivery(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_delivery(&self) -> Option<DateTime<Utc>> {
         self.lock().clients[self.client].next_delivery()
     }
 
     /// Watch events not yet delivered to this handle's cache.
-    pub fn pending_watch_events(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pending_watch_events(&self) -> usize {
         self.lock().clients[self.client].pending()
     }
 }

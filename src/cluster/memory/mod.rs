@@ -27,6 +27,7 @@
 //! `world` (the world side).
 use std::sync::{Arc, Mutex, MutexGuard};
 
+#[cfg(test)]
 use chrono::{DateTime, Utc};
 
 use super::{CacheView, EventRecord};
@@ -48,7 +49,7 @@ mod world;
 pub use admission::Rejected;
 pub use cache::CacheLag;
 use cache::ClientCache;
-pub use controller::CallCounts;
+pub(crate) use controller::CallCounts;
 pub use faults::{
     ApiVerb, Call, Fault, Faults, INJECTED_FORBIDDEN, INJECTED_TRANSIENT, RandomFaults,
 };
@@ -110,15 +111,16 @@ impl MemoryCluster {
     }
 
     /// This handle's controller (cache) id, as passed to [`Faults`] in [`Call::client`].
-    pub fn client_id(&self) -> usize {
+    pub(crate) fn client_id(&self) -> usize {
         self.client
     }
 
-    pub fn now(&self) -> DateTime<Utc> {
+    #[cfg(test)]
+    pub(crate) fn now(&self) -> DateTime<Utc> {
         self.shared.clock.now()
     }
 
-    pub fn controller_namespace(&self) -> String {
+    pub(crate) fn controller_namespace(&self) -> String {
         self.lock().controller_namespace.clone()
     }
 
@@ -133,7 +135,7 @@ impl MemoryCluster {
     }
 
     /// Removes and returns the recorded Events (long simulations drain the log as they go).
-    pub fn take_events(&self) -> Vec<EventRecord> {
+    pub(crate) fn take_events(&self) -> Vec<EventRecord> {
         std::mem::take(&mut self.lock().events)
     }
 

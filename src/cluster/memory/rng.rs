@@ -16,7 +16,7 @@ impl Rng {
         Rng { s }
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let [s0, s1, s2, s3] = &mut self.s;
         let result = s1.wrapping_mul(5).rotate_left(7).wrapping_mul(9);
         let t = *s1 << 17;
@@ -45,25 +45,25 @@ impl Rng {
     }
 
     /// Uniform in `[0, 1)`.
-    pub fn next_f64(&mut self) -> f64 {
+    pub(crate) fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
     /// `true` with probability `p` (clamped to `[0, 1]`). Always consumes one draw, so the
     /// sequence does not depend on `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
+    pub(crate) fn chance(&mut self, p: f64) -> bool {
         self.next_f64() < p
     }
 
     /// A uniformly chosen element, `None` for an empty slice.
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
+    pub(crate) fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
         let n = u64::try_from(items.len()).ok()?;
         items.get(usize::try_from(self.below(n)).ok()?)
     }
 
     /// An independent generator derived from this one, for giving an actor its own stream
     /// without coupling its draws to everyone else's.
-    pub fn fork(&mut self) -> Rng {
+    pub(crate) fn fork(&mut self) -> Rng {
         Rng::new(self.next_u64())
     }
 }

@@ -98,13 +98,10 @@ impl MemoryCluster {
         self.lock().store.pods.values().cloned().collect()
     }
 
-    pub fn policies(&self) -> Vec<Arc<RotationPolicy>> {
-        self.lock().store.policies.values().cloned().collect()
-    }
-
     /// Pods whose `spec.nodeName` is `node` (the world's view of
     /// [`Cluster::pods_on_node`](crate::cluster::Cluster::pods_on_node)).
-    pub fn pods_bound_to(&self, node: &str) -> Vec<Arc<Pod>> {
+    #[cfg(test)]
+    pub(crate) fn pods_bound_to(&self, node: &str) -> Vec<Arc<Pod>> {
         let st = self.lock();
         st.store
             .pods_by_node

@@ -12,54 +12,65 @@ use super::settings::{AgeThreshold, Effective};
 use super::window::{Occurrence, Schedule};
 
 /// Detection lag allowance in `t_rot`: 4 × the 30s short requeue.
-pub const BUFFER: Duration = Duration::minutes(2);
+pub(crate) const BUFFER: Duration = Duration::minutes(2);
 /// tGP assumed in `t_rot` when the claim has none (its drain is unbounded).
-pub const UNSET_TGP_BOUND: Duration = Duration::hours(1);
+pub(crate) const UNSET_TGP_BOUND: Duration = Duration::hours(1);
 /// The escalating backoff stops doubling at this multiple of `retryBackoff`.
-pub const MAX_BACKOFF_FACTOR: i32 = 8;
+pub(crate) const MAX_BACKOFF_FACTOR: i32 = 8;
 
 /// `creationTimestamp + E`; `None` for `Never` (no forced expiry).
-pub fn deadline(created: DateTime<Utc>, expire_after: ExpireAfter) -> Option<DateTime<Utc>> {
+pub(crate) fn deadline(created: DateTime<Utc>, expire_after: ExpireAfter) -> Option<DateTime<Utc>> {
     expire_after.duration().and_then(|e| created.checked_add_signed(e))
 }
 
 /// `t_rot = readyTimeout + tGP + buffer`, the deadline-side bound of one rotation; tGP unset
 /// counts as 1h.
-pub fn t_rot(ready_timeout: Duration, tgp: Option<Duration>) -> Duration {
+pub(crate) fn t_rot(ready_timeout: Duration, tgp: Option<Duration>) -> Duration {
     ready_timeout + tgp.unwrap_or(UNSET_TGP_BOUND) + BUFFER
 }
 
 /// `drain_bound = tGP + buffer` (tGP unset: 1h + buffer), the §4.2 bound after which a drain
 /// counts as stuck.
-pub fn drain_bound(tgp: Option<Duration>) -> Duration {
+pub(crate) fn drain_bound(tgp: Option<Duration>) -> Duration {
     tgp.unwrap_or(UNSET_TGP_BOUND) + BUFFER
 }
 
 /// `t_rot_est = provisioningEstimate + drainEstimate`, the expected service time (layer 2 only).
-pub fn t_rot_est(provisioning_estimate: Duration, drain_estimate: Duration) -> Duration {
+pub(crate) fn t_rot_est(provisioning_estimate: Duration, drain_estimate: Duration) -> Duration {
     provisioning_estimate + drain_estimate
 }
 
 /// `leadTime = K*P + t_rot`: a claim is due this long before its deadline. Saturates instead of
 /// overflowing for absurd K.
-pub fn lead_time(k: u32, period: Duration, t_rot: Duration) -> Duration {
+pub(crate) fn lead_time(k: u32, period: Duration, t_rot: Duration) -> Duration {
     times(period, k).checked_add(&t_rot).unwrap_or(Duration::MAX)
 }
 
 /// `d * n`, saturating at `Duration::MAX` (chrono's `*` panics on overflow).
-pub fn times(d: Duration, n: u32) -> Duration {
+pub(crate) fn times(d: Duration, n: u32) -> Duration {
     i32::try_from(n).ok().and_then(|n| d.checked_mul(n)).unwrap_or(Duration::MAX)
 }
 
 /// Auto `A = E - (K*P + t_rot)`. Zero or negative means the claim cannot get K chances
 /// (layer-1 fatal for the pool's representative E, `ShortLead` for one claim).
-pub fn auto_age_threshold(e: Duration, k: u32, period: Duration, t_rot: Duration) -> Duration {
+#[cfg(test)]
+pub(crate) fn auto_age_threshold(
+    e: Duration,
+    k: u32,
+    period: Duration,
+    t_rot: Duration,
+) -> Duration {
     e - lead_time(k, period, t_rot)
 }
 
 /// `G`: occurrence starts an override `A` guarantees before `deadline - t_rot`:
 /// `floor((E - A - t_rot) / P)`; may be zero or negative.
-pub fn guaranteed_chances(e: Duration, a: Duration, period: Duration, t_rot: Duration) -> i64 {
+pub(crate) fn guaranteed_chances(
+    e: Duration,
+    a: Duration,
+    period: Duration,
+    t_rot: Duration,
+) -> i64 {
     let span = e - a - t_rot;
     let p = period.num_milliseconds().max(1);
     span.num_milliseconds().div_euclid(p)
@@ -68,7 +79,7 @@ pub fn guaranteed_chances(e: Duration, a: Duration, period: Duration, t_rot: Dur
 /// `C = m * ceil(D / (t_rot_est + cooldownAfter))`, with `m = lanes` rotations in flight at
 /// once (`surge.maxUnavailable` resolved against the pool; 0 counts as 1): each lane starts one
 /// rotation per slot, its cooldown after its own completion.
-pub fn starts_per_occurrence(
+pub(crate) fn starts_per_occurrence(
     d: Duration,
     t_rot_est: Duration,
     cooldown_after: Duration,
@@ -84,7 +95,7 @@ pub fn starts_per_occurrence(
 /// not wrap back to a short backoff, nor panic); absent or anything else reads as 0, no failure
 /// recorded (the backoff treats 0 as 1). The one reading of the count, for selection, backoff,
 /// messages and the increment.
-pub fn parse_retry_count(raw: Option<&str>) -> u64 {
+pub(crate) fn parse_retry_count(raw: Option<&str>) -> u64 {
     match raw {
         Some(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
             s.bytes().fold(0u64, |n, b| n.saturating_mul(10).saturating_add(u64::from(b - b'0')))
@@ -94,13 +105,13 @@ pub fn parse_retry_count(raw: Option<&str>) -> u64 {
 }
 
 /// [`parse_retry_count`] for the backoff, saturating at `u32::MAX` (past 4 the cap applies).
-pub fn retry_count_u32(raw: Option<&str>) -> u32 {
+pub(crate) fn retry_count_u32(raw: Option<&str>) -> u32 {
     u32::try_from(parse_retry_count(raw)).unwrap_or(u32::MAX)
 }
 
 /// Escalating backoff: `retryBackoff * 2^(retry_count - 1)`, capped at `8 * retryBackoff`. A
 /// count of 0 (not yet failed) is treated as 1.
-pub fn backoff(retry_backoff: Duration, retry_count: u32) -> Duration {
+pub(crate) fn backoff(retry_backoff: Duration, retry_count: u32) -> Duration {
     let doublings = retry_count.saturating_sub(1).min(3);
     retry_backoff * (1i32 << doublings).min(MAX_BACKOFF_FACTOR)
 }
@@ -109,10 +120,10 @@ pub fn backoff(retry_backoff: Duration, retry_count: u32) -> Duration {
 /// `failed-at`: the instant something happened) may lie before it is invalid: clock skew between
 /// the replicas that write and read it. A later value is treated as unreadable and warned about,
 /// never obeyed: obeyed, a stamp years ahead holds its gate, backoff or readyTimeout for years.
-pub const STAMP_SKEW_TOLERANCE: Duration = Duration::minutes(2);
+pub(crate) const STAMP_SKEW_TOLERANCE: Duration = Duration::minutes(2);
 
 /// `stamp` lies further in the future than [`STAMP_SKEW_TOLERANCE`] allows at `now`.
-pub fn in_the_future(stamp: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+pub(crate) fn in_the_future(stamp: DateTime<Utc>, now: DateTime<Utc>) -> bool {
     stamp > now + STAMP_SKEW_TOLERANCE
 }
 
@@ -120,7 +131,7 @@ pub fn in_the_future(stamp: DateTime<Utc>, now: DateTime<Utc>) -> bool {
 /// containing failed_at)`; `failed_at` outside every occurrence: at once. Recomputed from the
 /// schedule given, so editing a window entry moves it (§3.2). The window gate still
 /// applies on top.
-pub fn eligible_at(
+pub(crate) fn eligible_at(
     failed_at: DateTime<Utc>,
     retry_count: u32,
     retry_backoff: Duration,
@@ -136,7 +147,7 @@ pub fn eligible_at(
 /// The next attempt reported by the failure log line and Event: [`eligible_at`] if it lies in
 /// the occurrence that contains `failed_at`, else the next occurrence start at or after it. A
 /// snapshot, not a lower bound. `None` when the window never opens again within the horizon.
-pub fn next_attempt(
+pub(crate) fn next_attempt(
     failed_at: DateTime<Utc>,
     retry_count: u32,
     retry_backoff: Duration,
@@ -151,7 +162,7 @@ pub fn next_attempt(
 
 /// The claim's rotation state, from the controller's state annotation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClaimState {
+pub(crate) enum ClaimState {
     /// No state: never touched, or the last rotation finished.
     Idle,
     /// The last attempt failed; eligible again after its backoff.
@@ -178,7 +189,7 @@ impl From<crate::engine::ClaimState> for ClaimState {
 /// What the candidate predicate needs to know about one NodeClaim of a governed pool. The
 /// caller reads annotations and conditions; nothing here parses them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClaimFacts {
+pub(crate) struct ClaimFacts {
     pub created: DateTime<Utc>,
     /// The claim's own `spec.expireAfter`.
     pub expire_after: ExpireAfter,
@@ -195,9 +206,9 @@ pub struct ClaimFacts {
     pub operator_do_not_disrupt: bool,
 }
 
-/// The verdict of [`candidacy`]; every variant but `Candidate` says why not.
+/// The verdict of [`candidacy_due`]; every variant but `Candidate` says why not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Candidacy {
+pub(crate) enum Candidacy {
     Candidate,
     Deleting,
     NotReady,
@@ -214,11 +225,9 @@ pub enum Candidacy {
     },
 }
 
-/// The instant after which a claim is due for rotation (§3.2): auto: `deadline -
-/// leadTime`, strictly after; windows: the start of its K-th last chance, at or after; override:
-/// `created + A`, at or after (the predicate handles the boundary). `None`: never due (E = Never
-/// with auto or windows).
-pub fn due_after(
+/// The tests' shorthand: [`due_after_listed`] with nothing listed.
+#[cfg(test)]
+pub(crate) fn due_after(
     claim: &ClaimFacts,
     settings: &Effective,
     period: Duration,
@@ -226,10 +235,14 @@ pub fn due_after(
     due_after_listed(claim, settings, period, &[])
 }
 
-/// [`due_after`], with a contiguous run of the schedule's merged occurrences listed already
-/// (the burst lookahead's, around now): `ageThreshold: windows` counts chances on it before it
-/// asks the schedule, which is what keeps a pass over many claims cheap.
-pub fn due_after_listed(
+/// The instant after which a claim is due for rotation (§3.2): auto: `deadline -
+/// leadTime`, strictly after; windows: the start of its K-th last chance, at or after; override:
+/// `created + A`, at or after (the predicate handles the boundary). `None`: never due (E = Never
+/// with auto or windows). `listed` is a contiguous run of the schedule's merged occurrences
+/// listed already (the burst lookahead's, around now; may be empty): `ageThreshold: windows`
+/// counts chances on it before it asks the schedule, which is what keeps a pass over many claims
+/// cheap.
+pub(crate) fn due_after_listed(
     claim: &ClaimFacts,
     settings: &Effective,
     period: Duration,
@@ -258,10 +271,10 @@ pub fn due_after_listed(
     }
 }
 
-/// The candidate predicate of §3.2 for a claim of a governed pool (the caller only
-/// asks for pools whose governing policy produced `settings`). `period` is `P` of the policy's
-/// schedule at `now`. The window gate is not part of it.
-pub fn candidacy(
+/// The tests' shorthand: [`candidacy_due`] at the claim's own due instant ([`due_after_listed`]
+/// with nothing listed; `period` is `P` of the policy's schedule at `now`).
+#[cfg(test)]
+pub(crate) fn candidacy(
     claim: &ClaimFacts,
     settings: &Effective,
     period: Duration,
@@ -270,9 +283,11 @@ pub fn candidacy(
     candidacy_due(claim, settings, due_after(claim, settings, period), now)
 }
 
-/// [`candidacy`] with the due instant given: [`due_after`], or the earlier one the burst
-/// lookahead gives a crowded claim ([`crate::policy::lookahead`]).
-pub fn candidacy_due(
+/// The candidate predicate of §3.2 for a claim of a governed pool (the caller only asks for
+/// pools whose governing policy produced `settings`), with the due instant given: the claim's
+/// own ([`due_after_listed`]), or the earlier one the burst lookahead gives a crowded claim
+/// ([`crate::policy::lookahead`]). The window gate is not part of it.
+pub(crate) fn candidacy_due(
     claim: &ClaimFacts,
     settings: &Effective,
     due: Option<DateTime<Utc>>,
@@ -315,7 +330,7 @@ pub fn candidacy_due(
 /// Whether `now` has reached the due instant `at`: strictly after it for `auto` (and a 24/7
 /// union of windows, which takes `auto`'s instant and its comparison), at or after it otherwise.
 /// A claim whose [`CandidateSince`] is `Due(at)` is a candidate exactly then.
-pub fn due_reached(settings: &Effective, at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+pub(crate) fn due_reached(settings: &Effective, at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
     let strict = match settings.age_threshold {
         AgeThreshold::Auto => true,
         AgeThreshold::Windows => !settings.schedule.has_gaps(),
@@ -327,7 +342,7 @@ pub fn due_reached(settings: &Effective, at: DateTime<Utc>, now: DateTime<Utc>) 
 /// When [`candidacy_due`] says `Candidate`, as a function of `now` alone, for the census of a
 /// pool whose facts stay the same from pass to pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CandidateSince {
+pub(crate) enum CandidateSince {
     /// Never, whatever `now`: deleting, not Ready, in rotation, opted out, or never due.
     Never,
     /// From the instant `now` reaches the due instant ([`due_reached`]) on, for good.
@@ -338,7 +353,7 @@ pub enum CandidateSince {
 
 /// [`CandidateSince`] of a claim with the due instant `due`, read in the order
 /// [`candidacy_due`] reads the facts.
-pub fn candidate_since(claim: &ClaimFacts, due: Option<DateTime<Utc>>) -> CandidateSince {
+pub(crate) fn candidate_since(claim: &ClaimFacts, due: Option<DateTime<Utc>>) -> CandidateSince {
     if claim.deleting
         || !claim.ready
         || claim.state == ClaimState::InRotation
@@ -354,9 +369,9 @@ pub fn candidate_since(claim: &ClaimFacts, due: Option<DateTime<Utc>>) -> Candid
 }
 
 /// Whether the claim takes part in the burst lookahead: it has a deadline and a due instant
-/// (`due`, its [`due_after`]) and still needs a rotation slot (not deleting, not in rotation, not
+/// (`due`, its [`due_after_listed`]) and still needs a rotation slot (not deleting, not in rotation, not
 /// opted out by the operator).
-pub fn needs_slot(claim: &ClaimFacts, due: Option<DateTime<Utc>>) -> bool {
+pub(crate) fn needs_slot(claim: &ClaimFacts, due: Option<DateTime<Utc>>) -> bool {
     !claim.deleting
         && claim.state != ClaimState::InRotation
         && !claim.operator_do_not_disrupt
@@ -365,7 +380,8 @@ pub fn needs_slot(claim: &ClaimFacts, due: Option<DateTime<Utc>>) -> bool {
 }
 
 /// Shorthand for `candidacy(..) == Candidate`.
-pub fn is_candidate(
+#[cfg(test)]
+pub(crate) fn is_candidate(
     claim: &ClaimFacts,
     settings: &Effective,
     period: Duration,
@@ -377,7 +393,7 @@ pub fn is_candidate(
 /// Sort key of the candidate order: earliest deadline first (no deadline last), then older
 /// `creationTimestamp`, then name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RotationOrder<'a> {
+pub(crate) struct RotationOrder<'a> {
     pub deadline: Option<DateTime<Utc>>,
     pub created: DateTime<Utc>,
     pub name: &'a str,
@@ -404,17 +420,17 @@ impl PartialOrd for RotationOrder<'_> {
 /// The derived values of a policy's effective settings for a claim or pool with tGP `tgp`.
 impl Effective {
     /// `t_rot = readyTimeout + tGP + buffer` for a claim or pool with this tGP.
-    pub fn t_rot(&self, tgp: Option<Duration>) -> Duration {
+    pub(crate) fn t_rot(&self, tgp: Option<Duration>) -> Duration {
         t_rot(self.ready_timeout, tgp)
     }
 
     /// `t_rot_est = provisioningEstimate + drainEstimate`.
-    pub fn t_rot_est(&self, tgp: Option<Duration>) -> Duration {
+    pub(crate) fn t_rot_est(&self, tgp: Option<Duration>) -> Duration {
         t_rot_est(self.provisioning_estimate, self.drain_estimate(tgp))
     }
 
     /// The escalating backoff after `retry_count` failures.
-    pub fn backoff(&self, retry_count: u32) -> Duration {
+    pub(crate) fn backoff(&self, retry_count: u32) -> Duration {
         backoff(self.retry_backoff, retry_count)
     }
 }
@@ -422,7 +438,7 @@ impl Effective {
 impl ClaimFacts {
     /// A claim that is ready, idle, never failed and not opted out: what the unit and property
     /// tests start from, and how the simulation sees a fleet at its start.
-    pub fn idle(
+    pub(crate) fn idle(
         created: DateTime<Utc>,
         expire_after: ExpireAfter,
         termination_grace_period: Option<Duration>,

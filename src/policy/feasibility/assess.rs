@@ -10,7 +10,7 @@ use crate::policy::duration::{ExpireAfter, format_human};
 use crate::policy::settings::{AgeThreshold, Effective, MaxUnavailable};
 
 /// Layers 1 and 2 for a pool governed by `settings`, with the window horizon anchored at `now`.
-pub fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Assessment {
+pub(crate) fn assess(settings: &Effective, pool: &PoolFacts, now: DateTime<Utc>) -> Assessment {
     let mut findings = Vec::new();
     let k = settings.min_rotation_chances;
     let tgp = pool.termination_grace_period;

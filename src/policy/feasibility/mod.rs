@@ -21,15 +21,15 @@ mod assess;
 mod short_lead;
 mod throughput;
 
-pub use assess::assess;
-pub use short_lead::short_lead;
-pub use throughput::smallest_percent;
+pub(crate) use assess::assess;
+pub(crate) use short_lead::short_lead;
+pub(crate) use throughput::smallest_percent;
 
 /// EKS Auto Mode's maximum node lifetime, `expireAfter + tGP` (§2).
-pub const HARD_LIFETIME_CAP: Duration = Duration::days(21);
+pub(crate) const HARD_LIFETIME_CAP: Duration = Duration::days(21);
 
 /// The label key whose absence from `matchNodeRequirements.required` is warned about (§3.7).
-pub const ZONE_KEY: &str = "topology.kubernetes.io/zone";
+pub(crate) const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 
 /// Fatal findings block new starts and the failed->pending retry in the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -55,7 +55,7 @@ include!(concat!(env!("OUT_DIR"), "/causes.rs"));
 
 impl Cause {
     /// The Event reason (§4.3): `Infeasible` for every fatal finding, else the reason itself.
-    pub fn event_reason(self) -> &'static str {
+    pub(crate) fn event_reason(self) -> &'static str {
         match self.severity() {
             Severity::Fatal => "Infeasible",
             Severity::Warning => self.as_str(),
@@ -88,7 +88,7 @@ impl Finding {
 
 /// What feasibility needs to know about the pool (its template values stand in for its claims).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolFacts {
+pub(crate) struct PoolFacts {
     /// Template `expireAfter` (Karpenter default 720h when unset).
     pub expire_after: ExpireAfter,
     /// Template `terminationGracePeriod`.
@@ -104,7 +104,7 @@ pub struct PoolFacts {
 
 /// The derived quantities, for metrics and `plan`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Derived {
+pub(crate) struct Derived {
     /// `P`; `None` without windows.
     pub period: Option<Duration>,
     /// The union is open 24/7 (`P` is the 1m tick).
@@ -151,14 +151,14 @@ pub struct Derived {
 
 /// Feasibility of one pool: derived quantities and findings (fatal first, then by reason).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Assessment {
+pub(crate) struct Assessment {
     pub derived: Derived,
     pub findings: Vec<Finding>,
 }
 
 impl Assessment {
     /// A fatal finding exists: no new starts and no failed->pending retry in the pool.
-    pub fn has_fatal(&self) -> bool {
+    pub(crate) fn has_fatal(&self) -> bool {
         self.findings.iter().any(|f| f.severity == Severity::Fatal)
     }
 }

@@ -13,7 +13,7 @@ use crate::policy::window::Occurrence;
 /// get K chances; it is counted, announced with `ShortLead`, and rotated at the first chance.
 /// With `ageThreshold: windows` the claim's own life (from `created`) is what counts: fewer
 /// than K chances in it ([`chances::last_chances`], searching `listed` first).
-pub fn short_lead(
+pub(crate) fn short_lead(
     settings: &Effective,
     expire_after: ExpireAfter,
     termination_grace_period: Option<Duration>,

@@ -163,7 +163,7 @@ fn unknown_need(d: &Derived, pool: &PoolFacts) -> &'static str {
 /// The smallest percentage of `nodes` that resolves to at least `lanes`
 /// ([`IntOrPercent::resolve`]), if one up to 100% does (never more lanes than
 /// [`crate::policy::crd::MAX_UNAVAILABLE`]).
-pub fn smallest_percent(lanes: usize, nodes: u64) -> Option<u32> {
+pub(crate) fn smallest_percent(lanes: usize, nodes: u64) -> Option<u32> {
     if !u32::try_from(lanes).is_ok_and(|l| l <= crate::policy::crd::MAX_UNAVAILABLE) {
         return None;
     }

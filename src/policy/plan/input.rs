@@ -23,7 +23,7 @@ pub(crate) struct TypeMeta {
 
 /// Every RotationPolicy in a (possibly multi-document) YAML manifest. Errors name the document
 /// and the field (`spec.surge.readyTimeout: invalid type ... at line 12 column 19`).
-pub fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
+pub(crate) fn parse_policies(text: &str) -> anyhow::Result<Vec<RotationPolicy>> {
     let mut kinds = Vec::new();
     for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
         let value = serde_norway::Value::deserialize(doc)
@@ -88,7 +88,7 @@ fn strict_schema() -> anyhow::Result<serde_json::Value> {
 }
 
 /// The policy named `name`, or the only one.
-pub fn pick_policy(
+pub(crate) fn pick_policy(
     policies: Vec<RotationPolicy>,
     name: Option<&str>,
 ) -> anyhow::Result<RotationPolicy> {
@@ -113,7 +113,7 @@ pub fn pick_policy(
 
 /// The pool of a `karpenter.sh/v1` NodePool manifest `text` read from `file`; `nodes` overrides
 /// its node count.
-pub fn pool_from_manifest(
+pub(crate) fn pool_from_manifest(
     file: &str,
     text: &str,
     policy: &RotationPolicy,
@@ -134,7 +134,7 @@ pub fn pool_from_manifest(
 
 /// The pool of a NodePool read from `source` (a file, or the cluster); `nodes` overrides its
 /// node count.
-pub fn pool_from_nodepool(
+pub(crate) fn pool_from_nodepool(
     source: &str,
     pool: &NodePool,
     policy: &RotationPolicy,

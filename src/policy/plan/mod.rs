@@ -24,8 +24,8 @@ mod input;
 mod render;
 mod report;
 
-pub use input::{parse_policies, pick_policy, pool_from_manifest, pool_from_nodepool};
-pub use render::render_human;
+pub(crate) use input::{parse_policies, pick_policy, pool_from_manifest, pool_from_nodepool};
+pub(crate) use render::render_human;
 use report::build_report;
 pub use report::{
     DerivedReport, LifetimeReport, LocalOccurrence, OccurrenceReport, PlanReport, PoolInput,
@@ -33,10 +33,10 @@ pub use report::{
 };
 
 /// Exit code when the plan was printed and a fatal finding exists: no rotation would start.
-pub const EXIT_INFEASIBLE: i32 = 3;
+pub(crate) const EXIT_INFEASIBLE: i32 = 3;
 
 /// The policy's effective settings, or every invalid field named with `file`.
-pub fn settings_of(policy: &RotationPolicy, file: &str) -> anyhow::Result<Effective> {
+pub(crate) fn settings_of(policy: &RotationPolicy, file: &str) -> anyhow::Result<Effective> {
     let policy_name = policy.metadata.name.clone().unwrap_or_default();
     Effective::from_spec(&policy.spec).map_err(|invalid| {
         let lines: Vec<String> =
@@ -46,7 +46,7 @@ pub fn settings_of(policy: &RotationPolicy, file: &str) -> anyhow::Result<Effect
 }
 
 /// The report for `policy` (read from `file`) on the pool `facts` describe, at `now`.
-pub fn report(
+pub(crate) fn report(
     policy: &RotationPolicy,
     file: &str,
     settings: &Effective,

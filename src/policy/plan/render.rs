@@ -14,7 +14,7 @@ fn human_secs(s: i64) -> String {
 }
 
 /// The human rendering of a report.
-pub fn render_human(r: &PlanReport) -> String {
+pub(crate) fn render_human(r: &PlanReport) -> String {
     let mut out = String::new();
     let d = &r.derived;
     let s = &r.settings;

@@ -12,7 +12,7 @@ use crate::policy::derive::{self, ClaimFacts, RotationOrder};
 
 impl Snapshot {
     /// Computes `pick` and `census` from the pool's claims (again only after an `apply`).
-    pub fn select_candidates(&mut self) {
+    pub(crate) fn select_candidates(&mut self) {
         if self.selected == Some(self.version) {
             return;
         }
@@ -48,7 +48,7 @@ impl Snapshot {
 
     /// `claim` is in a rotation: an anchor of the pool names it, or it is marked draining or
     /// being deleted (a drain goes on after its anchor is lost).
-    pub fn in_flight_claim(&self, claim: &str) -> bool {
+    pub(crate) fn in_flight_claim(&self, claim: &str) -> bool {
         self.anchors().values().any(|a| *a == claim)
             || self.claim(claim).is_some_and(deleting_or_draining)
     }
@@ -59,7 +59,7 @@ impl Snapshot {
     /// too: the claims view may lag the pool's (it still shows the state before the delete that
     /// made it `draining`). They count against `maxUnavailable` until they are gone or the sweep
     /// marks them failed.
-    pub fn unanchored_drains(&self) -> usize {
+    pub(crate) fn unanchored_drains(&self) -> usize {
         let anchors = self.anchors();
         self.pool_claims()
             .filter(|c| marked_in_flight(c))
@@ -68,7 +68,7 @@ impl Snapshot {
     }
 
     /// The claims of the pool in a rotation ([`Snapshot::in_flight_claim`]).
-    pub fn claims_in_flight(&self) -> BTreeSet<String> {
+    pub(crate) fn claims_in_flight(&self) -> BTreeSet<String> {
         let mut out: BTreeSet<String> = self.anchors().into_values().map(str::to_string).collect();
         // The cached claims marked in flight that this pass did not write, then the pool's
         // claims it wrote, as written: what walking every claim as this pass sees it finds.
@@ -114,7 +114,7 @@ impl Snapshot {
     /// Every claim of the pool with its candidate facts and the instant it is due, as a start
     /// reads them ([`Snapshot::select_candidates`]): what the policy status and `noderotation
     /// status` count as due. Empty outside a governed pool.
-    pub fn claim_dues(&self) -> Vec<ClaimDue<'_>> {
+    pub(crate) fn claim_dues(&self) -> Vec<ClaimDue<'_>> {
         let Some(policy) = self.policy() else { return Vec::new() };
         let (facts_dues, _) = self.facts_and_dues(policy);
         let (claims, _) = self.index.pool_derived(&self.cache, self.pool_name());
@@ -128,10 +128,10 @@ impl Snapshot {
     }
 
     /// Each claim's due instant (parallel to `facts`): §3.2's, or earlier where the burst
-    /// lookahead needs the room ([`lookahead::effective_dues`] over the claims that still need
+    /// lookahead needs the room ([`lookahead::effective_dues_lanes`] over the claims that still need
     /// a rotation, in rotation order, one slot `t_rot_est + cooldownAfter` each).
     ///
-    /// [`lookahead::effective_dues`]: crate::policy::lookahead::effective_dues
+    /// [`lookahead::effective_dues_lanes`]: crate::policy::lookahead::effective_dues_lanes
     fn lookahead_dues(
         &self,
         policy: &PolicyView,

@@ -32,22 +32,18 @@ use crate::policy::lookahead::{self, OpenTime};
 use crate::policy::settings::Effective;
 use crate::policy::window::Occurrence;
 
-pub use index::{ClaimIndex, Derived, IndexCache};
-pub use patch::{apply_node_patch, apply_patch};
+pub(crate) use index::{ClaimIndex, Derived, IndexCache};
+pub(crate) use patch::{apply_node_patch, apply_patch};
 
-/// Detection lag allowance (§3.2 `buffer`).
-pub const BUFFER: Duration = Duration::minutes(2);
-/// tGP when the claim and the pool leave it unset.
-pub const DEFAULT_TGP: Duration = Duration::hours(1);
 /// "Forever" for a gate whose anchor is absent.
 const FOREVER: Duration = Duration::days(365 * 100);
 
-pub const KARPENTER_POOL_LABEL: &str = "karpenter.sh/nodepool";
+pub(crate) const KARPENTER_POOL_LABEL: &str = "karpenter.sh/nodepool";
 
 /// The governing policy of a pool, evaluated once per policy change (and per day, so the
 /// 53-week window horizon moves on).
 #[derive(Debug)]
-pub struct PolicyView {
+pub(crate) struct PolicyView {
     pub name: String,
     /// The policy's uid and generation: what is derived from the view (a pool's feasibility
     /// assessment, its lanes) is recomputed when it changes.
@@ -68,7 +64,7 @@ impl PolicyView {
     /// answer at `t` holds for every instant from `t` to the occurrence's end.
     ///
     /// [`Schedule::current_or_next`]: crate::policy::window::Schedule::current_or_next
-    pub fn current_or_next(&self, now: DateTime<Utc>) -> Option<Occurrence> {
+    pub(crate) fn current_or_next(&self, now: DateTime<Utc>) -> Option<Occurrence> {
         let mut last = self.window.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((asked, o)) = *last
             && asked <= now
@@ -87,7 +83,7 @@ impl PolicyView {
     /// two to each other).
     ///
     /// [`Schedule::in_window`]: crate::policy::window::Schedule::in_window
-    pub fn in_window(&self, t: DateTime<Utc>) -> bool {
+    pub(crate) fn in_window(&self, t: DateTime<Utc>) -> bool {
         let schedule = &self.settings.schedule;
         if schedule.is_always_open() {
             return true;
@@ -98,7 +94,7 @@ impl PolicyView {
 
 /// The pool's governance, as the rules see it.
 #[derive(Debug, Clone)]
-pub enum GovernanceView {
+pub(crate) enum GovernanceView {
     Governed(Arc<PolicyView>),
     Conflict(Vec<String>),
     Ungoverned,
@@ -106,7 +102,7 @@ pub enum GovernanceView {
 }
 
 impl GovernanceView {
-    pub fn symbol(&self) -> &'static str {
+    pub(crate) fn symbol(&self) -> &'static str {
         match self {
             GovernanceView::Governed(_) => "governed",
             GovernanceView::Conflict(_) => "conflict",
@@ -115,7 +111,7 @@ impl GovernanceView {
         }
     }
 
-    pub fn policy(&self) -> Option<&Arc<PolicyView>> {
+    pub(crate) fn policy(&self) -> Option<&Arc<PolicyView>> {
         match self {
             GovernanceView::Governed(p) => Some(p),
             _ => None,
@@ -125,7 +121,7 @@ impl GovernanceView {
 
 /// The thing a sweep visits (§5.3), with the anchor set read when the sweep started.
 #[derive(Debug, Clone)]
-pub enum SweepSubject {
+pub(crate) enum SweepSubject {
     Pool(String),
     Claim(String),
     Node(String),
@@ -134,16 +130,14 @@ pub enum SweepSubject {
 
 /// A claim of the pool, its candidate facts and the instant it is due
 /// ([`Snapshot::claim_dues`]).
-pub type ClaimDue<'a> = (&'a NodeClaim, Option<ClaimFacts>, Option<DateTime<Utc>>);
+pub(crate) type ClaimDue<'a> = (&'a NodeClaim, Option<ClaimFacts>, Option<DateTime<Utc>>);
 
 /// The snapshot one pass reads.
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub now: DateTime<Utc>,
     pub cache: Arc<CacheView>,
     /// `cache`'s claims grouped by pool and by node.
     pub index: Arc<ClaimIndex>,
-    /// The controller's namespace (placeholders).
-    pub namespace: String,
     /// The pool of a pool pass: the cache's copy, shared until this pass writes to it (its
     /// writes are applied to its own copy, `Arc::make_mut`).
     pub pool: Option<Arc<NodePool>>,
@@ -172,28 +166,23 @@ pub struct Snapshot {
 impl Snapshot {
     /// A pool pass's snapshot, with nothing written yet and no candidates selected; a governed
     /// pool's feasibility comes with [`Snapshot::assessed`].
-    pub fn for_pool(
+    pub(crate) fn for_pool(
         now: DateTime<Utc>,
         cache: Arc<CacheView>,
         index: Arc<ClaimIndex>,
-        namespace: String,
         pool: Arc<NodePool>,
         governance: GovernanceView,
     ) -> Snapshot {
-        Snapshot {
-            pool: Some(pool),
-            ..Snapshot::unwritten(now, cache, index, namespace, governance)
-        }
+        Snapshot { pool: Some(pool), ..Snapshot::unwritten(now, cache, index, governance) }
     }
 
     /// A sweep pass's snapshot over `subject`, with the `anchors` read when the sweep began
     /// (`pool`: the pool subject's copy through its slot's lens).
     #[allow(clippy::too_many_arguments)]
-    pub fn for_sweep(
+    pub(crate) fn for_sweep(
         now: DateTime<Utc>,
         cache: Arc<CacheView>,
         index: Arc<ClaimIndex>,
-        namespace: String,
         pool: Option<NodePool>,
         governance: GovernanceView,
         subject: SweepSubject,
@@ -203,7 +192,7 @@ impl Snapshot {
         Snapshot {
             pool: pool.map(Arc::new),
             sweep,
-            ..Snapshot::unwritten(now, cache, index, namespace, governance)
+            ..Snapshot::unwritten(now, cache, index, governance)
         }
     }
 
@@ -212,14 +201,12 @@ impl Snapshot {
         now: DateTime<Utc>,
         cache: Arc<CacheView>,
         index: Arc<ClaimIndex>,
-        namespace: String,
         governance: GovernanceView,
     ) -> Snapshot {
         Snapshot {
             now,
             cache,
             index,
-            namespace,
             pool: None,
             claims: BTreeMap::new(),
             nodes: BTreeMap::new(),
@@ -238,7 +225,7 @@ impl Snapshot {
     /// The pool's feasibility, and what it decides: whether a fatal finding holds starts back
     /// (step 1b), and `lanes(np)`, `maxUnavailable` for the pool's nodes (`auto`: what the pool
     /// needs, within its limit).
-    pub fn assessed(mut self, assessment: Arc<Assessment>) -> Snapshot {
+    pub(crate) fn assessed(mut self, assessment: Arc<Assessment>) -> Snapshot {
         self.fatal = assessment.has_fatal();
         self.lanes = assessment.derived.lanes;
         self.assessment = Some(assessment);
@@ -246,68 +233,68 @@ impl Snapshot {
     }
 
     /// The pool's feasibility (governed pools).
-    pub fn assessment(&self) -> Option<&Arc<Assessment>> {
+    pub(crate) fn assessment(&self) -> Option<&Arc<Assessment>> {
         self.assessment.as_ref()
     }
 
     /// Whether feasibility has a fatal finding for this pool (step 1b).
-    pub fn fatal(&self) -> bool {
+    pub(crate) fn fatal(&self) -> bool {
         self.fatal
     }
 
     /// `lanes(np)`: the rotations the pool may have in flight; 1 outside a governed pool pass.
-    pub fn lanes(&self) -> usize {
+    pub(crate) fn lanes(&self) -> usize {
         self.lanes
     }
 
     /// The anchors a sweep pass read when the sweep began; `None` in a pool pass.
-    pub fn sweep_anchors(&self) -> Option<&Arc<BTreeSet<String>>> {
+    pub(crate) fn sweep_anchors(&self) -> Option<&Arc<BTreeSet<String>>> {
         self.sweep.as_ref().map(|(_, anchors)| anchors)
     }
 
-    pub fn pool_name(&self) -> &str {
+    pub(crate) fn pool_name(&self) -> &str {
         self.pool.as_ref().and_then(|p| p.metadata.name.as_deref()).unwrap_or("")
     }
 
     /// The governing policy's view (shared: cloning it is a reference count).
-    pub fn policy(&self) -> Option<&Arc<PolicyView>> {
+    pub(crate) fn policy(&self) -> Option<&Arc<PolicyView>> {
         self.governance.policy()
     }
 
-    pub fn claim(&self, name: &str) -> Option<&NodeClaim> {
+    pub(crate) fn claim(&self, name: &str) -> Option<&NodeClaim> {
         self.claims.get(name).or_else(|| self.cache.claims.get(name).map(|c| c.as_ref()))
     }
 
-    pub fn node(&self, name: &str) -> Option<&Node> {
+    pub(crate) fn node(&self, name: &str) -> Option<&Node> {
         self.nodes.get(name).or_else(|| self.cache.nodes.get(name).map(|n| n.as_ref()))
     }
 
     /// The pool's anchor as written, whether or not the claim it names still exists.
-    pub fn anchor_name(&self) -> Option<&str> {
+    pub(crate) fn anchor_name(&self) -> Option<&str> {
         annotation(&self.pool.as_ref()?.metadata, Key::ActiveRotation)
     }
 
     /// The claim the anchor names (`cand`), among this pool's own claims (label
     /// `karpenter.sh/nodepool`): an anchor copied from another pool never drives its claim.
-    pub fn anchored_claim(&self) -> Option<&str> {
+    pub(crate) fn anchored_claim(&self) -> Option<&str> {
         let name = self.anchor_name()?;
         self.claim(name).filter(|c| c.node_pool() == Some(self.pool_name())).map(|_| name)
     }
 
     /// The anchor names a live claim that is not this pool's (`foreign_anchor`). A name no
     /// claim has is not foreign: this pool's claim was finalized (the completion path).
-    pub fn foreign_anchor(&self) -> Option<&NodeClaim> {
+    pub(crate) fn foreign_anchor(&self) -> Option<&NodeClaim> {
         let claim = self.claim(self.anchor_name()?)?;
         (claim.node_pool() != Some(self.pool_name())).then_some(claim)
     }
 
     /// Every claim of this pool an anchor of any slot names (live or not), by slot.
-    pub fn anchors(&self) -> BTreeMap<usize, &str> {
+    pub(crate) fn anchors(&self) -> BTreeMap<usize, &str> {
         self.pool.as_ref().map(|p| super::slots::anchors(&p.metadata)).unwrap_or_default()
     }
 
     /// The live claims of this pool the anchors of all slots name (the pool's rotations).
-    pub fn anchored_claims(&self) -> impl Iterator<Item = &NodeClaim> {
+    pub(crate) fn anchored_claims(&self) -> impl Iterator<Item = &NodeClaim> {
         let pool = self.pool_name();
         self.anchors()
             .into_values()
@@ -315,12 +302,12 @@ impl Snapshot {
     }
 
     /// One node's worth of this pool's resources ([`placeholder::worth_of`]), per cache version.
-    pub fn node_worth(&self) -> &placeholder::Resources {
+    pub(crate) fn node_worth(&self) -> &placeholder::Resources {
         self.index.pool_worth(&self.cache, self.pool_name())
     }
 
     /// Claims of this pool, by label.
-    pub fn pool_claims(&self) -> impl Iterator<Item = &NodeClaim> {
+    pub(crate) fn pool_claims(&self) -> impl Iterator<Item = &NodeClaim> {
         self.index.pool(&self.cache, self.pool_name()).iter().map(|c| self.live(c))
     }
 
@@ -330,7 +317,7 @@ impl Snapshot {
     /// not another node: counting it made the burst warning flip on and off with every rotation.
     /// With several rotations in flight, the claims created since the earliest start count as
     /// replacements, at most one per rotation.
-    pub fn pool_nodes(&self) -> usize {
+    pub(crate) fn pool_nodes(&self) -> usize {
         let total = self.index.pool(&self.cache, self.pool_name()).len();
         let anchors = self.anchors();
         let meta = self.pool.as_ref().map(|p| &p.metadata);
@@ -360,7 +347,7 @@ impl Snapshot {
     /// Each claim's short-lead finding (layer 3) under the pool's policy, parallel to
     /// [`Snapshot::pool_claims_derived`]; empty outside a governed pool. Kept per policy view
     /// and the pool's cached claims: the gauge and the warnings of every pass read it.
-    pub fn short_leads(&self) -> index::ShortLeads {
+    pub(crate) fn short_leads(&self) -> index::ShortLeads {
         let Some(p) = self.policy() else { return Arc::new([]) };
         let (_, derived) = self.index.pool_derived(&self.cache, self.pool_name());
         self.index.pool_short_leads(&self.cache, self.pool_name(), p, || {
@@ -378,7 +365,7 @@ impl Snapshot {
 
     /// The pool's claims with a short-lead finding in `leads` ([`Snapshot::short_leads`]), as
     /// this pass sees them. Only those claims are read.
-    pub fn short_lead_claims<'a>(
+    pub(crate) fn short_lead_claims<'a>(
         &'a self,
         leads: &'a index::ShortLeads,
     ) -> impl Iterator<Item = (&'a NodeClaim, &'a feasibility::Finding)> {
@@ -388,7 +375,7 @@ impl Snapshot {
 
     /// The earliest forced-expiry deadline of the pool's claims not being deleted. A pass that
     /// wrote no claim reads the cached claims only: computed once per cache version.
-    pub fn nearest_deadline(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn nearest_deadline(&self) -> Option<DateTime<Utc>> {
         let nearest = || {
             self.pool_claims_derived()
                 .filter(|(c, _)| !c.is_deleting())
@@ -403,7 +390,7 @@ impl Snapshot {
     }
 
     /// Claims of this pool with what passes derive from their spec and status.
-    pub fn pool_claims_derived(&self) -> impl Iterator<Item = (&NodeClaim, &Derived)> {
+    pub(crate) fn pool_claims_derived(&self) -> impl Iterator<Item = (&NodeClaim, &Derived)> {
         let (claims, derived) = self.index.pool_derived(&self.cache, self.pool_name());
         claims.iter().map(|c| self.live(c)).zip(derived)
     }
@@ -414,18 +401,18 @@ impl Snapshot {
     }
 
     /// The claim's node, if registered.
-    pub fn claim_node<'a>(&self, claim: &'a NodeClaim) -> Option<&'a str> {
+    pub(crate) fn claim_node<'a>(&self, claim: &'a NodeClaim) -> Option<&'a str> {
         claim.status.as_ref().and_then(|s| s.node_name.as_deref())
     }
 
     /// The pool's rotations in flight whose drain is stuck: the old claim deleting for longer
     /// than [`Snapshot::drain_bound`] (`stuck_drains`, and the `noderotation_drain_stuck` gauge).
-    pub fn stuck_drains(&self) -> usize {
+    pub(crate) fn stuck_drains(&self) -> usize {
         self.anchored_claims().filter(|c| self.drain_stuck(c)).count()
     }
 
     /// The claim has been deleting for longer than its [`Snapshot::drain_bound`].
-    pub fn drain_stuck(&self, claim: &NodeClaim) -> bool {
+    pub(crate) fn drain_stuck(&self, claim: &NodeClaim) -> bool {
         let deleted =
             claim.metadata.deletion_timestamp.as_ref().and_then(crate::cluster::chrono_time);
         deleted.is_some_and(|t| self.now - t > self.drain_bound(claim))
@@ -433,7 +420,7 @@ impl Snapshot {
 
     /// `drain_bound` (§4.2): the claim's tGP, else its pool's, else 1h, plus the buffer. The rule
     /// `draining_stuck` and the `noderotation_drain_stuck` gauge both read it.
-    pub fn drain_bound(&self, claim: &NodeClaim) -> Duration {
+    pub(crate) fn drain_bound(&self, claim: &NodeClaim) -> Duration {
         derive::drain_bound(self.tgp(claim))
     }
 
@@ -448,7 +435,7 @@ impl Snapshot {
 }
 
 /// An annotation's raw value.
-pub fn annotation(meta: &ObjectMeta, key: Key) -> Option<&str> {
+pub(crate) fn annotation(meta: &ObjectMeta, key: Key) -> Option<&str> {
     meta.annotations.as_ref()?.get(key.full()).map(String::as_str)
 }
 
@@ -465,7 +452,7 @@ fn stamp_at(meta: &ObjectMeta, key: Key, now: DateTime<Utc>) -> Option<DateTime<
 }
 
 /// The claim carries our `state` of a rotation in flight: `pending` or `draining`.
-pub fn marked_in_flight(claim: &NodeClaim) -> bool {
+pub(crate) fn marked_in_flight(claim: &NodeClaim) -> bool {
     matches!(annotation(&claim.metadata, Key::State), Some("pending" | "draining"))
 }
 
@@ -477,7 +464,7 @@ fn deleting_or_draining(claim: &NodeClaim) -> bool {
 
 /// `karpenter.sh/do-not-disrupt: "true"` set by someone else (no owned marker reading "true",
 /// §3.4; a person hands it back by setting the marker to `false`).
-pub fn operator_do_not_disrupt(meta: &ObjectMeta) -> bool {
+pub(crate) fn operator_do_not_disrupt(meta: &ObjectMeta) -> bool {
     annotation(meta, Key::DoNotDisrupt) == Some("true")
         && annotation(meta, Key::DoNotDisruptOwned) != Some("true")
 }

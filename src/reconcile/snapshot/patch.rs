@@ -11,7 +11,7 @@ use crate::engine::ObjRef;
 
 impl Snapshot {
     /// Applies a write that won to this pass's copy of the object.
-    pub fn apply(&mut self, obj: &ObjRef, patch: &Patch) {
+    pub(crate) fn apply(&mut self, obj: &ObjRef, patch: &Patch) {
         self.version += 1;
         let meta = match obj {
             ObjRef::Pool => self.pool.as_mut().map(|p| &mut std::sync::Arc::make_mut(p).metadata),
@@ -41,7 +41,7 @@ impl Snapshot {
 }
 
 /// Applies a node patch (its annotations and its cordon) to a copy of the node.
-pub fn apply_node_patch(node: &mut Node, patch: &Patch) {
+pub(crate) fn apply_node_patch(node: &mut Node, patch: &Patch) {
     apply_patch(&mut node.metadata, patch);
     if let Some(u) = patch.unschedulable {
         node.spec.get_or_insert_with(Default::default).unschedulable = Some(u);
@@ -49,7 +49,7 @@ pub fn apply_node_patch(node: &mut Node, patch: &Patch) {
 }
 
 /// Applies annotation changes to metadata (the overlay after a won write).
-pub fn apply_patch(meta: &mut ObjectMeta, patch: &Patch) {
+pub(crate) fn apply_patch(meta: &mut ObjectMeta, patch: &Patch) {
     let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
     for k in &patch.remove {
         ann.remove(k);

@@ -10,7 +10,7 @@ use crate::placeholder;
 
 impl Snapshot {
     /// The cached pod holding the rotation's placeholder name, whoever created it.
-    pub fn placeholder_named(&self, claim: &str) -> Option<&Pod> {
+    pub(crate) fn placeholder_named(&self, claim: &str) -> Option<&Pod> {
         self.cache.placeholders.get(&placeholder::placeholder_name(claim)).map(|p| p.as_ref())
     }
 
@@ -18,7 +18,7 @@ impl Snapshot {
     /// claim's current attempt (its uid recorded on the claim as `placeholder-uid`, or the
     /// attempt's `started-at` on the pod: [`placeholder::created_for_attempt`]). A pod merely
     /// named like it, or one of an earlier attempt, is not surge capacity.
-    pub fn placeholder_for(&self, claim: &str) -> Option<&Pod> {
+    pub(crate) fn placeholder_for(&self, claim: &str) -> Option<&Pod> {
         let pod = self.placeholder_named(claim)?;
         placeholder::created_for_attempt(pod, self.claim(claim)?).then_some(pod)
     }
@@ -27,7 +27,7 @@ impl Snapshot {
     /// the uid recorded on the claim (the pod may be gone already); the claim itself gone (a
     /// completion), the pod holding the placeholder's name for it (`surge-for`). What
     /// Karpenter's nominations are matched against.
-    pub fn placeholder_uid(&self, claim: &str) -> Option<&str> {
+    pub(crate) fn placeholder_uid(&self, claim: &str) -> Option<&str> {
         let Some(c) = self.claim(claim) else {
             return self
                 .placeholder_named(claim)
@@ -53,7 +53,7 @@ impl Snapshot {
     /// flight (anchored, marked draining, or being deleted), or it is the node of another
     /// anchored claim. No rotation picks its claim, escalates onto it or freezes it for itself:
     /// cordoning it would drain the pods another rotation is moving onto it.
-    pub fn node_of_another(&self, claim: &str, node: &str) -> bool {
+    pub(crate) fn node_of_another(&self, claim: &str, node: &str) -> bool {
         if self.surge_host_of_another(claim, node) {
             return true;
         }
@@ -72,7 +72,7 @@ impl Snapshot {
     /// is the `surge-host` another slot records. Such a claim is never `rotation`'s to reap,
     /// even while its node looks empty (the other rotation deleted its placeholder with its old
     /// claim, and the old node's pods have not arrived yet).
-    pub fn surge_of_another(&self, rotation: &str, surge: &NodeClaim) -> bool {
+    pub(crate) fn surge_of_another(&self, rotation: &str, surge: &NodeClaim) -> bool {
         let name = surge.metadata.name.as_deref().unwrap_or("");
         let recorded = self.pool_claims().any(|c| {
             c.metadata.name.as_deref() != Some(rotation)
@@ -84,7 +84,7 @@ impl Snapshot {
 
     /// The node a claim registered as: its `status.nodeName`, else the node carrying its
     /// providerID (Karpenter writes the nodeName a moment after the Node registers).
-    pub fn registered_node<'a>(&'a self, claim: &'a NodeClaim) -> Option<&'a str> {
+    pub(crate) fn registered_node<'a>(&'a self, claim: &'a NodeClaim) -> Option<&'a str> {
         let status = claim.status.as_ref()?;
         status
             .node_name
@@ -123,13 +123,13 @@ impl Snapshot {
     }
 
     /// The host of the claim's placeholder, if bound.
-    pub fn placeholder_host(&self, claim: &str) -> Option<&str> {
+    pub(crate) fn placeholder_host(&self, claim: &str) -> Option<&str> {
         self.placeholder_for(claim)?.spec.as_ref()?.node_name.as_deref()
     }
 
     /// The cached Node whose `spec.providerID` is `provider_id` (a scan: only the reap asks, and
     /// only for a claim whose `status.nodeName` is not written yet).
-    pub fn node_with_provider_id(&self, provider_id: &str) -> Option<&str> {
+    pub(crate) fn node_with_provider_id(&self, provider_id: &str) -> Option<&str> {
         self.cache.nodes.iter().find_map(|(name, n)| {
             let id = n.spec.as_ref()?.provider_id.as_deref()?;
             (id == provider_id).then_some(name.as_str())
@@ -139,7 +139,7 @@ impl Snapshot {
     /// The claim backing a node: the claim whose `status.nodeName` is `node`, else the one whose
     /// `status.providerID` is the Node's `spec.providerID`. Karpenter writes `status.nodeName` a moment after the Node registers,
     /// so for that moment only the providerID (set at launch) connects the two.
-    pub fn claim_on_node(&self, node: &str) -> Option<&NodeClaim> {
+    pub(crate) fn claim_on_node(&self, node: &str) -> Option<&NodeClaim> {
         if let Some(c) = self.index.by_node(&self.cache).get(node) {
             return Some(self.live(c));
         }
@@ -155,7 +155,7 @@ impl Snapshot {
     /// pool's. `None` while the placeholder is missing or unbound, or while its host's claim is
     /// not visible. The one definition behind the `induced_claim` predicate, the surge path (an
     /// absorbing host's claim is this claim too) and the readyTimeout reap.
-    pub fn induced_claim(&self, claim: &str) -> Option<&NodeClaim> {
+    pub(crate) fn induced_claim(&self, claim: &str) -> Option<&NodeClaim> {
         let c = self.claim_on_node(self.placeholder_host(claim)?)?;
         (c.node_pool() == Some(self.pool_name())).then_some(c)
     }
@@ -163,7 +163,7 @@ impl Snapshot {
     /// The claims Karpenter's `Nominated` Events in the cache name for the pod with uid
     /// `pod_uid` (the placeholder a rotation recorded as its `placeholder-uid`), in Event-name
     /// order, each once.
-    pub fn nominated_for(&self, pod_uid: &str) -> Vec<&str> {
+    pub(crate) fn nominated_for(&self, pod_uid: &str) -> Vec<&str> {
         let mut names: Vec<&str> = Vec::new();
         for e in self.cache.nominations.values() {
             if e.involved_object.uid.as_deref() != Some(pod_uid) {
@@ -181,7 +181,7 @@ impl Snapshot {
     /// A claim of this pool that Karpenter nominated the rotation `claim`'s placeholder to and
     /// that is still to be marked (`launched-for`): it never initialized, is not being deleted
     /// and carries no mark (docs/decisions/reap-attribution.md).
-    pub fn nominated_unmarked(&self, claim: &str) -> bool {
+    pub(crate) fn nominated_unmarked(&self, claim: &str) -> bool {
         let Some(uid) = self.placeholder_uid(claim) else { return false };
         self.nominated_for(uid).into_iter().any(|n| {
             n != claim
@@ -196,7 +196,7 @@ impl Snapshot {
 
     /// The claims of this pool whose `launched-for` names the rotation `claim` (this pass's
     /// copies), in name order.
-    pub fn launched_for(&self, claim: &str) -> Vec<String> {
+    pub(crate) fn launched_for(&self, claim: &str) -> Vec<String> {
         self.pool_claims()
             .filter(|c| annotation(&c.metadata, Key::LaunchedFor) == Some(claim))
             .filter_map(|c| c.metadata.name.clone())
@@ -205,7 +205,7 @@ impl Snapshot {
 
     /// readyTimeout of the governing policy has passed since the claim's creation (at once
     /// when none governs; an unknown creation time has not passed).
-    pub fn surge_claim_due(&self, claim: &NodeClaim) -> bool {
+    pub(crate) fn surge_claim_due(&self, claim: &NodeClaim) -> bool {
         match self.policy() {
             None => true,
             Some(p) => claim.created().is_some_and(|t| self.now - t >= p.settings.ready_timeout),

@@ -1,10 +1,10 @@
-//! Carrying out the rules' verbs against the [`Cluster`] (spec §5.2): conditional writes are
+//! Carrying out the rules' verbs against the [`Cluster`](crate::cluster::Cluster) (spec §5.2): conditional writes are
 //! decided on a copy as fresh as this process knows (its own, the cache's, else a fresh read)
 //! and written with that copy's resourceVersion; the outcome comes from
 //! the write loop itself and is reset on every attempt; announcements happen only after a
 //! write won (the rules guarantee the order, this code keeps them at-most-once).
 //!
-//! [`PassHost`] and the verbs' dispatch live here; the verbs, by concern: [`write`] (the write
+//! [`PassHost`] and the verbs' dispatch live here; the verbs, by concern: [`write`](mod@write) (the write
 //! loop every other one goes through), [`annotations`], [`anchor`], [`node`], [`pod`] (the
 //! placeholder), [`claim`], [`announce`].
 use std::collections::BTreeSet;
@@ -30,7 +30,7 @@ mod annotations;
 mod announce;
 mod claim;
 mod node;
-pub use node::release_patch;
+pub(crate) use node::release_patch;
 mod pod;
 mod write;
 
@@ -38,7 +38,7 @@ mod write;
 const ATTEMPTS: usize = 5;
 
 /// One pass: the snapshot it reads and the controller state it may touch.
-pub struct PassHost<'c> {
+pub(crate) struct PassHost<'c> {
     pub snap: Snapshot,
     pub ctx: &'c mut Ctx,
     /// The pool copy the completion write verified (its durations feed `emit(success)`).
@@ -119,13 +119,13 @@ impl<'c> PassHost<'c> {
     /// A run over slot `slot` of the pool pass's snapshot: its pool is seen through the slot's
     /// lens ([`super::slots`]) until [`Self::into_snapshot`] takes the lens off again, the only
     /// way back to the snapshot, so the next slot's run never starts on a lensed pool.
-    pub fn through_lens(mut snap: Snapshot, ctx: &'c mut Ctx, slot: usize) -> Self {
+    pub(crate) fn through_lens(mut snap: Snapshot, ctx: &'c mut Ctx, slot: usize) -> Self {
         swap_pool_meta(&mut snap.pool, slot);
         Self::for_slot(snap, ctx, slot)
     }
 
     /// The snapshot with this run's writes, its pool without the slot's lens.
-    pub fn into_snapshot(self) -> Snapshot {
+    pub(crate) fn into_snapshot(self) -> Snapshot {
         let mut snap = self.snap;
         swap_pool_meta(&mut snap.pool, self.slot);
         snap
@@ -133,7 +133,7 @@ impl<'c> PassHost<'c> {
 
     /// A pass over slot `slot` of the pool; `snap.pool` is already seen through its lens (the
     /// sweep's copy of a pool, lensed once and dropped after its run).
-    pub fn for_slot(snap: Snapshot, ctx: &'c mut Ctx, slot: usize) -> Self {
+    pub(crate) fn for_slot(snap: Snapshot, ctx: &'c mut Ctx, slot: usize) -> Self {
         PassHost {
             snap,
             ctx,

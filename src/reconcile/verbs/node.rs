@@ -13,7 +13,7 @@ fn frozen_for_another(meta: &ObjectMeta, owner: &str, in_flight: &BTreeSet<Strin
 /// flipped it, and the markers themselves (§3.4). An operator's own cordon or do-not-disrupt
 /// carries no marker and is never touched. `noderotation uninstall` builds its node patch here
 /// too, so the two cannot disagree on what is ours.
-pub fn release_patch(node: &Node, with_surge_for: bool) -> Patch {
+pub(crate) fn release_patch(node: &Node, with_surge_for: bool) -> Patch {
     let meta = &node.metadata;
     let mut patch = Patch::default();
     if with_surge_for && annotation(meta, Key::SurgeFor).is_some() {

@@ -26,7 +26,7 @@ impl PassHost<'_> {
         }
     }
 
-    /// What this process knows of `obj` that stands in for a fresh read ([`Known`](super::Known)):
+    /// What this process knows of `obj` that stands in for a fresh read ([`Known`](crate::reconcile::Known)):
     /// the pass's copy when the cache is at the version this process last read or wrote, its
     /// own copy when the cache lags that read or write, and, with `untouched`, the pass's copy
     /// of an object it never read nor wrote since it leads (decided on with the cached version

@@ -26,10 +26,9 @@ mod statement;
 mod structure;
 mod types;
 
-pub use resolved::{CheckedHandler, CheckedRow, Lit, RArg, RExpr, RStatement};
+pub(crate) use resolved::{CheckedHandler, CheckedRow, Lit, RArg, RExpr, RStatement};
 pub use source::{Diagnostic, Source};
 pub(super) use spec::{canonical, conjunct_texts};
-pub use types::Ty;
 
 use self::resolve::Definition1;
 use self::source::parse_ron;
@@ -123,7 +122,7 @@ impl Rulebook {
         }
     }
 
-    pub fn handler(&self, name: &str) -> Option<&CheckedHandler> {
+    pub(crate) fn handler(&self, name: &str) -> Option<&CheckedHandler> {
         self.handlers.iter().find(|h| h.name == name)
     }
 
@@ -131,11 +130,7 @@ impl Rulebook {
         self.handlers.iter().flat_map(|h| h.rows.iter().map(move |r| (h, r)))
     }
 
-    pub fn verb(&self, name: &str) -> Option<&VerbDecl> {
-        self.vocabulary.verbs.iter().find(|v| v.name == name)
-    }
-
-    pub fn annotation(&self, key: &str) -> Option<&AnnotationKey> {
+    pub(crate) fn annotation(&self, key: &str) -> Option<&AnnotationKey> {
         self.annotations.keys.iter().find(|k| k.key == key)
     }
 }

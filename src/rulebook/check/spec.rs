@@ -25,7 +25,7 @@ fn statement_matches(stmt: &RStatement, item: &str) -> bool {
 
 /// The top-level `and` conjuncts of a guard text in canonical form (the text itself when it does
 /// not parse: the checker has reported it).
-pub fn conjunct_texts(text: &str) -> Vec<String> {
+pub(crate) fn conjunct_texts(text: &str) -> Vec<String> {
     match syntax::parse_guard(text) {
         Ok(e) => conjuncts(&e).into_iter().map(|c| c.to_string()).collect(),
         Err(_) => vec![text.to_string()],
@@ -33,7 +33,7 @@ pub fn conjunct_texts(text: &str) -> Vec<String> {
 }
 
 /// A guard in canonical form (how docs, `rules diff` and obligations compare expressions).
-pub fn canonical(expr: &str) -> Result<String, syntax::SyntaxError> {
+pub(crate) fn canonical(expr: &str) -> Result<String, syntax::SyntaxError> {
     syntax::parse_guard(expr).map(|e| e.to_string())
 }
 

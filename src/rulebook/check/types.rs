@@ -7,7 +7,7 @@ use super::resolve::{LocalError, local};
 
 /// A type in the guard language.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Ty {
+pub(crate) enum Ty {
     Bool,
     Int,
     Duration,

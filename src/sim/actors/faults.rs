@@ -44,7 +44,7 @@ impl World {
 
     /// After any step: with `--faults` and a rotation in flight anywhere, the next whole virtual
     /// minute rolls the faults aimed at rotations (once, however many steps come before it).
-    pub fn arm_fault_minute(&mut self) {
+    pub(crate) fn arm_fault_minute(&mut self) {
         if self.faults.is_none() || self.fault_minute_queued {
             return;
         }

@@ -25,7 +25,7 @@ impl World {
 
     /// A deletion by the world (Karpenter, operator): the API server sets the deletionTimestamp
     /// and the termination controller picks it up.
-    pub fn delete_claim(&mut self, name: &str) {
+    pub(crate) fn delete_claim(&mut self, name: &str) {
         if self.cluster.delete_object(&claim_ref(name)) {
             let now = self.now();
             self.at(now, Ev::Terminate(name.to_string()));
@@ -53,7 +53,7 @@ impl World {
     }
 
     /// The termination controller starts on a claim with a deletionTimestamp.
-    pub fn begin_termination(&mut self, name: &str, immediate: bool) {
+    pub(crate) fn begin_termination(&mut self, name: &str, immediate: bool) {
         let now = self.now();
         let plan = Arc::clone(&self.plan);
         let Some(c) = self.claims.get_mut(name) else { return };
@@ -202,7 +202,7 @@ impl World {
     /// as many workload pods as the PDB allows (`maxUnavailable` minus the workload's pods not
     /// running), and schedules the end of each drain whose node has no workload left. Returns
     /// the pods evicted.
-    pub fn drain_step(&mut self, pool: usize) -> usize {
+    pub(crate) fn drain_step(&mut self, pool: usize) -> usize {
         let Some(max) = self.plan.pools[pool].pdb_max_unavailable else { return 0 };
         let mut draining: Vec<(DateTime<Utc>, String)> = self
             .claims
@@ -288,7 +288,7 @@ impl World {
 
     /// Drain done (or nothing to drain): the Node goes, the finalizer comes off, the claim is
     /// gone.
-    pub fn finalize(&mut self, name: &str) {
+    pub(crate) fn finalize(&mut self, name: &str) {
         let now = self.now();
         let Some(c) = self.claims.get(name) else { return };
         let pool = c.pool;

@@ -34,28 +34,28 @@ mod operator;
 mod scheduler;
 
 // The keys the simulated actors and the checker read, spelled by the annotation reference.
-pub const FREEZE_ANNOTATION: &str = Key::Freeze.full();
-pub const DO_NOT_DISRUPT: &str = Key::DoNotDisrupt.full();
-pub const SURGE_FOR: &str = Key::SurgeFor.full();
-pub const CLAIM_STATE: &str = Key::State.full();
-pub const STARTED_AT: &str = Key::StartedAt.full();
-pub const OWNED_MARKER: &str = Key::DoNotDisruptOwned.full();
-pub const CORDONED_MARKER: &str = Key::Cordoned.full();
+pub(crate) const FREEZE_ANNOTATION: &str = Key::Freeze.full();
+pub(crate) const DO_NOT_DISRUPT: &str = Key::DoNotDisrupt.full();
+pub(crate) const SURGE_FOR: &str = Key::SurgeFor.full();
+pub(crate) const CLAIM_STATE: &str = Key::State.full();
+pub(crate) const STARTED_AT: &str = Key::StartedAt.full();
+pub(crate) const OWNED_MARKER: &str = Key::DoNotDisruptOwned.full();
+pub(crate) const CORDONED_MARKER: &str = Key::Cordoned.full();
 
 /// Who acted, for the trace.
-pub const KARPENTER: &str = "karpenter";
-pub const KUBELET: &str = "kubelet";
-pub const SCHEDULER: &str = "scheduler";
-pub const OPERATOR: &str = "operator";
-pub const FAULTS: &str = "faults";
+pub(crate) const KARPENTER: &str = "karpenter";
+pub(crate) const KUBELET: &str = "kubelet";
+pub(crate) const SCHEDULER: &str = "scheduler";
+pub(crate) const OPERATOR: &str = "operator";
+pub(crate) const FAULTS: &str = "faults";
 
 /// Every rotation in flight in a pool: each anchored slot and the claim it names, by slot.
-pub fn anchors(np: &crate::karpenter::NodePool) -> BTreeMap<usize, &str> {
+pub(crate) fn anchors(np: &crate::karpenter::NodePool) -> BTreeMap<usize, &str> {
     crate::reconcile::slots::anchors(&np.metadata)
 }
 
 /// The first anchored claim of a pool (lowest slot) that `live` accepts.
-pub fn first_anchor(
+pub(crate) fn first_anchor(
     np: Option<&crate::karpenter::NodePool>,
     live: impl Fn(&str) -> bool,
 ) -> Option<String> {
@@ -63,7 +63,7 @@ pub fn first_anchor(
 }
 
 /// A per-rotation annotation of one slot (`rules/annotations.ron`, `per_rotation`).
-pub fn slot_annotation(
+pub(crate) fn slot_annotation(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     key: crate::engine::Key,
     slot: usize,
@@ -71,7 +71,7 @@ pub fn slot_annotation(
     crate::reconcile::slots::with_slot_key(key, slot, |k| annotation(meta, k))
 }
 
-pub fn annotation<'a>(
+pub(crate) fn annotation<'a>(
     meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     key: &str,
 ) -> Option<&'a str> {
@@ -82,7 +82,7 @@ fn claim_ref(name: &str) -> ObjectRef {
     ObjectRef::cluster(ObjectKind::NodeClaim, name)
 }
 
-pub fn placeholder_node(pod: &Pod) -> Option<&str> {
+pub(crate) fn placeholder_node(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref()?.node_name.as_deref()
 }
 
@@ -91,7 +91,7 @@ fn node_unschedulable(node: &Node) -> bool {
 }
 
 /// Required node affinity (terms ORed, expressions ANDed) and nodeSelector against `labels`.
-pub fn affinity_admits(pod: &Pod, labels: &BTreeMap<String, String>) -> bool {
+pub(crate) fn affinity_admits(pod: &Pod, labels: &BTreeMap<String, String>) -> bool {
     let Some(spec) = &pod.spec else { return true };
     if let Some(sel) = &spec.node_selector
         && !sel.iter().all(|(k, v)| labels.get(k) == Some(v))
@@ -122,7 +122,7 @@ pub fn affinity_admits(pod: &Pod, labels: &BTreeMap<String, String>) -> bool {
 }
 
 /// Every NoSchedule/NoExecute taint of the node is tolerated by the pod.
-pub fn tolerates(pod: &Pod, taints: &[Taint]) -> bool {
+pub(crate) fn tolerates(pod: &Pod, taints: &[Taint]) -> bool {
     let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or_default();
     taints.iter().filter(|t| t.effect != "PreferNoSchedule").all(|t| {
         tolerations.iter().any(|tol| {
@@ -140,7 +140,7 @@ pub fn tolerates(pod: &Pod, taints: &[Taint]) -> bool {
 
 impl World {
     /// Runs one world event; returns who acted.
-    pub fn handle(&mut self, ev: Ev) -> &'static str {
+    pub(crate) fn handle(&mut self, ev: Ev) -> &'static str {
         let now = self.now();
         match ev {
             Ev::Launch(name) => {

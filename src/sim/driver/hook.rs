@@ -9,7 +9,7 @@ use crate::cluster::memory::{ApiVerb, Call, Fault, Faults, RandomFaults};
 
 /// One controller call, as the hook saw it.
 #[derive(Debug, Clone)]
-pub struct CallRecord {
+pub(crate) struct CallRecord {
     pub client: usize,
     pub verb: ApiVerb,
     pub target: String,
@@ -18,7 +18,7 @@ pub struct CallRecord {
 
 /// State shared with the fault hook installed in the cluster.
 #[derive(Debug)]
-pub struct HookState {
+pub(crate) struct HookState {
     pub faults_on: bool,
     /// Crash around a write, drawn from `api`'s generator.
     pub(super) crash: f64,
@@ -40,7 +40,7 @@ pub struct HookState {
 }
 
 impl HookState {
-    pub fn begin_step(&mut self) {
+    pub(crate) fn begin_step(&mut self) {
         self.crashed = None;
         self.injected = 0;
         self.calls.clear();
@@ -48,7 +48,7 @@ impl HookState {
 }
 
 /// The [`Faults`] hook: crashes, API errors, and a log of the writes.
-pub struct Hook(pub Arc<Mutex<HookState>>);
+pub(crate) struct Hook(pub Arc<Mutex<HookState>>);
 
 pub(super) fn lock(state: &Mutex<HookState>) -> MutexGuard<'_, HookState> {
     state.lock().unwrap_or_else(|e| e.into_inner())
@@ -96,18 +96,18 @@ impl Faults for Hook {
 
 impl Driver {
     /// Clears the hook's per-step record (before a step).
-    pub fn hook_begin(&self) {
+    pub(crate) fn hook_begin(&self) {
         lock(&self.hook).begin_step();
     }
 
     /// Whether a fault was injected during the step, and its write calls.
-    pub fn hook_take(&self) -> (bool, Vec<CallRecord>) {
+    pub(crate) fn hook_take(&self) -> (bool, Vec<CallRecord>) {
         let mut st = lock(&self.hook);
         (st.injected > 0 || st.crashed.is_some(), std::mem::take(&mut st.calls))
     }
 
     /// Writes of an instance that had lost the Lease, applied since the last call.
-    pub fn take_stale_writes(&self) -> Vec<CallRecord> {
+    pub(crate) fn take_stale_writes(&self) -> Vec<CallRecord> {
         std::mem::take(&mut lock(&self.hook).stale_writes)
     }
 

@@ -50,8 +50,8 @@ mod instance;
 mod stall;
 mod watch;
 
-pub use hook::{CallRecord, Hook, HookState};
-pub use stall::Stall;
+pub(crate) use hook::{CallRecord, Hook, HookState};
+pub(crate) use stall::Stall;
 
 /// Driver-side timed events.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +68,7 @@ enum DrvEv {
 
 /// What a driver step did.
 #[derive(Debug, Clone)]
-pub struct DriverStep {
+pub(crate) struct DriverStep {
     /// `controller#3`.
     pub actor: String,
     /// The pool reconciled, if a pass ran.
@@ -82,7 +82,7 @@ pub struct DriverStep {
     pub zombie: bool,
 }
 
-pub struct Driver {
+pub(crate) struct Driver {
     engine: Arc<Engine>,
     clock: Arc<dyn Clock>,
     handles: [MemoryCluster; 2],
@@ -157,7 +157,7 @@ fn ceil_minute(t: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 /// How a [`Driver`] is set up.
-pub struct Setup {
+pub(crate) struct Setup {
     pub engine: Arc<Engine>,
     pub clock: Arc<dyn Clock>,
     pub pools: Vec<String>,
@@ -174,7 +174,7 @@ pub struct Setup {
 
 impl Driver {
     /// A driver for the pools on `world` (the world's handle); the first leader starts at once.
-    pub fn new(world: &MemoryCluster, setup: Setup) -> Driver {
+    pub(crate) fn new(world: &MemoryCluster, setup: Setup) -> Driver {
         let Setup { engine, clock, pools, seed, rates, lag, hook_always, skew } = setup;
         let mut rng = Rng::new(seed ^ 0x5eed_d21e);
         let lag_mode = |rng: &mut Rng| match rates {
@@ -246,7 +246,7 @@ impl Driver {
     }
 
     /// Turns every fault off and removes the cache lag (the quiescence phase).
-    pub fn calm(&mut self) {
+    pub(crate) fn calm(&mut self) {
         self.rates = None;
         lock(&self.hook).faults_on = false;
         // A pass still held in its stalled write answers now: its effects belong to the faults.
@@ -262,12 +262,12 @@ impl Driver {
     }
 
     /// The lanes `maxUnavailable: auto` chose for `pool` in the leader's last pass over it.
-    pub fn lanes_chosen(&self, pool: &str) -> Option<usize> {
+    pub(crate) fn lanes_chosen(&self, pool: &str) -> Option<usize> {
         self.ctl.as_ref()?.lanes_chosen(pool)
     }
 
     /// Announcements made since the last call, by any instance.
-    pub fn take_announcements(&mut self) -> Vec<Announcement> {
+    pub(crate) fn take_announcements(&mut self) -> Vec<Announcement> {
         if let Some(ctl) = &self.ctl {
             let new = ctl.announcements().get(self.seen..).unwrap_or_default();
             self.stash.extend(new.iter().cloned());
@@ -283,7 +283,7 @@ impl Driver {
     }
 
     /// Rule rows fired by any instance, the live one included.
-    pub fn all_coverage(&self) -> BTreeSet<String> {
+    pub(crate) fn all_coverage(&self) -> BTreeSet<String> {
         let mut out = self.coverage.clone();
         if let Some(ctl) = &self.ctl {
             out.extend(ctl.coverage().iter().cloned());
@@ -291,7 +291,7 @@ impl Driver {
         out
     }
 
-    pub fn faults_on(&self) -> bool {
+    pub(crate) fn faults_on(&self) -> bool {
         self.rates.is_some()
     }
 
@@ -308,7 +308,7 @@ impl Driver {
     }
 
     /// When the driver next has something to do.
-    pub fn next_time(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_time(&self) -> Option<DateTime<Utc>> {
         let ev = self.events.keys().next().map(|(t, _)| *t);
         if self.ctl.is_none() {
             return ev;
@@ -321,7 +321,7 @@ impl Driver {
     }
 
     /// Runs the next driver step at `now` (the caller set the clock).
-    pub fn step(&mut self, now: DateTime<Utc>) -> DriverStep {
+    pub(crate) fn step(&mut self, now: DateTime<Utc>) -> DriverStep {
         let ev_due = self.events.keys().next().is_some_and(|(t, _)| *t <= now);
         if ev_due && let Some((_, ev)) = self.events.pop_first() {
             return match ev {

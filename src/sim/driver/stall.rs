@@ -30,7 +30,7 @@ struct Armed {
 /// A controller's view of the cluster that can hold one write's response (`stalledPass`): the
 /// write is applied, then the calling thread blocks until the driver resumes it. Disarmed, it
 /// only forwards.
-pub struct Stall {
+pub(crate) struct Stall {
     inner: MemoryCluster,
     armed: Mutex<Option<Armed>>,
 }

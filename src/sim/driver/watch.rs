@@ -15,7 +15,7 @@ impl Driver {
     /// policy status recompute, coalesced as in `run`.
     ///
     /// [`Mapper`]: crate::trigger::Mapper
-    pub fn watch(&mut self, now: DateTime<Utc>) {
+    pub(crate) fn watch(&mut self, now: DateTime<Utc>) {
         let handle = &self.handles[self.leader];
         handle.deliver(now);
         let changes = handle.take_changes();

@@ -37,75 +37,75 @@ mod ownership;
 mod windows;
 
 /// Each anchor (of every slot) names a claim of its own pool.
-pub const I1: &str = "I1 one-anchor-per-pool";
-pub const I2: &str = "I2 start-gates";
+pub(crate) const I1: &str = "I1 one-anchor-per-pool";
+pub(crate) const I2: &str = "I2 start-gates";
 /// With no rotation in flight, the controller deletes no claim but a surge claim (I19).
-pub const I3: &str = "I3 delete-only-the-anchored-candidate";
-pub const I4: &str = "I4 announce-at-most-once";
-pub const I5: &str = "I5 foreign-protection-untouched";
+pub(crate) const I3: &str = "I3 delete-only-the-anchored-candidate";
+pub(crate) const I4: &str = "I4 announce-at-most-once";
+pub(crate) const I5: &str = "I5 foreign-protection-untouched";
 /// A reaped claim's node hosts nothing but DaemonSet pods and the placeholders of the rotations
 /// Karpenter launched it for (its attribution is I19's, which replaced I6's "created after some
 /// rotation's started-at").
-pub const I6: &str = "I6 reap-guard";
-pub const I7: &str = "I7 quiescence";
-pub const I8: &str = "I8 liveness";
+pub(crate) const I6: &str = "I6 reap-guard";
+pub(crate) const I7: &str = "I7 quiescence";
+pub(crate) const I8: &str = "I8 liveness";
 /// Not in the guide's list: the surge path a rotation reports is observed, never guessed.
-pub const I9: &str = "I9 surge-path-recorded";
+pub(crate) const I9: &str = "I9 surge-path-recorded";
 /// Not in the guide's list: a surge rotation drains the old node only on the placeholder the
 /// controller created, never on a pod merely named like it.
-pub const I10: &str = "I10 placeholder-identity";
+pub(crate) const I10: &str = "I10 placeholder-identity";
 /// Not in the guide's list: the cost bound of §4.4, a failed surge bills one node for
 /// at most readyTimeout: the rollback reaps the claims Karpenter launched for its placeholder
 /// that never turned Ready (I20 holds every other exit, and what a rollback could not see yet).
-pub const I11: &str = "I11 failed-surge-cost";
+pub(crate) const I11: &str = "I11 failed-surge-cost";
 /// Not in the guide's list: a pool starts a rotation only while fewer than `lanes(np)`
 /// (`spec.surge.maxUnavailable`) are in flight. Rotations started under a larger N may finish,
 /// so only a start is held to it.
-pub const I12: &str = "I12 lanes-in-flight";
+pub(crate) const I12: &str = "I12 lanes-in-flight";
 /// Not in the guide's list: a pool's rotations hold at most `lanes(np)` surge nodes at once
 /// (nodes whose `surge-for` names one of its anchors, the old node and a former host whose
 /// placeholder moved to the slot's recorded `surge-host` excepted), or as many as rotations
 /// are in flight when more were started under a larger N.
-pub const I13: &str = "I13 surge-nodes-per-lane";
+pub(crate) const I13: &str = "I13 surge-nodes-per-lane";
 /// Not in the guide's list: no claim is in two rotations: no two slots, of one pool or of
 /// two, anchor the same claim at one instant.
-pub const I14: &str = "I14 one-rotation-per-claim";
+pub(crate) const I14: &str = "I14 one-rotation-per-claim";
 /// Not in the guide's list: no node is the surge host of two rotations at once: no two anchored
 /// slots of a pool record the same `surge-host`. A host reserves one old node's worth; a second
 /// rotation draining onto it leaves pods without room (a drain paced by a PDB leaves the host
 /// empty for a while, so a new placeholder fits there).
-pub const I15: &str = "I15 one-rotation-per-surge-host";
+pub(crate) const I15: &str = "I15 one-rotation-per-surge-host";
 /// The product's promise "capacity first" for rotations in flight: while a rotation drains onto
 /// a node (the surge host its slot records, or any node frozen for it other than its own old
 /// node), the controller never cordons that node, never freezes it for another rotation or
 /// strips the rotation's `surge-for` and `do-not-disrupt` from it, and never deletes its claim,
 /// until the old claim is gone. A rotation escalates only onto a host already frozen for it.
-pub const I16: &str = "I16 landing-node-kept";
+pub(crate) const I16: &str = "I16 landing-node-kept";
 /// The product's promise "capacity first": the controller deletes an old claim without a Ready
 /// surge host frozen for it only when the governing policy enables the forceful fallback and
 /// the claim is inside it (`deadline - now < t_rot`) at that instant; a `ForcefulFallback` Event
 /// is announced only for such a delete.
-pub const I17: &str = "I17 surge-less-delete-only-by-policy";
+pub(crate) const I17: &str = "I17 surge-less-delete-only-by-policy";
 /// The product's promise "never more disruption than the budget", counted on what is really
 /// disrupted: the claims of a pool marked `state=draining` (being deleted, or about to be) and
 /// those carrying our `state` that a rotation deleted and that are not gone yet (marked failed
 /// while they drain), whatever happened to the anchors (removed by hand, the pool replaced). A
 /// controller step that disrupts one more leaves at most `maxUnavailable` of them (rotations
 /// started under a larger N may finish).
-pub const I18: &str = "I18 budget-counts-draining-claims";
+pub(crate) const I18: &str = "I18 budget-counts-draining-claims";
 /// Not in the guide's list: a claim the controller deletes that is not an anchored candidate
 /// was launched by Karpenter for one of the controller's placeholders (or nominated to one),
 /// never for other pods (a scale-up, a drift or consolidation replacement, the pods another
 /// slot's drain evicted).
-pub const I19: &str = "I19 reaped-claim-launched-for-our-placeholder";
+pub(crate) const I19: &str = "I19 reaped-claim-launched-for-our-placeholder";
 /// Not in the guide's list: a claim Karpenter launched for a placeholder is gone, or Ready
 /// capacity, within readyTimeout plus [`I20_GRACE`] after the last rotation it served ended,
 /// whatever the exit (success, rollback, expiry or interruption while pending, the old claim
 /// gone, governance lost, the sweep). Checked with Karpenter's node repair off.
-pub const I20: &str = "I20 no-surge-claim-outlives-its-rotation";
+pub(crate) const I20: &str = "I20 no-surge-claim-outlives-its-rotation";
 /// I20's slack past readyTimeout: the tick that runs the sweep, and under faults a crash and
 /// restart, a leader change or a sweep skipped for an anchor it could not read.
-pub const I20_GRACE: Duration = Duration::minutes(5);
+pub(crate) const I20_GRACE: Duration = Duration::minutes(5);
 /// Not in the guide's list: one slot's failure is not the pool's. A persistent error in one
 /// rotation's slot (an admission webhook, a ResourceQuota or a LimitRange rejecting its
 /// placeholder, a pod list that times out) never holds back another rotation's completion,
@@ -113,16 +113,17 @@ pub const I20_GRACE: Duration = Duration::minutes(5);
 /// over a pool that sees the store as it is and meets no injected fault does what is due for
 /// every rotation of the pool, and starts one when a lane is free, the gates are open and a
 /// claim is due, whatever another slot's run met.
-pub const I21: &str = "I21 one-slot's-failure-is-not-the-pool's";
+pub(crate) const I21: &str = "I21 one-slot's-failure-is-not-the-pool's";
 /// Not in the guide's list: one leader writes at a time. Once an instance holds the Lease, no
 /// write of the instance it took the Lease from lands: the deposed leader's write fence closed
 /// before the Lease could change hands, whatever the two replicas' clocks said.
-pub const I22: &str = "I22 one-leader-writes";
+pub(crate) const I22: &str = "I22 one-leader-writes";
 /// The invariants the simulation checks, for the summary line.
-pub const ALL: &str = "I1-I22";
+pub(crate) const ALL: &str = "I1-I22";
 /// Every invariant, in order: [`ALL`] names their range, and a test holds the two (and the
 /// documents that cite the range) together.
-pub const INVARIANTS: &[&str] = &[
+#[cfg(test)]
+pub(crate) const INVARIANTS: &[&str] = &[
     I1, I2, I3, I4, I5, I6, I7, I8, I9, I10, I11, I12, I13, I14, I15, I16, I17, I18, I19, I20, I21,
     I22,
 ];
@@ -147,7 +148,7 @@ pub struct Violation {
 
 /// A completion outcome the controller announced (log line + metric, or its Event).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Announced {
+pub(crate) struct Announced {
     pub pool: String,
     pub claim: Option<String>,
     /// `success`, `failure` or `expired`.
@@ -159,7 +160,7 @@ pub struct Announced {
 
 /// What the step was.
 #[derive(Debug, Clone, Copy)]
-pub struct StepInfo<'a> {
+pub(crate) struct StepInfo<'a> {
     pub now: DateTime<Utc>,
     pub actor: &'a str,
     /// A controller pass, sweep or status write (not a world actor).
@@ -177,7 +178,7 @@ pub struct StepInfo<'a> {
     pub forceful_events: &'a [(String, Option<String>)],
 }
 
-pub struct Checker {
+pub(crate) struct Checker {
     plan: Arc<Compiled>,
     /// Invariant 8 applies.
     pub liveness: bool,
@@ -249,7 +250,12 @@ fn state_of(c: &crate::karpenter::NodeClaim) -> Option<&str> {
 }
 
 impl Checker {
-    pub fn new(plan: Arc<Compiled>, faults: bool, lag: Duration, start: &CacheView) -> Checker {
+    pub(crate) fn new(
+        plan: Arc<Compiled>,
+        faults: bool,
+        lag: Duration,
+        start: &CacheView,
+    ) -> Checker {
         let mut gov = Gov::default();
         let mut lead = BTreeMap::new();
         let mut unreachable = BTreeSet::new();
@@ -309,7 +315,7 @@ impl Checker {
 
     /// I22: writes the API server applied for an instance after another one had taken the
     /// Lease from it (the driver's record of the step).
-    pub fn fenced_writes(&mut self, now: DateTime<Utc>, actor: &str, stale: &[CallRecord]) {
+    pub(crate) fn fenced_writes(&mut self, now: DateTime<Utc>, actor: &str, stale: &[CallRecord]) {
         for w in stale {
             let detail = format!(
                 "{actor}: {:?} {} (client {}) landed after the other instance had taken the Lease",
@@ -320,7 +326,7 @@ impl Checker {
     }
 
     /// Checks one step.
-    pub fn check(
+    pub(crate) fn check(
         &mut self,
         prev: &CacheView,
         post: &CacheView,
@@ -399,7 +405,7 @@ impl Checker {
     }
 
     /// The end of the calm phase: quiescence over the whole store.
-    pub fn final_check(&mut self, post: &CacheView, now: DateTime<Utc>, world: &World) {
+    pub(crate) fn final_check(&mut self, post: &CacheView, now: DateTime<Utc>, world: &World) {
         self.quiescence(post, now, world);
     }
 }

@@ -105,7 +105,7 @@ pub struct PoolPlan {
 
 impl PoolPlan {
     /// Nodes the pool should have when nothing is in flight.
-    pub fn base_count(&self) -> u32 {
+    pub(crate) fn base_count(&self) -> u32 {
         match self.replicas {
             Some(r) => u32::try_from(r.max(0)).unwrap_or(0),
             None => self.nodes + self.spare_nodes,
@@ -125,7 +125,7 @@ pub struct ShortagePlan {
 
 impl ShortagePlan {
     /// Whether `zone` of `pool` is out of capacity at `now`.
-    pub fn covers(&self, pool: &str, zone: &str, now: DateTime<Utc>) -> bool {
+    pub(crate) fn covers(&self, pool: &str, zone: &str, now: DateTime<Utc>) -> bool {
         self.pool == pool
             && self.from <= now
             && now < self.until

@@ -23,18 +23,18 @@ mod fleet;
 mod script;
 
 pub use compile::{Compiled, FaultPlan, PoolEdit, PoolPlan, ShortagePlan, Step};
-pub use faults::FaultRates;
-pub use fleet::{
-    AgeSpread, Delays, DurRange, Expect, Failures, KarpenterFeatures, Pdb, PoolScenario, Shortage,
-    Workload,
+pub(crate) use faults::FaultRates;
+pub(crate) use fleet::{
+    Delays, DurRange, Expect, Failures, KarpenterFeatures, PoolScenario, Shortage,
 };
-pub use script::{ActionKind, NodePick, ScriptStep};
+pub(crate) use script::{ActionKind, NodePick, ScriptStep};
 
 /// The fleet `noderotation simulate` runs without `--scenario`.
-pub const DEFAULT_SCENARIO: &str = include_str!("../../../deploy/examples/scenarios/default.yaml");
+pub(crate) const DEFAULT_SCENARIO: &str =
+    include_str!("../../../deploy/examples/scenarios/default.yaml");
 
 /// Resource name -> thousandths of its unit (as `karpenter::quantity_millis`).
-pub type Resources = BTreeMap<String, i128>;
+pub(crate) type Resources = BTreeMap<String, i128>;
 
 /// A scenario file.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -8,7 +8,7 @@ use crate::sim::scenario::Resources;
 
 impl World {
     /// Billing: `delta` claims of `pool` started (+1) or stopped (-1) running.
-    pub fn bill(&mut self, pool: usize, delta: i32) {
+    pub(crate) fn bill(&mut self, pool: usize, delta: i32) {
         let now = self.now();
         let base = f64::from(self.plan.pools[pool].base_count());
         let (count, since) = self.metrics.billed[pool];
@@ -20,7 +20,7 @@ impl World {
     }
 
     /// Frees a finished claim's lane and closes its lifetime.
-    pub fn close_lifetime(&mut self, name: &str, now: DateTime<Utc>) {
+    pub(crate) fn close_lifetime(&mut self, name: &str, now: DateTime<Utc>) {
         if let Some(c) = self.claims.get(name)
             && let Some(slot) = self.lanes[c.pool].get_mut(c.lane)
         {
@@ -33,7 +33,7 @@ impl World {
 
     /// Karpenter's `status.resources`: the capacity of every claim it holds (deleting ones
     /// too), and their count.
-    pub fn pool_usage(&self, pool: usize) -> Resources {
+    pub(crate) fn pool_usage(&self, pool: usize) -> Resources {
         let mut used = Resources::new();
         let per_node = &self.plan.pools[pool].allocatable;
         let mut n: i128 = 0;
@@ -45,7 +45,7 @@ impl World {
         used
     }
 
-    pub fn update_pool_status(&mut self, pool: usize) {
+    pub(crate) fn update_pool_status(&mut self, pool: usize) {
         let used = quantities(&self.pool_usage(pool));
         let name = self.pool_name(pool).to_string();
         let unchanged = self

@@ -42,11 +42,11 @@ impl World {
 
     /// Creates a NodeClaim (Karpenter's provisioning decision) and queues its expiry.
     /// The name [`World::new_claim`] gives the next claim of `pool`.
-    pub fn next_claim_name(&self, pool: usize) -> String {
+    pub(crate) fn next_claim_name(&self, pool: usize) -> String {
         format!("{}-{:05}", self.plan.pools[pool].name, self.names[pool] + 1)
     }
 
-    pub fn new_claim(
+    pub(crate) fn new_claim(
         &mut self,
         pool: usize,
         zone: String,
@@ -147,7 +147,7 @@ impl World {
     }
 
     /// The instance is running: providerID, capacity, billing starts.
-    pub fn launch(&mut self, name: &str, now: DateTime<Utc>) {
+    pub(crate) fn launch(&mut self, name: &str, now: DateTime<Utc>) {
         let Some(c) = self.claims.get_mut(name) else { return };
         if c.phase != Phase::Provisioning {
             return;
@@ -170,7 +170,7 @@ impl World {
     }
 
     /// The kubelet registered the Node (not Ready yet).
-    pub fn register(&mut self, name: &str, now: DateTime<Utc>) {
+    pub(crate) fn register(&mut self, name: &str, now: DateTime<Utc>) {
         let plan = Arc::clone(&self.plan);
         let Some(c) = self.claims.get_mut(name) else { return };
         if c.phase != Phase::Launched {
@@ -226,7 +226,7 @@ impl World {
     }
 
     /// The Node turns Ready; the claim becomes Initialized and Ready; the DaemonSet pod lands.
-    pub fn make_ready(&mut self, name: &str, now: DateTime<Utc>) {
+    pub(crate) fn make_ready(&mut self, name: &str, now: DateTime<Utc>) {
         let Some(c) = self.claims.get_mut(name) else { return };
         if c.phase != Phase::Registered {
             return;
@@ -267,7 +267,7 @@ impl World {
 
     /// `registration_lag`: Karpenter writes the status it held back (nodeName and the conditions
     /// of the phase the claim reached; the providerID came with the launch).
-    pub fn observe_claim(&mut self, name: &str, now: DateTime<Utc>) -> Option<usize> {
+    pub(crate) fn observe_claim(&mut self, name: &str, now: DateTime<Utc>) -> Option<usize> {
         let c = self.claims.get_mut(name)?;
         if !std::mem::take(&mut c.status_lag) {
             return None;
@@ -288,7 +288,7 @@ impl World {
     }
 
     /// Karpenter's emptiness consolidation looks at `node` after `consolidateAfter`.
-    pub fn watch_empty(&mut self, node: &str) {
+    pub(crate) fn watch_empty(&mut self, node: &str) {
         let Some(n) = self.nodes.get(node) else { return };
         if let Some(after) = self.plan.pools[n.pool].consolidate_after {
             let t = self.now() + after;

@@ -33,28 +33,28 @@ mod pods;
 mod reactions;
 mod resources;
 
-pub use pods::{run_on, zone_affinity};
-pub use resources::{add, fits, parse_resources, pod_requests, quantities, sub};
+pub(crate) use pods::run_on;
+pub(crate) use resources::{add, fits, pod_requests, quantities, sub};
 
 /// The controller's namespace (placeholders live here).
-pub const CONTROLLER_NS: &str = "noderotation-system";
+pub(crate) const CONTROLLER_NS: &str = "noderotation-system";
 /// Workload pods.
-pub const APPS_NS: &str = "apps";
+pub(crate) const APPS_NS: &str = "apps";
 /// DaemonSet pods.
-pub const SYSTEM_NS: &str = "kube-system";
-pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
-pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-pub const ARCH_LABEL: &str = "kubernetes.io/arch";
-pub const CAPACITY_TYPE_LABEL: &str = "karpenter.sh/capacity-type";
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
-pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
-pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
+pub(crate) const SYSTEM_NS: &str = "kube-system";
+pub(crate) const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
+pub(crate) const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+pub(crate) const ARCH_LABEL: &str = "kubernetes.io/arch";
+pub(crate) const CAPACITY_TYPE_LABEL: &str = "karpenter.sh/capacity-type";
+pub(crate) const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+pub(crate) const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
+pub(crate) const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 /// Node repair (`karpenter.nodeRepair`): a node NotReady this long is replaced.
-pub const REPAIR_AFTER: Duration = Duration::minutes(30);
+pub(crate) const REPAIR_AFTER: Duration = Duration::minutes(30);
 /// `buffer` of §3.2.
-pub const BUFFER: Duration = Duration::minutes(2);
+pub(crate) const BUFFER: Duration = Duration::minutes(2);
 
-pub type PodKey = (String, String);
+pub(crate) type PodKey = (String, String);
 
 /// What Karpenter knows about one of its claims.
 #[derive(Debug, Clone)]
@@ -167,7 +167,7 @@ pub struct WorldMetrics {
 
 /// A timed world event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ev {
+pub(crate) enum Ev {
     Launch(String),
     Register(String),
     Ready(String),
@@ -196,7 +196,7 @@ pub enum Ev {
 
 /// World-side faults the driver injects.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Injected {
+pub(crate) enum Injected {
     /// Karpenter force-expires this claim now (mid-pending).
     ExpireNow(String),
     /// Delete and finalize this claim at once (finalized mid-rollback).
@@ -344,22 +344,22 @@ impl World {
         world
     }
 
-    pub fn now(&self) -> DateTime<Utc> {
+    pub(crate) fn now(&self) -> DateTime<Utc> {
         self.clock.now()
     }
 
     // -- the event queue -----------------------------------------------------------------------
 
-    pub fn at(&mut self, t: DateTime<Utc>, ev: Ev) {
+    pub(crate) fn at(&mut self, t: DateTime<Utc>, ev: Ev) {
         self.seq += 1;
         self.queue.insert((t, self.seq), ev);
     }
 
-    pub fn next_time(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_time(&self) -> Option<DateTime<Utc>> {
         self.queue.keys().next().map(|(t, _)| *t)
     }
 
-    pub fn pop(&mut self) -> Option<(DateTime<Utc>, Ev)> {
+    pub(crate) fn pop(&mut self) -> Option<(DateTime<Utc>, Ev)> {
         self.queue.pop_first().map(|((t, _), ev)| (t, ev))
     }
 
@@ -369,7 +369,7 @@ impl World {
     /// other pods that a placeholder was only counted against is theirs: it may be nominated
     /// after the rotation ended (a placeholder whose delete failed), when no record of the
     /// rotation is left to attribute it by.
-    pub fn attribute(&mut self, claim: &str, surge_for: &str, launched: bool) {
+    pub(crate) fn attribute(&mut self, claim: &str, surge_for: &str, launched: bool) {
         if let Some(c) = self.claims.get_mut(claim) {
             c.placeholders_for.insert(surge_for.to_string());
             if launched {
@@ -380,14 +380,14 @@ impl World {
 
     /// Karpenter's nomination of a placeholder to the claim launched for it ends when the pod
     /// is deleted or bound.
-    pub fn forget_nomination(&mut self, placeholder: &str) {
+    pub(crate) fn forget_nomination(&mut self, placeholder: &str) {
         let key = (CONTROLLER_NS.to_string(), placeholder.to_string());
         for c in self.claims.values_mut() {
             c.nominated.remove(&key);
         }
     }
 
-    pub fn request_provisioning(&mut self, pool: usize) {
+    pub(crate) fn request_provisioning(&mut self, pool: usize) {
         if self.provision_queued.insert(pool) {
             // Karpenter batches pending pods for about a second.
             let t = self.now() + Duration::seconds(1);
@@ -395,13 +395,13 @@ impl World {
         }
     }
 
-    pub fn provisioning_done(&mut self, pool: usize) {
+    pub(crate) fn provisioning_done(&mut self, pool: usize) {
         self.provision_queued.remove(&pool);
     }
 
     /// A pod of `pool`'s workload started running: the eviction queue retries the pool's paced
     /// drains a second later (its retry and the PDB controller's status update).
-    pub fn request_drain_step(&mut self, pool: usize) {
+    pub(crate) fn request_drain_step(&mut self, pool: usize) {
         if self.plan.pools[pool].pdb_max_unavailable.is_some()
             && self.drain_step_queued.insert(pool)
         {
@@ -410,11 +410,11 @@ impl World {
         }
     }
 
-    pub fn drain_step_done(&mut self, pool: usize) {
+    pub(crate) fn drain_step_done(&mut self, pool: usize) {
         self.drain_step_queued.remove(&pool);
     }
 
-    pub fn request_scheduling(&mut self) {
+    pub(crate) fn request_scheduling(&mut self) {
         if !self.schedule_queued {
             self.schedule_queued = true;
             let t = self.now();
@@ -422,11 +422,11 @@ impl World {
         }
     }
 
-    pub fn scheduling_done(&mut self) {
+    pub(crate) fn scheduling_done(&mut self) {
         self.schedule_queued = false;
     }
 
-    pub fn draw(&mut self, range: (Duration, Duration)) -> Duration {
+    pub(crate) fn draw(&mut self, range: (Duration, Duration)) -> Duration {
         let (lo, hi) = range;
         let span = u64::try_from((hi - lo).num_milliseconds()).unwrap_or(0);
         lo + Duration::milliseconds(i64::try_from(self.rng.below(span + 1)).unwrap_or(0))
@@ -434,7 +434,7 @@ impl World {
 
     /// A world-fault draw of `class` about `key` ([`key`](super::world_faults::key)) at its rate
     /// times `scale`; `false` without `--faults`. Hits are counted per class for the figures.
-    pub fn fault(&mut self, class: WorldFault, key: u64, scale: f64) -> bool {
+    pub(crate) fn fault(&mut self, class: WorldFault, key: u64, scale: f64) -> bool {
         let hit = self.faults.as_ref().is_some_and(|f| f.hits(class, key, scale));
         if hit {
             *self.metrics.world_faults.entry(class.name()).or_insert(0) += 1;
@@ -442,15 +442,15 @@ impl World {
         hit
     }
 
-    pub fn note(&mut self, text: impl Into<String>) {
+    pub(crate) fn note(&mut self, text: impl Into<String>) {
         self.notes.push(text.into());
     }
 
-    pub fn pool_name(&self, pool: usize) -> &str {
+    pub(crate) fn pool_name(&self, pool: usize) -> &str {
         self.plan.pools.get(pool).map_or("", |p| p.name.as_str())
     }
 
-    pub fn pool_index(&self, name: &str) -> Option<usize> {
+    pub(crate) fn pool_index(&self, name: &str) -> Option<usize> {
         self.plan.pools.iter().position(|p| p.name == name)
     }
 }

@@ -17,7 +17,7 @@ use crate::policy::resolve::to_time;
 
 /// What the scheduler and the kubelet write when a pod lands on `node`: bound there, Running,
 /// scheduled as of `now`.
-pub fn run_on(pod: &mut Pod, node: String, now: DateTime<Utc>) {
+pub(crate) fn run_on(pod: &mut Pod, node: String, now: DateTime<Utc>) {
     pod.spec.get_or_insert_default().node_name = Some(node);
     let st = pod.status.get_or_insert_default();
     st.phase = Some("Running".into());
@@ -178,7 +178,7 @@ impl World {
     }
 
     /// Removes a world pod from the store and the mirrors.
-    pub fn remove_pod(&mut self, key: &PodKey) {
+    pub(crate) fn remove_pod(&mut self, key: &PodKey) {
         if let Some(p) = self.pods.remove(key)
             && let Some(node) = &p.node
             && let Some(set) = self.node_pods.get_mut(node)
@@ -199,7 +199,7 @@ impl World {
 }
 
 /// A required node affinity to `zones` (none when empty).
-pub fn zone_affinity(zones: &[String]) -> Option<Affinity> {
+pub(crate) fn zone_affinity(zones: &[String]) -> Option<Affinity> {
     (!zones.is_empty()).then(|| Affinity {
         node_affinity: Some(NodeAffinity {
             required_during_scheduling_ignored_during_execution: Some(NodeSelector {

@@ -10,7 +10,7 @@ use crate::sim::observe::{self, Diff};
 
 impl World {
     /// The reactions to `d`, the changes of the step that ended at `now`.
-    pub fn react(&mut self, d: &Diff, now: DateTime<Utc>) {
+    pub(crate) fn react(&mut self, d: &Diff, now: DateTime<Utc>) {
         // Karpenter's termination controller sees deletions it did not make; the
         // scheduler sees placeholder and cordon changes.
         let mut reschedule = !d.placeholders.is_empty();

@@ -8,11 +8,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use crate::karpenter::quantity_millis;
 use crate::sim::scenario::Resources;
 
-pub fn parse_resources(map: Option<&BTreeMap<String, Quantity>>) -> Resources {
+pub(crate) fn parse_resources(map: Option<&BTreeMap<String, Quantity>>) -> Resources {
     map.into_iter().flatten().filter_map(|(k, v)| Some((k.clone(), quantity_millis(v)?))).collect()
 }
 
-pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
+pub(crate) fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
     r.iter()
         .map(|(k, v)| {
             let q = if v % 1000 == 0 { format!("{}", v / 1000) } else { format!("{v}m") };
@@ -23,7 +23,7 @@ pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
 
 /// A pod's requests (sum over containers; enough for the pods this world creates and for the
 /// placeholder).
-pub fn pod_requests(pod: &Pod) -> Resources {
+pub(crate) fn pod_requests(pod: &Pod) -> Resources {
     let mut out = Resources::new();
     for c in pod.spec.iter().flat_map(|s| &s.containers) {
         for (k, v) in parse_resources(c.resources.as_ref().and_then(|r| r.requests.as_ref())) {
@@ -33,11 +33,11 @@ pub fn pod_requests(pod: &Pod) -> Resources {
     out
 }
 
-pub fn fits(free: &Resources, want: &Resources) -> bool {
+pub(crate) fn fits(free: &Resources, want: &Resources) -> bool {
     want.iter().all(|(k, v)| free.get(k).copied().unwrap_or(0) >= *v)
 }
 
-pub fn add(acc: &mut Resources, r: &Resources) {
+pub(crate) fn add(acc: &mut Resources, r: &Resources) {
     for (k, v) in r {
         // The key is cloned only when it is new (not on every pod).
         match acc.get_mut(k) {
@@ -49,7 +49,7 @@ pub fn add(acc: &mut Resources, r: &Resources) {
     }
 }
 
-pub fn sub(acc: &mut Resources, r: &Resources) {
+pub(crate) fn sub(acc: &mut Resources, r: &Resources) {
     for (k, v) in r {
         match acc.get_mut(k) {
             Some(x) => *x -= v,

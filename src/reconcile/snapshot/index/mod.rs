@@ -26,7 +26,7 @@ use crate::policy::settings::Effective;
 /// version's entry, with what was derived from them: a watch event about one pool re-derives
 /// that pool only.
 #[derive(Debug, Default)]
-pub struct ClaimIndex {
+pub(crate) struct ClaimIndex {
     /// Label `karpenter.sh/nodepool` -> its claims, in name order.
     by_pool: OnceLock<HashMap<String, Arc<PoolClaims>>>,
     /// The index of the cache version before this one, until `by_pool` is built from it.
@@ -187,7 +187,7 @@ impl UnwrittenKey {
 ///
 /// [`apply_patch`]: super::apply_patch
 #[derive(Debug, Clone)]
-pub struct Derived {
+pub(crate) struct Derived {
     /// `metadata.name` (empty when unset).
     pub(super) name: String,
     /// `cache.nodes[status.nodeName]`.
@@ -207,7 +207,7 @@ pub struct Derived {
 
 impl Derived {
     /// `metadata.creationTimestamp`, `None` when unset.
-    pub fn created(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn created(&self) -> Option<DateTime<Utc>> {
         self.created
     }
 
@@ -629,13 +629,13 @@ fn moved_nodes(before: &[Arc<Node>], cache: &CacheView) -> Vec<String> {
 /// identity: a `Weak` keeps its address from being reused, and a view cannot change in place
 /// while a `Weak` to it exists (`Arc::make_mut` moves it out, `Arc::get_mut` refuses).
 #[derive(Debug, Default)]
-pub struct IndexCache {
+pub(crate) struct IndexCache {
     view: Weak<CacheView>,
     index: Arc<ClaimIndex>,
 }
 
 impl IndexCache {
-    pub fn of(&mut self, cache: &Arc<CacheView>) -> Arc<ClaimIndex> {
+    pub(crate) fn of(&mut self, cache: &Arc<CacheView>) -> Arc<ClaimIndex> {
         let same =
             std::ptr::eq(self.view.as_ptr(), Arc::as_ptr(cache)) && self.view.strong_count() > 0;
         if !same {
