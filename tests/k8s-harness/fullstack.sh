@@ -24,16 +24,18 @@ export NODEROTATION_FULL_STACK_RUN_ID="${NODEROTATION_FULL_STACK_RUN_ID:-fullsta
 # Compiled before the stacks start, so that neither half waits on the other's build.
 cargo test --locked --test fullstack --no-run
 
-pids=()
+# Each stack is stopped under its own exports, as start.sh's callers do (stop.sh then also
+# removes that stack's log).
+envs=()
 cleanup() {
-  for p in "${pids[@]}"; do tests/k8s-harness/stop.sh "$p" || true; done
+  for e in "${envs[@]}"; do (eval "$e"; tests/k8s-harness/stop.sh) || true; done
 }
 trap cleanup EXIT
 # One after the other: start.sh runs build.sh, which must not run twice at once.
 env_a=$(tests/k8s-harness/start.sh --full-stack)
-pids+=("$(sed -n "s/^export HARNESS_PID=//p" <<<"$env_a")")
+envs+=("$env_a")
 env_b=$(tests/k8s-harness/start.sh --full-stack)
-pids+=("$(sed -n "s/^export HARNESS_PID=//p" <<<"$env_b")")
+envs+=("$env_b")
 
 run_half() {
   local name=$1 env=$2 threads=$3
